@@ -1,0 +1,1 @@
+"""Communication algorithms: one small file each, registered by name (see ``registry``)."""

@@ -1,0 +1,71 @@
+"""The algorithm interface: hooks the train loop calls around every optimizer step.
+
+The loop runs, for every iteration ``t`` (counted from 0 over the whole run)::
+
+    before_step(t)
+    forward, loss.backward()        # per-parameter hooks registered in setup() may fire here
+    reduce_gradients(t)             # e.g. allreduce of gradients
+    optimizer.step()
+    after_step(t)                   # e.g. parameter averaging, gossip
+
+and ``end_epoch(e)`` after the last iteration of every epoch; evaluation runs inside
+``with eval_params():``. An algorithm touches the network only through ``self.channel``.
+
+Algorithms that need a process that does not train (a parameter server, a gossip manager)
+will declare it in ``service_roles`` and implement ``serve``; the launcher starts those roles
+without knowing the algorithm.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import ClassVar, Iterator
+
+import torch
+
+from dlcomm.comm.channel import Channel
+from dlcomm.comm.cluster import Cluster
+from dlcomm.config.schema import AlgoConfig
+
+
+class Algorithm:
+    name: ClassVar[str]
+    Config: ClassVar[type[AlgoConfig]] = AlgoConfig
+    service_roles: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: AlgoConfig, cluster: Cluster, channel: Channel) -> None:
+        self.cfg = cfg
+        self.cluster = cluster
+        self.channel = channel
+        self.model: torch.nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    @classmethod
+    def check_config(cls, cfg: AlgoConfig) -> None:
+        """Raise ``UserError`` (via ``dlcomm.config.validate.require``) for invalid knobs."""
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Start every replica from rank 0's parameters and buffers."""
+        self.model, self.optimizer = model, optimizer
+        for tensor in [*model.parameters(), *model.buffers()]:
+            self.channel.broadcast(tensor.data, src=0)
+
+    def before_step(self, step: int) -> None:
+        pass
+
+    def reduce_gradients(self, step: int) -> None:
+        pass
+
+    def after_step(self, step: int) -> None:
+        pass
+
+    def end_epoch(self, epoch: int) -> None:
+        pass
+
+    @contextmanager
+    def eval_params(self) -> Iterator[None]:
+        """Parameters to evaluate are in the model while inside (by default: as they are)."""
+        yield
+
+    def serve(self, role: str) -> None:
+        raise NotImplementedError(f"{self.name} declares no service role {role!r}")

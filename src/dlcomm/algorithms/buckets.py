@@ -1,0 +1,82 @@
+"""Tensor fusion: parameters grouped into flat buffers ("buckets") of a bounded size.
+
+Buckets hold parameters in reverse registration order, the order in which backward
+produces their gradients (as DDP does), so that the first bucket is ready first. A size of
+0 gives one bucket per parameter tensor (the papers' layer-wise regime).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Bucket:
+    params: list[torch.nn.Parameter]
+    buffer: torch.Tensor
+    offsets: list[int] = field(default_factory=list)
+
+    def views(self) -> list[torch.Tensor]:
+        """Slices of the flat buffer shaped like each parameter."""
+        return [self.buffer[o : o + p.numel()].view_as(p) for o, p in zip(self.offsets, self.params)]
+
+    def pack_grads(self) -> torch.Tensor:
+        for view, p in zip(self.views(), self.params):
+            if p.grad is None:
+                view.zero_()
+            else:
+                view.copy_(p.grad)
+        return self.buffer
+
+    def unpack_grads(self) -> None:
+        for view, p in zip(self.views(), self.params):
+            if p.grad is None:
+                p.grad = view.clone()
+            else:
+                p.grad.copy_(view)
+
+    def pack_params(self) -> torch.Tensor:
+        for view, p in zip(self.views(), self.params):
+            view.copy_(p.detach())
+        return self.buffer
+
+    def unpack_params(self) -> None:
+        with torch.no_grad():
+            for view, p in zip(self.views(), self.params):
+                p.copy_(view)
+
+
+def make_buckets(params: list[torch.nn.Parameter], bucket_bytes: int) -> list[Bucket]:
+    """Split ``params`` (taken in reverse order) into buckets of at most ``bucket_bytes``
+    (a single larger tensor gets a bucket of its own; 0 = one tensor per bucket). Tensors
+    of different dtype or device never share a bucket."""
+    buckets: list[Bucket] = []
+    current: list[torch.nn.Parameter] = []
+    current_bytes = 0
+
+    def close() -> None:
+        if current:
+            buckets.append(_flat_bucket(list(current)))
+            current.clear()
+
+    for p in reversed(list(params)):
+        size = p.numel() * p.element_size()
+        compatible = not current or (current[0].dtype == p.dtype and current[0].device == p.device)
+        if current and (bucket_bytes <= 0 or current_bytes + size > bucket_bytes or not compatible):
+            close()
+            current_bytes = 0
+        current.append(p)
+        current_bytes += size
+    close()
+    return buckets
+
+
+def _flat_bucket(params: list[torch.nn.Parameter]) -> Bucket:
+    offsets, total = [], 0
+    for p in params:
+        offsets.append(total)
+        total += p.numel()
+    buffer = torch.zeros(total, dtype=params[0].dtype, device=params[0].device)
+    return Bucket(params=params, buffer=buffer, offsets=offsets)

@@ -1,0 +1,53 @@
+"""Local-SGD: local steps, and every ``period`` (H) steps all workers average their parameters.
+
+    x_i <- x_i - eta * g_i                                   every step, on every worker
+    x_i <- (1/n) * sum_j x_j     after steps t with (t + 1) mod H == 0
+
+Only parameters are averaged (optimizer state and buffers stay local), as torch's
+``PeriodicModelAverager`` does; tests agree with it (with ``warmup_steps = H - 1``, which
+makes its averaging fall after the same steps). The averaging uses flat buckets of
+``bucket_mb`` and one ring allreduce per bucket over the ``world`` group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.buckets import make_buckets
+from dlcomm.algorithms.registry import register
+from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.validate import require
+
+
+@dataclass
+class LocalSGDConfig(AlgoConfig):
+    name: str = "local_sgd"
+    period: int = 2
+    bucket_mb: float = 25.0
+
+
+@register
+class LocalSGD(Algorithm):
+    name = "local_sgd"
+    Config = LocalSGDConfig
+
+    @classmethod
+    def check_config(cls, cfg: LocalSGDConfig) -> None:
+        require(cfg.period >= 1, "algo.period", cfg.period, "average after at least one local step; pass algo.period=1 or more")
+        require(cfg.bucket_mb >= 0, "algo.bucket_mb", cfg.bucket_mb, "use 0 (one bucket per tensor) or a positive size in MiB")
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().setup(model, optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.buckets = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
+
+    def after_step(self, step: int) -> None:
+        if (step + 1) % self.cfg.period != 0:
+            return
+        handles = [self.channel.allreduce(b.pack_params(), average=True, async_op=True) for b in self.buckets]
+        for bucket, handle in zip(self.buckets, handles):
+            handle.wait()
+            bucket.unpack_params()

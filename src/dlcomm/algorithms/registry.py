@@ -1,0 +1,43 @@
+"""Algorithms by name.
+
+Every module of this package that defines an algorithm decorates its class with
+:func:`register`; :func:`all_algorithms` imports the package's modules once so that a new
+algorithm needs nothing but its own file and its ``configs/algo/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlcomm.algorithms.base import Algorithm
+
+_REGISTRY: dict[str, type["Algorithm"]] = {}
+_DISCOVERED = False
+
+
+def register(cls: type["Algorithm"]) -> type["Algorithm"]:
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"two algorithms are registered as {cls.name!r}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def all_algorithms() -> dict[str, type["Algorithm"]]:
+    global _DISCOVERED
+    if not _DISCOVERED:
+        import dlcomm.algorithms as package
+
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+        _DISCOVERED = True
+    return dict(_REGISTRY)
+
+
+def get_algorithm(name: str) -> type["Algorithm"]:
+    algorithms = all_algorithms()
+    if name not in algorithms:
+        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(sorted(algorithms))}")
+    return algorithms[name]

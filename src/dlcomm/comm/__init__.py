@@ -1,0 +1,1 @@
+"""The one door to the network: only this package (and the launcher) import torch.distributed."""

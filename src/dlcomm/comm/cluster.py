@@ -1,0 +1,93 @@
+"""The process groups of one job, built once per rank and handed to the algorithm.
+
+Groups, by name:
+
+* ``world``: every rank;
+* ``intra``: the ranks of this rank's node (``ClusterLayout.node_ranks``);
+* ``leaders``: the first rank of every node (absent on non-leaders).
+
+``torch.distributed.new_group`` must be called by every rank for every group in the same
+order, which is why all groups are created here, up front, and never lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.comm.layout import ClusterLayout
+
+
+@dataclass
+class Cluster:
+    layout: ClusterLayout
+    rank: int
+    device: torch.device
+    backend: str
+    groups: dict[str, object | None] = field(default_factory=dict)
+    group_ranks: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def node(self) -> int:
+        return self.layout.node_of(self.rank)
+
+    @property
+    def local_rank(self) -> int:
+        return self.layout.local_rank(self.rank)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.layout.is_leader(self.rank)
+
+    def ranks(self, group: str) -> list[int]:
+        """Global ranks of a named group this rank belongs to."""
+        try:
+            return self.group_ranks[group]
+        except KeyError:
+            raise ValueError(f"rank {self.rank} is not a member of group {group!r}") from None
+
+    @classmethod
+    def connect(
+        cls,
+        layout: ClusterLayout,
+        rank: int,
+        store: dist.Store,
+        backend: str,
+        device: torch.device,
+        timeout_s: float = 300.0,
+    ) -> "Cluster":
+        """Join the job through ``store`` and build the world, intra-node and leader groups."""
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=rank,
+            world_size=layout.world_size,
+            timeout=timedelta(seconds=timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+        cluster = cls(layout=layout, rank=rank, device=device, backend=backend)
+        cluster.groups["world"] = dist.group.WORLD
+        cluster.group_ranks["world"] = list(range(layout.world_size))
+        for node in range(layout.nodes):
+            members = layout.node_ranks(node)
+            group = dist.new_group(members)
+            if node == cluster.node:
+                cluster.groups["intra"] = group
+                cluster.group_ranks["intra"] = members
+        leaders = layout.leaders()
+        leader_group = dist.new_group(leaders)
+        if rank in leaders:
+            cluster.groups["leaders"] = leader_group
+            cluster.group_ranks["leaders"] = leaders
+        return cluster
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

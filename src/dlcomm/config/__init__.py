@@ -1,0 +1,1 @@
+"""Configuration: typed schemas, composition of ``configs/`` and validation."""

@@ -1,0 +1,134 @@
+"""Typed schemas of every configuration group, registered in Hydra's ConfigStore.
+
+Each YAML file under ``configs/<group>/`` lists one of these schemas first in its defaults,
+so Hydra checks types and rejects unknown keys while composing. Range checks that types
+cannot express live in :mod:`dlcomm.config.validate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 2
+    max_steps: int = -1  # total optimizer steps after which training stops; -1: no cap
+    batch_size: int = 64  # per worker
+    eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
+    eval_batch_size: int = 1000
+    label_smoothing: float = 0.0
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
+    threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
+    save_model: bool = False  # write each rank's final state_dict into the run directory
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    cifar_stem: bool = False  # ResNets: 3x3 stride-1 first conv and no max-pool (32x32 inputs)
+    hidden: List[int] = field(default_factory=lambda: [512, 256])  # MLP hidden widths
+    dropout: float = 0.0
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    root: str = ""
+    augment: bool = False  # random crop + horizontal flip (CIFAR), random resized crop + flip (folders)
+    # synthetic only
+    shape: List[int] = field(default_factory=lambda: [1, 28, 28])
+    num_classes: int = 10
+    train_size: int = 4096
+    test_size: int = 1024
+    # imagefolder only
+    image_size: int = 224
+    train_dir: str = "train"
+    val_dir: str = "val"
+    loader_workers: int = 2
+
+
+@dataclass
+class OptimConfig:
+    name: str = MISSING  # sgd | adam | adamw
+    lr: float = 0.05
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    schedule: str = "constant"  # constant | cosine | multistep
+    milestones: List[int] = field(default_factory=list)  # epochs, for multistep
+    gamma: float = 0.1  # multistep decay factor
+    warmup_epochs: float = 0.0  # linear warm-up from lr/10... see dlcomm.train.optim
+    min_lr: float = 0.0  # cosine floor
+
+
+@dataclass
+class AlgoConfig:
+    """Base of every algorithm's own ``Config`` (declared beside the algorithm)."""
+
+    name: str = MISSING
+
+
+@dataclass
+class NetworkConfig:
+    mode: str = "off"
+
+
+@dataclass
+class LauncherConfig:
+    name: str = "local"
+    backend: str = "auto"  # auto | gloo | nccl
+    teardown_grace_s: float = 5.0  # SIGTERM -> SIGKILL delay when a rank fails
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = ""  # empty: sqlite:///<repo>/results/mlflow.db
+    experiment: str = "dlcomm"
+    run_name: str = ""
+
+
+@dataclass
+class DebugConfig:
+    """Fault injection for tests of the launcher: rank ``fail_rank`` fails at ``fail_step``."""
+
+    fail_rank: int = -1
+    fail_step: int = -1
+    fail_mode: str = "raise"  # raise: an exception | kill: SIGKILL to itself
+
+
+@dataclass
+class RunConfig:
+    nodes: int = 4
+    workers_per_node: int = 1
+    seed: int = 0
+    algo: Any = MISSING
+    model: ModelConfig = MISSING
+    dataset: DatasetConfig = MISSING
+    optim: OptimConfig = MISSING
+    network: NetworkConfig = MISSING
+    launcher: LauncherConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+
+def register_schemas() -> None:
+    """Put every schema in the ConfigStore under the names the YAML defaults lists use."""
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
+    cs.store(group="optim", name="optim_schema", node=OptimConfig)
+    cs.store(group="network", name="network_schema", node=NetworkConfig)
+    cs.store(group="launcher", name="launcher_schema", node=LauncherConfig)
+    from dlcomm.algorithms.registry import all_algorithms
+
+    for name, algorithm in all_algorithms().items():
+        cs.store(group="algo", name=f"{name}_schema", node=algorithm.Config)

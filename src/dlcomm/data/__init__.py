@@ -1,0 +1,104 @@
+"""Data sets and their per-rank partition.
+
+``build_dataset(cfg)`` gives an :class:`ImageClassificationData` for the ``dataset`` config group
+(``cfg.name`` one of :data:`DATASET_NAMES`); ``check_dataset(cfg)`` and ``dataset_shape(cfg)``
+answer without loading any data, so the CLI can fail fast with a one-line :class:`UserError`.
+``cfg`` may be an omegaconf DictConfig or a :class:`~dlcomm.config.schema.DatasetConfig`: only
+attribute access is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+from dlcomm.data import cifar, folder, mnist, synthetic
+from dlcomm.data.base import ImageClassificationData, InMemoryImageData
+from dlcomm.data.partition import epoch_partition, epoch_permutation
+from dlcomm.errors import UserError
+
+DATASET_NAMES = ("fashion_mnist", "mnist", "cifar10", "cifar100", "imagefolder", "synthetic")
+
+__all__ = [
+    "DATASET_NAMES",
+    "ImageClassificationData",
+    "InMemoryImageData",
+    "build_dataset",
+    "check_dataset",
+    "dataset_shape",
+    "epoch_partition",
+    "epoch_permutation",
+]
+
+
+def _name(cfg: Any) -> str:
+    """``cfg.name`` after checking it is a known data set; :class:`UserError` otherwise."""
+    name = str(cfg.name)
+    if name not in DATASET_NAMES:
+        raise UserError(f"dataset.name={name} is unknown: choose one of {', '.join(DATASET_NAMES)}")
+    return name
+
+
+def _root(cfg: Any) -> str:
+    return str(cfg.root or "")
+
+
+def _synthetic_args(cfg: Any) -> Tuple[Tuple[int, int, int], int, int, int]:
+    shape = synthetic.parse_shape(list(cfg.shape))
+    synthetic.check_sizes(int(cfg.num_classes), int(cfg.train_size), int(cfg.test_size))
+    return shape, int(cfg.num_classes), int(cfg.train_size), int(cfg.test_size)
+
+
+def check_dataset(cfg: Any) -> None:
+    """Return when ``cfg`` names a known data set whose files are where it says (or, for
+    ``synthetic``, whose sizes make sense); else raise a one-line :class:`UserError` naming the
+    config key, the path and how to get the data. Lists files and folders but reads no data."""
+    name = _name(cfg)
+    if name in mnist.SOURCES:
+        mnist.check(mnist.SOURCES[name], _root(cfg))
+    elif name in cifar.SOURCES:
+        cifar.check(cifar.SOURCES[name], _root(cfg))
+    elif name == "imagefolder":
+        folder.check(_root(cfg), str(cfg.train_dir), str(cfg.val_dir))
+    else:
+        _synthetic_args(cfg)
+
+
+def dataset_shape(cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+    """``(input_shape (C,H,W), num_classes)`` of the data set ``cfg`` describes, without loading
+    it (``imagefolder`` counts the class folders of ``root/train_dir``). Raises
+    :class:`UserError` as :func:`check_dataset` does, for the unknown names and missing folders
+    on which the answer depends."""
+    name = _name(cfg)
+    if name in mnist.SOURCES:
+        return (1, 28, 28), 10
+    if name in cifar.SOURCES:
+        return cifar.shape(cifar.SOURCES[name])
+    if name == "imagefolder":
+        folder.check(_root(cfg), str(cfg.train_dir), str(cfg.val_dir))
+        return folder.shape(_root(cfg), str(cfg.train_dir), int(cfg.image_size))
+    shape, num_classes, _, _ = _synthetic_args(cfg)
+    return shape, num_classes
+
+
+def build_dataset(cfg: Any) -> ImageClassificationData:
+    """The data set ``cfg`` describes, after :func:`check_dataset`; in-memory sets hold uint8
+    pixels and normalise each batch as it is produced."""
+    check_dataset(cfg)
+    name = _name(cfg)
+    if name in mnist.SOURCES:
+        return mnist.load(mnist.SOURCES[name], _root(cfg))
+    if name in cifar.SOURCES:
+        return cifar.load(cifar.SOURCES[name], _root(cfg), bool(cfg.augment))
+    if name == "imagefolder":
+        from dlcomm.data.imagefolder import ImageFolderData  # torchvision: imported only when used
+
+        return ImageFolderData(
+            _root(cfg),
+            str(cfg.train_dir),
+            str(cfg.val_dir),
+            int(cfg.image_size),
+            bool(cfg.augment),
+            int(cfg.loader_workers),
+        )
+    shape, num_classes, train_size, test_size = _synthetic_args(cfg)
+    return synthetic.SyntheticData(shape, num_classes, train_size, test_size)

@@ -1,0 +1,170 @@
+"""The local launcher: every rank is a process on this machine.
+
+The parent holds the rendezvous ``TCPStore`` on a port the kernel picked (port 0), so two
+runs at once never collide and no port is ever guessed. It then watches the ranks: a rank
+that raises reports its exception through a queue; a rank that dies shows a non-zero exit
+code. On the first failure the parent waits briefly for the other reports (so that the
+rank that failed first is named, not a peer that only lost its connection), sends SIGTERM
+to the rest and SIGKILL after ``launcher.teardown_grace_s``: no hang, whatever the ranks
+were blocked in.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from dlcomm.errors import EXIT_USAGE, UserError
+from dlcomm.spec import RunSpec
+
+_POLL_S = 0.1
+_SETTLE_S = 1.0  # after a first failure, how long to collect the other ranks' reports
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    message: str
+    details: str = ""
+    user_error: bool = False
+    signalled: bool = False
+    at: float = 0.0
+
+    def describe(self) -> str:
+        return f"rank {self.rank} {self.message}"
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    failure: RankFailure | None = None
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        if self.failure is None:
+            return 0
+        return EXIT_USAGE if self.failure.user_error else 1
+
+
+def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _exit_when_orphaned(parent_pid)
+    try:
+        from dlcomm.launch.rank import run_rank
+
+        run_rank(spec, rank, "127.0.0.1", port, local_ranks)
+    except UserError as error:
+        errors.put(RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time()))
+        errors.close()
+        errors.join_thread()
+        os._exit(EXIT_USAGE)
+    except BaseException as error:  # noqa: BLE001 - every failure must reach the parent
+        errors.put(
+            RankFailure(rank, f"raised {type(error).__name__}: {error}", details=traceback.format_exc(), at=time.time())
+        )
+        errors.close()
+        errors.join_thread()
+        os._exit(1)
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True, name="orphan-watch").start()
+
+
+def launch_local(spec: RunSpec) -> LaunchResult:
+    """Run every rank of ``spec`` as a local process; return when all finished or one failed."""
+    cfg = spec.config
+    world = cfg["nodes"] * cfg["workers_per_node"]
+    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+    context = mp.get_context("spawn")
+    errors: mp.Queue = context.Queue()
+    local_ranks = world  # all ranks share this machine
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    processes = [
+        context.Process(
+            target=_rank_process,
+            args=(spec, rank, store.port, local_ranks, errors, os.getpid()),
+            name=f"dlcomm-rank{rank}",
+        )
+        for rank in range(world)
+    ]
+    try:
+        for process in processes:
+            process.start()
+        return _watch(processes, errors, cfg["launcher"]["teardown_grace_s"])
+    except KeyboardInterrupt:
+        _teardown(processes, cfg["launcher"]["teardown_grace_s"])
+        return LaunchResult(interrupted=True)
+    finally:
+        del store
+
+
+def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float) -> LaunchResult:
+    failures: list[RankFailure] = []
+    first_failure_at: float | None = None
+    while True:
+        failures.extend(_drain(errors))
+        for rank, process in enumerate(processes):
+            code = process.exitcode
+            if code not in (None, 0) and not any(f.rank == rank for f in failures):
+                failures.append(_exit_failure(rank, code))
+        if failures and first_failure_at is None:
+            first_failure_at = time.monotonic()
+        if first_failure_at is not None and time.monotonic() - first_failure_at >= _SETTLE_S:
+            _teardown(processes, grace_s)
+            failures.extend(_drain(errors))
+            return LaunchResult(failure=_first(failures))
+        if all(process.exitcode == 0 for process in processes):
+            return LaunchResult()
+        time.sleep(_POLL_S)
+
+
+def _drain(errors: mp.Queue) -> list[RankFailure]:
+    drained = []
+    while True:
+        try:
+            drained.append(errors.get_nowait())
+        except queue.Empty:
+            return drained
+
+
+def _exit_failure(rank: int, code: int) -> RankFailure:
+    if code < 0:
+        name = signal.Signals(-code).name
+        return RankFailure(rank, f"was killed by {name}", signalled=True, at=time.time())
+    return RankFailure(rank, f"exited with code {code}", at=time.time())
+
+
+def _first(failures: list[RankFailure]) -> RankFailure:
+    """The root cause: a rank killed by a signal, else the earliest reported failure."""
+    signalled = [f for f in failures if f.signalled]
+    return min(signalled or failures, key=lambda f: f.at)
+
+
+def _teardown(processes: list[mp.Process], grace_s: float) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5.0)

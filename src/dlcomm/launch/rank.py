@@ -1,0 +1,74 @@
+"""What every rank runs: join the job, build data, model, optimizer and algorithm, train.
+
+Seeding: the model is initialised from ``seed`` on every rank (and broadcast from rank 0
+anyway), data order comes from ``(seed, epoch)``, and per-rank randomness (dropout,
+augmentation) from ``(seed, rank)``, so the same config and seed give the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.comm.channel import Channel
+from dlcomm.comm.cluster import Cluster
+from dlcomm.comm.layout import ClusterLayout
+from dlcomm.data import build_dataset
+from dlcomm.models import build_model
+from dlcomm.spec import RunSpec
+from dlcomm.train.loop import TrainLoop, plan_steps
+from dlcomm.train.optim import build_optimizer, build_scheduler
+
+
+def resolve_device(device: str, backend: str, local_rank: int) -> tuple[torch.device, str]:
+    """``(device, backend)``: cuda with one GPU per local rank and nccl, or cpu and gloo."""
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        chosen = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(chosen)
+        return chosen, "nccl" if backend == "auto" else backend
+    return torch.device("cpu"), "gloo" if backend == "auto" else backend
+
+
+def threads_per_rank(requested: int, local_ranks: int) -> int:
+    if requested > 0:
+        return requested
+    return max(1, (os.cpu_count() or 1) // local_ranks)
+
+
+def run_rank(spec: RunSpec, rank: int, store_host: str, store_port: int, local_ranks: int) -> dict[str, float]:
+    """Train as ``rank`` of the job whose rendezvous store listens on ``store_host:store_port``."""
+    cfg = spec.cfg()
+    torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
+    layout = ClusterLayout(cfg.nodes, cfg.workers_per_node)
+    store = dist.TCPStore(store_host, store_port, layout.world_size, is_master=False, timeout=timedelta(seconds=120))
+    device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, layout.local_rank(rank))
+    cluster = Cluster.connect(layout, rank, store, backend, device)
+    try:
+        channel = Channel(cluster)
+        data = build_dataset(cfg.dataset)
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+        torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
+        optimizer = build_optimizer(cfg.optim, model)
+        algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel)
+        algorithm.setup(model, optimizer)
+        reporter = None
+        if rank == 0:
+            from dlcomm.tracking.reporter import Rank0Reporter
+
+            reporter = Rank0Reporter(spec, cfg.train.batch_size, layout.world_size, cfg.train.epochs)
+        per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
+        scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
+        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter).run()
+        if cfg.train.save_model:
+            torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
+        channel.barrier()
+        return summary
+    finally:
+        cluster.close()

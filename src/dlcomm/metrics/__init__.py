@@ -1,0 +1,1 @@
+"""Metric names (one module, read by the tracker and the report)."""

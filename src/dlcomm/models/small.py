@@ -1,0 +1,93 @@
+"""Small models written here, for MNIST/CIFAR-sized inputs: ``small_cnn``, ``mlp``, ``nin``.
+
+None of them uses BatchNorm, so their state is parameters only (no running statistics).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+from torch import nn
+
+
+def build_small_cnn(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """The default model: the classic two-conv MNIST network (as in PyTorch's MNIST example).
+
+    conv(C->32, 3x3, pad 1)-ReLU-maxpool2, conv(32->64, 3x3, pad 1)-ReLU-maxpool2, flatten,
+    fc(64*(H/4)*(W/4) -> 128)-ReLU, fc(128 -> classes). About 0.42 M parameters on 1x28x28.
+    """
+    c, h, w = input_shape
+    if h < 4 or w < 4:
+        raise ValueError(f"small_cnn needs images of at least 4x4, got {h}x{w}")
+    flat = 64 * ((h // 2) // 2) * ((w // 2) // 2)
+    return nn.Sequential(
+        nn.Conv2d(c, 32, kernel_size=3, padding=1),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, kernel_size=3, padding=1),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(flat, 128),
+        nn.ReLU(inplace=True),
+        nn.Linear(128, num_classes),
+    )
+
+
+def build_mlp(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """A multi-layer perceptron: flatten, then ``cfg.hidden`` widths with ReLU, then logits.
+
+    Dropout of ``cfg.dropout`` follows each hidden ReLU when it is above 0.
+    """
+    c, h, w = input_shape
+    hidden = [int(x) for x in getattr(cfg, "hidden", [512, 256])]
+    dropout = float(getattr(cfg, "dropout", 0.0))
+    layers: List[nn.Module] = [nn.Flatten()]
+    width = c * h * w
+    for out in hidden:
+        layers += [nn.Linear(width, out), nn.ReLU(inplace=True)]
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        width = out
+    layers.append(nn.Linear(width, num_classes))
+    return nn.Sequential(*layers)
+
+
+def _mlpconv(c_in: int, widths: Tuple[int, int, int], kernel: int) -> List[nn.Module]:
+    """One NIN mlpconv block: a kxk conv then two 1x1 convs, ReLU after each."""
+    a, b, d = widths
+    return [
+        nn.Conv2d(c_in, a, kernel_size=kernel, padding=kernel // 2),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(a, b, kernel_size=1),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(b, d, kernel_size=1),
+        nn.ReLU(inplace=True),
+    ]
+
+
+def build_nin(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """Network-in-Network (Lin, Chen, Yan, "Network In Network", ICLR 2014), CIFAR widths.
+
+    Three mlpconv blocks (192/160/96 with 5x5, 192/192/192 with 5x5, 192/192/classes with
+    3x3), each conv "same"-padded; between blocks a 3x3 stride-2 max-pool (padding 1, so
+    32 -> 16 -> 8 and 28 -> 14 -> 7) followed by dropout ``cfg.dropout`` (the paper uses
+    0.5; none when 0). Global average pooling of the last block's ``num_classes`` maps
+    gives the logits, so any image of at least 1x1 fits.
+    """
+    c, _, _ = input_shape
+    dropout = float(getattr(cfg, "dropout", 0.0))
+
+    def between() -> List[nn.Module]:
+        pool: List[nn.Module] = [nn.MaxPool2d(kernel_size=3, stride=2, padding=1)]
+        return pool + ([nn.Dropout(dropout)] if dropout > 0 else [])
+
+    return nn.Sequential(
+        *_mlpconv(c, (192, 160, 96), 5),
+        *between(),
+        *_mlpconv(96, (192, 192, 192), 5),
+        *between(),
+        *_mlpconv(192, (192, 192, num_classes), 3),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    )

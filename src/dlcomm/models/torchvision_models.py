@@ -1,0 +1,128 @@
+"""Standard ImageNet architectures from ``torchvision.models``, adapted to the dataset.
+
+Each is built with ``num_classes`` from the dataset and random initialisation (torchvision's
+own scheme; no ``weights`` are ever requested, so nothing is downloaded). When the images do
+not have 3 channels, the first convolution is replaced by one of the same hyper-parameters
+with the dataset's channel count, initialised as torchvision initialises that model.
+``cfg.cifar_stem`` applies to the ResNets only and is ignored by the others.
+
+torchvision is imported inside the builders so that using only the small models does not
+pay for importing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+from torch import nn
+
+Init = Callable[[nn.Conv2d], None]
+
+
+def _kaiming_fan_out(conv: nn.Conv2d) -> None:
+    """ResNet's and VGG's conv init: He normal on fan-out, zero bias."""
+    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    if conv.bias is not None:
+        nn.init.zeros_(conv.bias)
+
+
+def _kaiming_fan_in(conv: nn.Conv2d) -> None:
+    """DenseNet's conv init: He normal on fan-in."""
+    nn.init.kaiming_normal_(conv.weight)
+
+
+def _with_in_channels(conv: nn.Conv2d, in_channels: int, init: Optional[Init]) -> nn.Conv2d:
+    """A new conv like ``conv`` (kernel, stride, padding, ..., bias) but taking ``in_channels``."""
+    new = nn.Conv2d(
+        in_channels,
+        conv.out_channels,
+        kernel_size=conv.kernel_size,
+        stride=conv.stride,
+        padding=conv.padding,
+        dilation=conv.dilation,
+        groups=conv.groups,
+        bias=conv.bias is not None,
+        padding_mode=conv.padding_mode,
+    )
+    if init is not None:
+        init(new)
+    return new
+
+
+def _resnet(arch: str, cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """ResNet (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016).
+
+    With ``cfg.cifar_stem`` the 7x7 stride-2 first conv becomes 3x3 stride 1 padding 1 and
+    the stem max-pool is removed, the usual adaptation to 32x32 images.
+    """
+    from torchvision import models
+
+    c = input_shape[0]
+    model = getattr(models, arch)(num_classes=num_classes)
+    if bool(getattr(cfg, "cifar_stem", False)):
+        model.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        _kaiming_fan_out(model.conv1)
+        model.maxpool = nn.Identity()
+    elif c != 3:
+        model.conv1 = _with_in_channels(model.conv1, c, _kaiming_fan_out)
+    return model
+
+
+def build_resnet18(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision ResNet-18 (11 M parameters at 1000 classes); see :func:`_resnet`."""
+    return _resnet("resnet18", cfg, input_shape, num_classes)
+
+
+def build_resnet34(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision ResNet-34 (22 M parameters); see :func:`_resnet`."""
+    return _resnet("resnet34", cfg, input_shape, num_classes)
+
+
+def build_resnet50(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision ResNet-50, bottleneck blocks (26 M parameters); see :func:`_resnet`."""
+    return _resnet("resnet50", cfg, input_shape, num_classes)
+
+
+def build_resnet101(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision ResNet-101, bottleneck blocks (45 M parameters); see :func:`_resnet`."""
+    return _resnet("resnet101", cfg, input_shape, num_classes)
+
+
+def build_vgg16(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision VGG-16 without BatchNorm (Simonyan & Zisserman, ICLR 2015; 138 M parameters).
+
+    Five 2x2 max-pools need images of at least 32x32.
+    """
+    from torchvision import models
+
+    c = input_shape[0]
+    model = models.vgg16(num_classes=num_classes)
+    if c != 3:
+        model.features[0] = _with_in_channels(model.features[0], c, _kaiming_fan_out)
+    return model
+
+
+def build_densenet121(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision DenseNet-121 (Huang et al., "Densely Connected Convolutional Networks", CVPR 2017).
+
+    8 M parameters; its ImageNet stem and three transitions need images of at least 32x32.
+    """
+    from torchvision import models
+
+    c = input_shape[0]
+    model = models.densenet121(num_classes=num_classes)
+    if c != 3:
+        model.features.conv0 = _with_in_channels(model.features.conv0, c, _kaiming_fan_in)
+    return model
+
+
+def build_shufflenet_v2(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+    """torchvision ShuffleNet V2 x1.0 (Ma et al., ECCV 2018; 2.3 M parameters at 1000 classes)."""
+    from torchvision import models
+
+    c = input_shape[0]
+    model = models.shufflenet_v2_x1_0(num_classes=num_classes)
+    if c != 3:
+        # torchvision leaves ShuffleNet V2's convs at PyTorch's default init.
+        model.conv1[0] = _with_in_channels(model.conv1[0], c, None)
+    return model

@@ -1,0 +1,65 @@
+"""One run from overrides to a finished MLflow run: compose, validate, open, launch, close."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from dlcomm.config.compose import compose
+from dlcomm.config.validate import validate_run
+from dlcomm.errors import UserError
+from dlcomm.paths import results_dir
+from dlcomm.spec import RunSpec
+
+
+def check_runnable(cfg: DictConfig) -> None:
+    """Everything that can be known wrong before any process starts or any run is recorded."""
+    validate_run(cfg)
+    from dlcomm.data import check_dataset, dataset_shape
+    from dlcomm.models import check_model_fits
+
+    check_dataset(cfg.dataset)
+    shape, classes = dataset_shape(cfg.dataset)
+    try:
+        check_model_fits(cfg.model, shape, classes)
+    except UserError as error:
+        raise UserError(f"{error} (dataset={cfg.dataset.name})") from None
+    if cfg.train.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
+
+
+def prepare_run(overrides: list[str]) -> RunSpec:
+    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+
+    cfg = compose(overrides)
+    check_runnable(cfg)
+    return RunSpec.from_config(cfg, resolve_tracking_uri(cfg.tracking.uri))
+
+
+def run_local(spec: RunSpec) -> int:
+    """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
+    from dlcomm.launch.local import launch_local
+    from dlcomm.tracking.mlflow_run import close_run, open_run
+
+    run_id = open_run(spec)
+    spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    result = None
+    try:
+        result = launch_local(spec)
+    finally:
+        status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
+        close_run(spec.tracking_uri, run_id, status)
+    if result.interrupted:
+        print(f"dlcomm: interrupted; mlflow run {run_id} marked KILLED", file=sys.stderr)
+    elif result.failure is not None:
+        failure = result.failure
+        if failure.details and not failure.user_error:
+            print(failure.details, file=sys.stderr, end="")
+        print(f"dlcomm: error: {failure.describe()}; mlflow run {run_id} marked FAILED", file=sys.stderr)
+    return result.exit_code

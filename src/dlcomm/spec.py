@@ -1,0 +1,54 @@
+"""RunSpec: the resolved configuration of one run plus its identity, handed to every rank."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dlcomm.paths import project_root
+
+# Keys that say where and how a run is recorded or launched, not what it computes.
+_NOT_HASHED = ("tracking", "launcher", "debug")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    config: dict[str, Any]
+    config_hash: str
+    git_commit: str
+    tracking_uri: str
+    run_id: str = ""
+    run_dir: str = ""
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, tracking_uri: str) -> "RunSpec":
+        config = OmegaConf.to_container(cfg, resolve=True)
+        return cls(config=config, config_hash=config_hash(config), git_commit=git_commit(), tracking_uri=tracking_uri)
+
+    def cfg(self) -> DictConfig:
+        return OmegaConf.create(self.config)
+
+    def with_run(self, run_id: str, run_dir: Path) -> "RunSpec":
+        return replace(self, run_id=run_id, run_dir=str(run_dir))
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """First 12 hex digits of the SHA-256 of the canonical JSON of what the run computes."""
+    payload = {k: v for k, v in config.items() if k not in _NOT_HASHED}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=project_root(), capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"

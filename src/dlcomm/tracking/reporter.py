@@ -1,0 +1,107 @@
+"""Rank 0's reporter: a progress bar, per-iteration and per-epoch metrics into MLflow, the
+timing table and the resolved config as artifacts, and the closing summary line."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from dlcomm.metrics import names
+from dlcomm.spec import RunSpec
+from dlcomm.tracking.mlflow_run import RunLogger
+
+# Per-iteration metrics: MLflow name -> timing-table column, averaged over ranks.
+_ITERATION_SERIES = {
+    names.ITER_TIME: "time_s",
+    names.ITER_COMPUTE: "compute_s",
+    names.ITER_COMM_EXPOSED: "comm_exposed_s",
+    names.ITER_COMM_BUSY: "comm_busy_s",
+    names.ITER_BYTES: "bytes_sent",
+    names.ITER_MESSAGES: "messages",
+    names.ITER_LOSS: "loss",
+}
+
+
+class Rank0Reporter:
+    def __init__(self, spec: RunSpec, batch_size: int, world_size: int, epochs: int) -> None:
+        self.spec = spec
+        self.run_dir = Path(spec.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.logger = RunLogger(spec.tracking_uri, spec.run_id)
+        self.samples_per_iteration = batch_size * world_size
+        self.epochs = epochs
+        self.bar: tqdm | None = None
+        self._loss_ema = math.nan
+        self._time_ema = math.nan
+        self._timings: list[pd.DataFrame] = []
+
+    def start(self, total_steps: int) -> None:
+        config_path = self.run_dir / "config.yaml"
+        config_path.write_text(OmegaConf.to_yaml(self.spec.config))
+        self.logger.log_artifact(config_path)
+        self.bar = tqdm(total=total_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5)
+
+    def iteration(self, step: int, loss: float, time_s: float) -> None:
+        self._loss_ema = loss if math.isnan(self._loss_ema) else 0.9 * self._loss_ema + 0.1 * loss
+        self._time_ema = time_s if math.isnan(self._time_ema) else 0.9 * self._time_ema + 0.1 * time_s
+        if self.bar is not None:
+            self.bar.update(1)
+            if step % 10 == 0:
+                rate = self.samples_per_iteration / self._time_ema if self._time_ema > 0 else 0.0
+                self.bar.set_postfix(loss=f"{self._loss_ema:.3f}", samples_s=f"{rate:,.0f}", refresh=False)
+
+    def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None:
+        table = pd.DataFrame(rows, columns=list(names.TIMING_COLUMNS))
+        self._timings.append(table)
+        per_step = table.groupby("step")[list(_ITERATION_SERIES.values())].mean()
+        points = [
+            (metric, value, step)
+            for metric, column in _ITERATION_SERIES.items()
+            for step, value in per_step[column].items()
+        ]
+        self.logger.log_series(points)
+        self.logger.log_metrics(metrics, step=epoch)
+        if self.bar is not None:
+            self.bar.write(_epoch_line(epoch, self.epochs, metrics))
+
+    def finish(self, summary: dict[str, float]) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.logger.log_metrics(summary, step=0)
+        timings_path = self.run_dir / "timings.csv"
+        timings = pd.concat(self._timings, ignore_index=True) if self._timings else pd.DataFrame(columns=list(names.TIMING_COLUMNS))
+        timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)
+        self.logger.log_artifact(timings_path)
+        print(_summary_line(summary, self.spec), flush=True)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{100 * value:.2f}%"
+
+
+def _epoch_line(epoch: int, epochs: int, m: dict[str, float]) -> str:
+    line = f"epoch {epoch}/{epochs}: train loss {m[names.EPOCH_TRAIN_LOSS]:.4f}"
+    if names.EPOCH_TEST_ACC_MEAN in m:
+        line += (
+            f", test acc {_pct(m[names.EPOCH_TEST_ACC_MEAN])} (averaged model {_pct(m[names.EPOCH_TEST_ACC_AVG_MODEL])},"
+            f" consensus distance {m[names.EPOCH_CONSENSUS]:.3g})"
+        )
+    line += (
+        f", {1000 * m[names.EPOCH_TIME_PER_ITER]:.1f} ms/iter"
+        f" (communication {_pct(m[names.EPOCH_COMM_SHARE])}), {m[names.EPOCH_SAMPLES_PER_S]:,.0f} samples/s"
+    )
+    return line
+
+
+def _summary_line(s: dict[str, float], spec: RunSpec) -> str:
+    return (
+        f"done: test accuracy {_pct(s[names.FINAL_TEST_ACC])} (averaged model {_pct(s[names.FINAL_TEST_ACC_AVG_MODEL])})"
+        f" | {1000 * s[names.FINAL_TIME_PER_ITER]:.1f} ms/iter over {int(s[names.FINAL_STEPS])} iterations,"
+        f" communication {_pct(s[names.FINAL_COMM_SHARE])} of it"
+        f" | mlflow run {spec.run_id} ({spec.tracking_uri})"
+    )

@@ -1,0 +1,1 @@
+"""Per-rank training: optimizer and schedule, the loop, evaluation."""

@@ -1,0 +1,206 @@
+"""The training loop of one rank. It knows the algorithm only through its hooks.
+
+Per iteration it records a timing row (see ``metrics.names.TIMING_COLUMNS``):
+``time_s`` is the wall time from ``before_step`` to the end of ``after_step``,
+``comm_exposed_s`` the part of it spent blocked on the Channel, ``compute_s`` the rest, and
+``data_s`` the time spent producing the batch (outside ``time_s``). At every epoch end the
+rows are gathered to rank 0 and handed, with the epoch's metrics, to the reporter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any, Protocol
+
+import torch
+
+from dlcomm.algorithms.base import Algorithm
+from dlcomm.comm.channel import Channel
+from dlcomm.data.partition import epoch_partition
+from dlcomm.errors import UserError
+from dlcomm.metrics import names
+from dlcomm.train.evaluate import EvalResult, evaluate
+
+
+class Reporter(Protocol):
+    """Where rank 0 sends what the loop measured (the MLflow tracker, or nothing)."""
+
+    def start(self, total_steps: int) -> None: ...
+    def iteration(self, step: int, loss: float, time_s: float) -> None: ...
+    def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None: ...
+    def finish(self, metrics: dict[str, float]) -> None: ...
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    rows: list[tuple] = field(default_factory=list)
+    started: float = field(default_factory=perf_counter)
+
+
+def plan_steps(train: Any, train_size: int, world_size: int) -> tuple[int, int]:
+    """``(iterations per epoch, iterations of the run)``: every rank holds
+    ``train_size // world_size`` samples and drops its last incomplete batch; ``max_steps``
+    caps the run."""
+    per_epoch = (train_size // world_size) // train.batch_size
+    total = per_epoch * train.epochs
+    return per_epoch, (min(total, train.max_steps) if train.max_steps > 0 else total)
+
+
+class TrainLoop:
+    def __init__(
+        self,
+        cfg: Any,
+        channel: Channel,
+        algorithm: Algorithm,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        data: Any,
+        reporter: Reporter | None,
+    ) -> None:
+        self.cfg = cfg
+        self.channel = channel
+        self.cluster = channel.cluster
+        self.algorithm = algorithm
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.data = data
+        self.reporter = reporter
+        self.device = self.cluster.device
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
+        self.state = TrainState()
+
+    # ---- the loop --------------------------------------------------------------------
+    def run(self) -> dict[str, float]:
+        train = self.cfg.train
+        world, rank = self.cluster.world_size, self.cluster.rank
+        per_epoch, total = plan_steps(train, self.data.train_size, world)
+        if per_epoch == 0:
+            raise UserError(
+                f"train.batch_size={train.batch_size} is invalid: each of the {world} workers holds only "
+                f"{self.data.train_size // world} training samples; pass a smaller train.batch_size or fewer workers"
+            )
+        if self.reporter:
+            self.reporter.start(total)
+        self.model.train()
+        last: dict[str, float] = {}
+        for epoch in range(train.epochs):
+            self.state.epoch = epoch
+            indices = epoch_partition(self.data.train_size, world, rank, self.cfg.seed, epoch)
+            augment_seed = (self.cfg.seed * 1_000_003 + epoch * 10_007 + rank) % 2**31
+            epoch_start = perf_counter()
+            epoch_rows = self._train_epoch(self.data.train_batches(indices, train.batch_size, augment_seed), total)
+            train_wall_s = perf_counter() - epoch_start
+            self.algorithm.end_epoch(epoch)
+            finished = self.state.step >= total
+            evaluate_now = finished or epoch == train.epochs - 1 or (train.eval_every > 0 and (epoch + 1) % train.eval_every == 0)
+            last = self._end_epoch(epoch, epoch_rows, train_wall_s, evaluate_now)
+            if finished:
+                break
+        summary = self._summary(last)
+        if self.reporter:
+            self.reporter.finish(summary)
+        return summary
+
+    def _train_epoch(self, batches: Any, total: int) -> list[tuple]:
+        rows: list[tuple] = []
+        node, rank, epoch = self.cluster.node, self.cluster.rank, self.state.epoch
+        fetch_start = perf_counter()
+        for inputs, labels in batches:
+            if self.state.step >= total:
+                break
+            inputs, labels = inputs.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+            data_s = perf_counter() - fetch_start
+            self._maybe_fail()
+            step = self.state.step
+            start = perf_counter()
+            self.channel.begin_iteration()
+            self.algorithm.before_step(step)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.criterion(self.model(inputs), labels)
+            loss.backward()
+            self.algorithm.reduce_gradients(step)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.algorithm.after_step(step)
+            comm = self.channel.end_iteration()
+            time_s = perf_counter() - start
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"the training loss became {loss_value} at step {step}; lower optim.lr")
+            rows.append(
+                (rank, node, epoch, step, time_s, time_s - comm.exposed_s, comm.exposed_s, comm.busy_s, data_s,
+                 comm.bytes_sent, comm.messages, loss_value)
+            )
+            self.state.step += 1
+            if self.reporter:
+                self.reporter.iteration(step, loss_value, time_s)
+            fetch_start = perf_counter()
+        return rows
+
+    def _maybe_fail(self) -> None:
+        debug = self.cfg.debug
+        if debug.fail_rank == self.cluster.rank and debug.fail_step == self.state.step:
+            if debug.fail_mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"fault injected by debug.fail_rank={debug.fail_rank} at step {self.state.step}")
+
+    def _end_epoch(self, epoch: int, rows: list[tuple], train_wall_s: float, evaluate_now: bool) -> dict[str, float]:
+        result: EvalResult | None = None
+        if evaluate_now:
+            with self.algorithm.eval_params():
+                result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device)
+        gathered = self.channel.gather_objects(rows, dst=0)
+        if gathered is None:
+            return {}
+        all_rows = [row for rank_rows in gathered for row in rank_rows]
+        metrics = epoch_metrics(all_rows, self.cfg.train.batch_size, train_wall_s)
+        metrics[names.EPOCH_WALL] = perf_counter() - self.state.started
+        if result is not None:
+            metrics[names.EPOCH_TEST_ACC_MEAN] = result.test_acc_mean
+            metrics[names.EPOCH_TEST_ACC_AVG_MODEL] = result.test_acc_avg_model
+            metrics[names.EPOCH_CONSENSUS] = result.consensus_distance
+        self.state.rows.extend(all_rows)
+        if self.reporter:
+            self.reporter.epoch(epoch + 1, metrics, all_rows)
+        return metrics
+
+    def _summary(self, last: dict[str, float]) -> dict[str, float]:
+        if self.cluster.rank != 0:
+            return {}
+        overall = epoch_metrics(self.state.rows, self.cfg.train.batch_size, perf_counter() - self.state.started)
+        return {
+            names.FINAL_TEST_ACC: last.get(names.EPOCH_TEST_ACC_MEAN, math.nan),
+            names.FINAL_TEST_ACC_AVG_MODEL: last.get(names.EPOCH_TEST_ACC_AVG_MODEL, math.nan),
+            names.FINAL_TRAIN_LOSS: last.get(names.EPOCH_TRAIN_LOSS, math.nan),
+            names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
+            names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
+            names.FINAL_STEPS: float(self.state.step),
+        }
+
+
+def epoch_metrics(rows: list[tuple], batch_size: int, train_wall_s: float) -> dict[str, float]:
+    """Means over ranks and iterations of the timing rows (``TIMING_COLUMNS`` order), and the
+    throughput: every row is one batch of one rank, trained within ``train_wall_s``."""
+    column = {name: i for i, name in enumerate(names.TIMING_COLUMNS)}
+    count = max(1, len(rows))
+
+    def mean(name: str) -> float:
+        return sum(row[column[name]] for row in rows) / count
+
+    time_per_iter = mean("time_s")
+    return {
+        names.EPOCH_TRAIN_LOSS: mean("loss"),
+        names.EPOCH_TIME_PER_ITER: time_per_iter,
+        names.EPOCH_COMPUTE_PER_ITER: mean("compute_s"),
+        names.EPOCH_COMM_EXPOSED_PER_ITER: mean("comm_exposed_s"),
+        names.EPOCH_COMM_SHARE: mean("comm_exposed_s") / time_per_iter if time_per_iter > 0 else 0.0,
+        names.EPOCH_SAMPLES_PER_S: len(rows) * batch_size / train_wall_s if train_wall_s > 0 else 0.0,
+    }

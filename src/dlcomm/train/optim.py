@@ -1,0 +1,53 @@
+"""Optimizers and learning-rate schedules.
+
+The schedule is a per-iteration multiplier ``f(t)`` of ``optim.lr`` (a ``LambdaLR``):
+
+* warm-up over ``W = warmup_epochs * steps_per_epoch`` iterations: ``f(t) = (t + 1) / W``;
+* ``constant``: ``f = 1``;
+* ``cosine``: ``f = m + (1 - m) * (1 + cos(pi * p)) / 2`` with ``p = (t - W) / (T - W)`` the
+  progress after warm-up over the ``T`` iterations of the run and ``m = min_lr / lr``;
+* ``multistep``: ``f = gamma ** (number of milestones, in epochs, already reached)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+
+def build_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.name == "sgd":
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
+        )
+    if cfg.name in ("adam", "adamw"):
+        kind = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
+        return kind(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer {cfg.name!r}")
+
+
+def lr_factor(cfg: Any, step: int, steps_per_epoch: int, total_steps: int) -> float:
+    """The multiplier ``f(step)`` of the module docstring."""
+    warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
+    if step < warmup:
+        return (step + 1) / warmup
+    if cfg.schedule == "cosine":
+        span = max(1, total_steps - warmup)
+        progress = min(1.0, (step - warmup) / span)
+        floor = cfg.min_lr / cfg.lr
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    if cfg.schedule == "multistep":
+        epoch = step / steps_per_epoch
+        return cfg.gamma ** sum(1 for milestone in cfg.milestones if epoch >= milestone)
+    return 1.0
+
+
+def build_scheduler(
+    cfg: Any, optimizer: torch.optim.Optimizer, steps_per_epoch: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(cfg, step, steps_per_epoch, total_steps)
+    )
