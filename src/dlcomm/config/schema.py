@@ -20,7 +20,7 @@ class TrainConfig:
     max_steps: int = -1  # total optimizer steps after which training stops; -1: no cap
     batch_size: int = 64  # per worker
     eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
-    eval_batch_size: int = 1000
+    eval_batch_size: int = 256
     label_smoothing: float = 0.0
     device: str = "cpu"  # cpu | cuda | auto (cuda when available)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks

@@ -30,6 +30,8 @@ FINAL_TRAIN_LOSS = "final/train_loss"
 FINAL_TIME_PER_ITER = "final/time_per_iter_s"
 FINAL_COMM_SHARE = "final/comm_share"
 FINAL_STEPS = "final/steps"
+PEAK_RSS_MIB = "memory/peak_rss_mib"  # peak resident set of each rank (MLflow step = rank)
+PEAK_PSS_MIB = "memory/peak_pss_mib"  # peak proportional set (shared pages split among sharers)
 
 # Columns of the per-iteration timing table (artifact timings.csv: one row per rank and iteration).
 TIMING_COLUMNS = (

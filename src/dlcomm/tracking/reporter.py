@@ -69,15 +69,27 @@ class Rank0Reporter:
         if self.bar is not None:
             self.bar.write(_epoch_line(epoch, self.epochs, metrics))
 
-    def finish(self, summary: dict[str, float]) -> None:
+    def finish(self, summary: dict) -> None:
         if self.bar is not None:
             self.bar.close()
+        memory = {name: summary.pop(name, []) for name in (names.PEAK_RSS_MIB, names.PEAK_PSS_MIB)}
+        self.logger.log_series(
+            (name, value, rank) for name, values in memory.items() for rank, value in enumerate(values)
+        )
         self.logger.log_metrics(summary, step=0)
         timings_path = self.run_dir / "timings.csv"
         timings = pd.concat(self._timings, ignore_index=True) if self._timings else pd.DataFrame(columns=list(names.TIMING_COLUMNS))
         timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)
         self.logger.log_artifact(timings_path)
         print(_summary_line(summary, self.spec), flush=True)
+        if memory[names.PEAK_RSS_MIB]:
+            print(
+                "peak memory per rank, MiB: RSS "
+                + ", ".join(f"{value:.0f}" for value in memory[names.PEAK_RSS_MIB])
+                + " | PSS (shared library pages split among ranks) "
+                + ", ".join(f"{value:.0f}" for value in memory[names.PEAK_PSS_MIB]),
+                flush=True,
+            )
 
 
 def _pct(value: float | None) -> str:

@@ -7,6 +7,9 @@
   ``n`` interleaved shards, one per worker, correct counts summed.
 * ``consensus_distance``: ``(1/n) sum_i ||x_i - x_bar||^2`` over the parameters.
 
+When every replica equals the average exactly (parameters and buffers: AllReduce-SGD), every
+replica's accuracy is the averaged model's, so the full per-replica pass is skipped.
+
 All reductions go through the Channel in its ``metrics`` phase, outside any iteration.
 """
 
@@ -45,31 +48,41 @@ def count_correct(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, 
 def evaluate(model: torch.nn.Module, data: Any, channel: Channel, batch_size: int, device: torch.device) -> EvalResult:
     rank, world = channel.cluster.rank, channel.cluster.world_size
     with channel.phase("metrics"):
-        correct, total = count_correct(model, data.test_batches(batch_size), device)
-
         averaged = copy.deepcopy(model)
-        params = [p for p in averaged.parameters()]
-        floats = params + [b for b in averaged.buffers() if b.is_floating_point()]
-        flat = torch.cat([t.detach().reshape(-1) for t in floats])
+        params = list(averaged.parameters())
+        buffers = [b for b in averaged.buffers() if b.is_floating_point()]
+        flat = torch.cat([t.detach().reshape(-1) for t in params + buffers])
         channel.allreduce(flat, average=True)
-        param_elements = sum(p.numel() for p in params)
-        offset = 0
-        squared_distance = torch.zeros((), dtype=torch.float64, device=flat.device)
-        for tensor in floats:
-            mean = flat[offset : offset + tensor.numel()].view_as(tensor)
-            if offset < param_elements:
-                squared_distance += (tensor.double() - mean.double()).pow(2).sum()
-            tensor.copy_(mean)
-            offset += tensor.numel()
+        param_distance, buffer_distance = _replace_by_mean(params, buffers, flat)
+        distances = torch.tensor([param_distance, buffer_distance], dtype=torch.float64, device=flat.device)
+        channel.allreduce(distances, average=False)
+        replicas_identical = float(distances.sum()) == 0.0
 
         shard = torch.arange(rank, data.test_size, world)
         avg_correct, avg_total = count_correct(averaged, data.test_batches(batch_size, shard), device)
-        sums = torch.tensor(
-            [correct / total, avg_correct, avg_total, float(squared_distance)], dtype=torch.float64, device=flat.device
-        )
+        own_accuracy = 0.0
+        if not replicas_identical:
+            correct, total = count_correct(model, data.test_batches(batch_size), device)
+            own_accuracy = correct / total
+        sums = torch.tensor([own_accuracy, avg_correct, avg_total], dtype=torch.float64, device=flat.device)
         channel.allreduce(sums, average=False)
+    avg_accuracy = float(sums[1] / sums[2])
     return EvalResult(
-        test_acc_mean=float(sums[0]) / world,
-        test_acc_avg_model=float(sums[1] / sums[2]),
-        consensus_distance=float(sums[3]) / world,
+        test_acc_mean=avg_accuracy if replicas_identical else float(sums[0]) / world,
+        test_acc_avg_model=avg_accuracy,
+        consensus_distance=float(distances[0]) / world,
     )
+
+
+def _replace_by_mean(params: list[torch.Tensor], buffers: list[torch.Tensor], flat_mean: torch.Tensor) -> tuple[float, float]:
+    """Copy the means into ``params`` and ``buffers``; return this replica's squared distances
+    ``||x_i - x_bar||^2`` over the parameters and over the buffers."""
+    distances = [0.0, 0.0]
+    offset = 0
+    for kind, tensors in enumerate((params, buffers)):
+        for tensor in tensors:
+            mean = flat_mean[offset : offset + tensor.numel()].view_as(tensor)
+            distances[kind] += float((tensor.double() - mean.double()).pow(2).sum())
+            tensor.copy_(mean)
+            offset += tensor.numel()
+    return distances[0], distances[1]

@@ -24,6 +24,7 @@ from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import UserError
 from dlcomm.metrics import names
 from dlcomm.train.evaluate import EvalResult, evaluate
+from dlcomm.train.memory import PssMonitor, peak_rss_mib
 
 
 class Reporter(Protocol):
@@ -76,9 +77,10 @@ class TrainLoop:
         self.device = self.cluster.device
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
         self.state = TrainState()
+        self.memory = PssMonitor()
 
     # ---- the loop --------------------------------------------------------------------
-    def run(self) -> dict[str, float]:
+    def run(self) -> dict[str, Any]:
         train = self.cfg.train
         world, rank = self.cluster.world_size, self.cluster.rank
         per_epoch, total = plan_steps(train, self.data.train_size, world)
@@ -105,6 +107,10 @@ class TrainLoop:
             if finished:
                 break
         summary = self._summary(last)
+        peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop()), dst=0)
+        if peaks is not None:
+            summary[names.PEAK_RSS_MIB] = [rss for rss, _ in peaks]
+            summary[names.PEAK_PSS_MIB] = [pss for _, pss in peaks]
         if self.reporter:
             self.reporter.finish(summary)
         return summary
