@@ -5,17 +5,11 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-try:
-    import dlcomm  # noqa: F401
-except ImportError:  # run from a checkout that is not installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dlcomm.config.schema import DatasetConfig
 from dlcomm.data import (

@@ -31,11 +31,19 @@ def resolve_tracking_uri(uri: str) -> str:
 
 
 def _client(uri: str):
+    """A client whose store exists. A new SQLite store gets its schema under a file lock:
+    MLflow's table creation is not safe when two processes open a new database at once."""
+    from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri)
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    database = Path(uri[len("sqlite:///") :])
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(database) + ".lock"):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+    return client
 
 
 def _artifact_location(uri: str) -> str | None:

@@ -1,0 +1,73 @@
+"""Shared helpers: running the CLI as a user would, and reading what it recorded."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Small, fast runs: synthetic 28x28 data, few steps. Tests add their own overrides.
+FAST = [
+    "dataset=synthetic",
+    "dataset.train_size=2048",
+    "dataset.test_size=512",
+    "train.eval_batch_size=256",
+]
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    home: Path
+
+    @property
+    def run_id(self) -> str:
+        found = re.findall(r"mlflow run ([0-9a-f]{32})", self.stdout + self.stderr)
+        assert found, f"no run id in output:\n{self.stdout}\n{self.stderr}"
+        return found[-1]
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"sqlite:///{self.home / 'results' / 'mlflow.db'}"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "results" / "runs" / self.run_id
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DLCOMM_HOME"] = str(home)
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def run_cli(home: Path, *args: str, timeout: float = 300) -> CliResult:
+    """``dlcomm <args>`` in a subprocess with results under ``home``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dlcomm.cli", *args],
+        cwd=home,
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return CliResult(done.returncode, done.stdout, done.stderr, home)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def mlflow_run(result: CliResult):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=result.tracking_uri).get_run(result.run_id)

@@ -1,0 +1,117 @@
+"""Functions run on every rank by ``ranks.run_ranks`` (importable by spawned processes)."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+import torch.nn.functional as F
+
+from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
+from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
+from dlcomm.config.schema import ModelConfig
+from dlcomm.models import build_model
+
+SHAPE = (1, 16, 16)
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(name="small_cnn"), SHAPE, 10)
+
+
+def _batch(generator: torch.Generator, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(size, *SHAPE, generator=generator), torch.randint(0, 10, (size,), generator=generator)
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _ours_step(algorithm, model, optimizer, step, inputs, labels) -> None:
+    algorithm.before_step(step)
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(model(inputs), labels).backward()
+    algorithm.reduce_gradients(step)
+    optimizer.step()
+    algorithm.after_step(step)
+
+
+def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: int) -> float:
+    """Max |ours - DDP| over parameters after ``steps`` SGD-momentum steps on per-rank data."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ours = _model()
+    reference = copy.deepcopy(ours)
+    ddp = DistributedDataParallel(reference, bucket_cap_mb=max(bucket_mb, 1e-6))
+    ours_opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    algorithm = Allreduce(AllreduceConfig(overlap=overlap, bucket_mb=bucket_mb), cluster, channel)
+    algorithm.setup(ours, ours_opt)
+    generator = torch.Generator().manual_seed(100 + cluster.rank)
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        _ours_step(algorithm, ours, ours_opt, step, inputs, labels)
+        ddp_opt.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(inputs), labels).backward()
+        ddp_opt.step()
+    return float((_flat(ours) - _flat(reference)).abs().max())
+
+
+def local_sgd_vs_averager(cluster, channel, period: int, steps: int) -> tuple[float, list]:
+    """Max |ours - PeriodicModelAverager| after ``steps``, and this rank's parameters after every step."""
+    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+    ours = _model()
+    reference = copy.deepcopy(ours)
+    ours_opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    # torch averages when (step - warmup_steps) % period == 0, counting calls from 0; with
+    # warmup_steps = period - 1 that is after steps period-1, 2*period-1, ... as ours.
+    averager = PeriodicModelAverager(period=period, warmup_steps=period - 1)
+    algorithm = LocalSGD(LocalSGDConfig(period=period), cluster, channel)
+    algorithm.setup(ours, ours_opt)
+    generator = torch.Generator().manual_seed(200 + cluster.rank)
+    trajectory = []
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        _ours_step(algorithm, ours, ours_opt, step, inputs, labels)
+        trajectory.append(_flat(ours).numpy().copy())  # numpy: pickled by value across processes
+        ref_opt.zero_grad(set_to_none=True)
+        F.cross_entropy(reference(inputs), labels).backward()
+        ref_opt.step()
+        averager.average_parameters(reference.parameters())
+    return float((_flat(ours) - _flat(reference)).abs().max()), trajectory
+
+
+def channel_accounting(cluster, channel) -> dict:
+    """Traffic, results and exposed time of a few recorded operations."""
+    rank, world = cluster.rank, cluster.world_size
+    out: dict = {}
+    channel.begin_iteration()
+    tensor = torch.full((1200,), float(rank))
+    channel.allreduce(tensor)
+    out["allreduce_mean"] = float(tensor[0])
+    stats = channel.end_iteration()
+    out["allreduce_bytes"], out["allreduce_messages"] = stats.bytes_sent, stats.messages
+
+    channel.begin_iteration()
+    payload = torch.full((256,), float(rank))
+    channel.broadcast(payload, src=1)
+    out["broadcast_value"] = float(payload[0])
+    out["broadcast_messages"] = channel.end_iteration().messages
+
+    channel.begin_iteration()
+    if rank == 1:
+        time.sleep(0.3)  # everyone else waits for rank 1 inside the allreduce
+    channel.allreduce(torch.ones(10))
+    out["exposed_s"] = channel.end_iteration().exposed_s
+
+    if "intra" in cluster.group_ranks:
+        node_tensor = torch.tensor([float(rank)])
+        channel.allreduce(node_tensor, group="intra")
+        out["intra_mean"] = float(node_tensor[0])
+    out["leader"] = "leaders" in cluster.group_ranks
+    out["metric_ops_counted"] = any(key[0] == "train" and key[2] == "world" for key in channel.totals)
+    return out

@@ -1,0 +1,51 @@
+"""The Channel: results, recorded traffic and blocked time, named groups (real processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlcomm.comm import traffic
+from dlcomm.comm.channel import _union_length
+from dlcomm.comm.layout import ClusterLayout
+from ranks import run_ranks
+import rank_programs
+
+
+def test_layout_maps_ranks_to_nodes() -> None:
+    layout = ClusterLayout(nodes=3, workers_per_node=2)
+    assert layout.world_size == 6
+    assert [layout.node_of(r) for r in range(6)] == [0, 0, 1, 1, 2, 2]
+    assert [layout.local_rank(r) for r in range(6)] == [0, 1, 0, 1, 0, 1]
+    assert layout.node_ranks(2) == [4, 5]
+    assert layout.leaders() == [0, 2, 4]
+
+
+def test_traffic_formulas_by_hand() -> None:
+    assert traffic.ring_allreduce(4800, 3) == (6400, 4)  # 2*(3-1)/3*4800, 2*(3-1)
+    assert traffic.ring_allreduce(1000, 1) == (0, 0)
+    # binomial tree with 8 ranks: the root sends to 1, 2, 4; rank 1 to 3, 5; rank 2 to 6; rank 3 to 7
+    children = [traffic.tree_broadcast(10, 8, v)[1] for v in range(8)]
+    assert children == [3, 2, 1, 1, 0, 0, 0, 0]
+    assert sum(children) == 7
+    assert [traffic.tree_reduce(10, 8, v) for v in (0, 5)] == [(0, 0), (10, 1)]
+
+
+def test_union_length_merges_overlaps() -> None:
+    assert _union_length([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]) == pytest.approx(3.0)
+    assert _union_length([]) == 0.0
+
+
+def test_channel_records_and_groups() -> None:
+    out = run_ranks(rank_programs.channel_accounting, 4, nodes=2)
+    for rank, result in enumerate(out):
+        assert result["allreduce_mean"] == pytest.approx(1.5)  # mean of 0, 1, 2, 3
+        assert (result["allreduce_bytes"], result["allreduce_messages"]) == traffic.ring_allreduce(4800, 4)
+        assert result["broadcast_value"] == 1.0
+        assert result["intra_mean"] == pytest.approx(0.5 if rank < 2 else 2.5)
+        assert result["leader"] == (rank in (0, 2))
+        assert result["metric_ops_counted"]
+    # broadcast from rank 1 over 4 ranks: 3 messages in all
+    assert sum(result["broadcast_messages"] for result in out) == 3
+    # ranks other than the late one were blocked for most of its 0.3 s sleep
+    assert min(out[r]["exposed_s"] for r in (0, 2, 3)) >= 0.2
+    assert out[1]["exposed_s"] < 0.2

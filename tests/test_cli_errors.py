@@ -1,0 +1,44 @@
+"""Bad input: one line naming the key and the fix, exit code 2, no traceback, no run recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+
+CASES = [
+    (["algo=nope"], "Available options in 'algo': allreduce, local_sgd"),
+    (["nodes=0"], "nodes=0 is invalid"),
+    (["workers_per_node=0"], "workers_per_node=0 is invalid"),
+    (["train.batch_size=0"], "train.batch_size=0 is invalid"),
+    (["algo=local_sgd", "algo.period=0"], "algo.period=0 is invalid"),
+    (["dataset.root=/no/such/folder"], "dataset.root=/no/such/folder does not exist"),
+    (["model=vgg16"], "model=vgg16 cannot take dataset input of shape 1x28x28"),
+    (["train.epoch=3"], "Could not override 'train.epoch'"),
+    (["nodes=four"], "nodes=four"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_exits_2_with_one_line(home, overrides, expected) -> None:
+    result = run_cli(home, "train", *overrides, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dlcomm: error: ")
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
+
+
+def test_help_lists_subcommands(home) -> None:
+    result = run_cli(home, "--help")
+    assert result.returncode == 0
+    assert "train" in result.stdout and "config" in result.stdout
+
+
+def test_config_composes_from_any_directory(home) -> None:
+    result = run_cli(home, "config", "algo=local_sgd", "algo.period=4", "nodes=8")
+    assert result.returncode == 0, result.stderr
+    assert "period: 4" in result.stdout and "nodes: 8" in result.stdout
+    assert "root: /usr/share/datasets/fashion-mnist" in result.stdout

@@ -1,0 +1,120 @@
+"""Whole runs through ``dlcomm train``: the math end to end, determinism, failures, MLflow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import FAST, cli_env, mlflow_run, run_cli
+
+
+def _final_params(result) -> torch.Tensor:
+    state = torch.load(result.run_dir / "model_rank0.pt", weights_only=True)
+    return torch.cat([tensor.reshape(-1) for tensor in state.values()])
+
+
+@pytest.mark.parametrize("overlap", ["false", "true"])
+def test_four_workers_of_16_equal_one_worker_of_64(home, overlap) -> None:
+    """(a) AllReduce-SGD with 4 x 16 takes the steps of one worker with 64 on the same data order."""
+    common = [*FAST, "train.max_steps=20", "train.save_model=true", "model=small_cnn", f"algo.overlap={overlap}"]
+    four = run_cli(home, "train", *common, "nodes=4", "train.batch_size=16")
+    one = run_cli(home, "train", *common, "nodes=1", "train.batch_size=64")
+    assert four.returncode == 0 and one.returncode == 0, four.stderr + one.stderr
+    difference = float((_final_params(four) - _final_params(one)).abs().max())
+    assert difference <= 1e-5, difference
+    # and the run really moved: the parameters are not the initial ones
+    assert float((_final_params(four)).abs().sum()) > 0
+
+
+def test_same_seed_gives_same_numbers(home) -> None:
+    """(d) Two runs of the same config and seed record identical losses and accuracies."""
+    args = ["train", *FAST, "train.max_steps=30", "algo=local_sgd", "nodes=2", "workers_per_node=2", "seed=7"]
+    first, second = run_cli(home, *args), run_cli(home, *args)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    a, b = mlflow_run(first).data.metrics, mlflow_run(second).data.metrics
+    for key in ("final/test_acc_mean", "final/test_acc_avg_model", "final/train_loss", "epoch/consensus_distance"):
+        assert a[key] == b[key], key
+    losses = [pd.read_csv(result.run_dir / "timings.csv")["loss"].tolist() for result in (first, second)]
+    assert losses[0] == losses[1]
+    third = run_cli(home, *args[:-1], "seed=8")
+    assert mlflow_run(third).data.metrics["final/train_loss"] != a["final/train_loss"]
+
+
+def test_run_is_recorded_in_mlflow(home) -> None:
+    result = run_cli(home, "train", *FAST, "train.epochs=2", "nodes=2", "workers_per_node=2")
+    assert result.returncode == 0, result.stderr
+    run = mlflow_run(result)
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert (tags["algo"], tags["model"], tags["dataset"], tags["world_size"]) == ("allreduce", "small_cnn", "synthetic", "4")
+    for tag in ("git_commit", "config_hash", "hostname"):
+        assert tags[tag]
+    assert run.data.params["train.batch_size"] == "64" and run.data.params["workers_per_node"] == "2"
+    metrics = run.data.metrics
+    assert 0.0 <= metrics["final/test_acc_mean"] <= 1.0
+    assert metrics["final/test_acc_mean"] == metrics["final/test_acc_avg_model"]  # replicas identical
+    assert metrics["epoch/consensus_distance"] == 0.0
+    timings = pd.read_csv(result.run_dir / "timings.csv")
+    steps = 2 * (2048 // 4 // 64)
+    assert len(timings) == 4 * steps and sorted(timings["rank"].unique()) == [0, 1, 2, 3]
+    assert (timings["compute_s"] + timings["comm_exposed_s"] - timings["time_s"]).abs().max() < 1e-9
+    assert (timings["bytes_sent"] > 0).all()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    artifacts = {entry.path for entry in client.list_artifacts(result.run_id)}
+    assert {"config.yaml", "timings.csv"} <= artifacts
+    history = client.get_metric_history(result.run_id, "iter/time_s")
+    assert len(history) == steps
+    assert "done: test accuracy" in result.stdout
+
+
+@pytest.mark.parametrize("mode,expected", [("kill", "rank 2 was killed by SIGKILL"), ("raise", "rank 2 raised RuntimeError")])
+def test_failed_rank_ends_the_run(home, mode, expected) -> None:
+    """(f) A rank that dies mid-run: non-zero exit within 60 s naming the rank; run FAILED."""
+    started = time.monotonic()
+    result = run_cli(
+        home, "train", *FAST, "train.epochs=50", "debug.fail_rank=2", "debug.fail_step=5", f"debug.fail_mode={mode}",
+        timeout=120,
+    )
+    assert time.monotonic() - started < 60
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert mlflow_run(result).info.status == "FAILED"
+
+
+def test_ctrl_c_marks_the_run_killed(home) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.epochs=50"],
+        cwd=home, env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 90
+    while not list((home / "results" / "runs").glob("*/config.yaml")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    run_id = next((home / "results" / "runs").iterdir()).name
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+    assert client.get_run(run_id).info.status == "KILLED"
+
+
+def test_two_runs_at_once_do_not_collide(home) -> None:
+    command = [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.max_steps=10", "nodes=2"]
+    env = cli_env(home)
+    processes = [
+        subprocess.Popen(command, cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=240) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
