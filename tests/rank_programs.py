@@ -1,4 +1,4 @@
-"""Functions run on every rank by ``ranks.run_ranks`` (importable by spawned processes)."""
+"""Functions run on every rank by ``dlcomm.launch.harness.run_ranks`` (importable by spawned processes)."""
 
 from __future__ import annotations
 

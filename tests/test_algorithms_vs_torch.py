@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ranks import run_ranks
+from dlcomm.launch.harness import run_ranks
 import rank_programs
 
 

@@ -7,7 +7,7 @@ import pytest
 from dlcomm.comm import traffic
 from dlcomm.comm.channel import _union_length
 from dlcomm.comm.layout import ClusterLayout
-from ranks import run_ranks
+from dlcomm.launch.harness import run_ranks
 import rank_programs
 
 

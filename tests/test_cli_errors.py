@@ -16,6 +16,7 @@ CASES = [
     (["model=vgg16"], "model=vgg16 cannot take dataset input of shape 1x28x28"),
     (["train.epoch=3"], "Could not override 'train.epoch'"),
     (["nodes=four"], "nodes=four"),
+    (["tracking.uri=nonsense://x"], "tracking.uri=nonsense://x cannot be used"),
 ]
 
 

@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as error:
         print(f"dlcomm: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dlcomm: interrupted", file=sys.stderr)
+        return 130
 
 
 def _show_config(overrides: list[str]) -> int:

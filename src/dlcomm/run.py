@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -41,6 +42,11 @@ def prepare_run(overrides: list[str]) -> RunSpec:
     return RunSpec.from_config(cfg, resolve_tracking_uri(cfg.tracking.uri))
 
 
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
+    raise KeyboardInterrupt
+
+
 def run_local(spec: RunSpec) -> int:
     """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
     from dlcomm.launch.local import launch_local
@@ -50,9 +56,11 @@ def run_local(spec: RunSpec) -> int:
     spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     result = None
+    previous_handler = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         result = launch_local(spec)
     finally:
+        signal.signal(signal.SIGTERM, previous_handler)
         status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
         close_run(spec.tracking_uri, run_id, status)
     if result.interrupted:

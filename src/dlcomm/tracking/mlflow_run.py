@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from dlcomm.errors import UserError
 from dlcomm.paths import results_dir
 from dlcomm.spec import RunSpec
 
@@ -79,9 +80,17 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
 def open_run(spec: RunSpec) -> str:
     """Create the run (status RUNNING) with its tags and params; return its id."""
     from mlflow.entities import Param
+    from mlflow.exceptions import MlflowException
 
     cfg = spec.config
-    client = _client(spec.tracking_uri)
+    try:
+        client = _client(spec.tracking_uri)
+    except MlflowException as error:
+        first_line = str(error).strip().splitlines()[0]
+        raise UserError(
+            f"tracking.uri={spec.tracking_uri} cannot be used ({first_line}): pass a sqlite:///path/to/file.db "
+            "URI or the http:// address of an mlflow server"
+        ) from None
     experiment_id = _experiment_id(client, cfg["tracking"]["experiment"], spec.tracking_uri)
     world = cfg["nodes"] * cfg["workers_per_node"]
     tags = {

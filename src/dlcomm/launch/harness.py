@@ -1,0 +1,69 @@
+"""Run a Python function on ``world`` real ranks (local processes, gloo on CPU), each joined
+through dlcomm's Cluster and given a Channel: for tests and benchmarks that exercise the
+communication layer without a whole training run.
+
+``fn(cluster, channel, *args)`` must be importable (a module-level function) and return a
+picklable value; :func:`run_ranks` returns the values by rank or raises ``RuntimeError`` with
+the failing rank's traceback.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+
+def _entry(fn: Callable, rank: int, nodes: int, world: int, port: int, threads: int, args: tuple, results: mp.Queue) -> None:
+    from dlcomm.comm.channel import Channel
+    from dlcomm.comm.cluster import Cluster
+    from dlcomm.comm.layout import ClusterLayout
+
+    torch.set_num_threads(threads)
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
+        cluster = Cluster.connect(ClusterLayout(nodes, world // nodes), rank, store, "gloo", torch.device("cpu"))
+        try:
+            results.put((rank, True, fn(cluster, Channel(cluster), *args)))
+        finally:
+            cluster.close()
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(
+    fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300
+) -> list[Any]:
+    """``[fn(cluster_r, channel_r, *args) for r in range(world)]``, each on its own process."""
+    nodes = nodes or world
+    if world % nodes:
+        raise ValueError(f"world={world} is not a multiple of nodes={nodes}")
+    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+    context = mp.get_context("spawn")
+    results: mp.Queue = context.Queue()
+    processes = [
+        context.Process(target=_entry, args=(fn, rank, nodes, world, store.port, threads, args, results))
+        for rank in range(world)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        collected: dict[int, Any] = {}
+        while len(collected) < world:
+            try:
+                rank, ok, value = results.get(timeout=timeout)
+            except queue.Empty:
+                raise RuntimeError(f"ranks {sorted(set(range(world)) - set(collected))} gave no result in {timeout} s") from None
+            if not ok:
+                raise RuntimeError(f"rank {rank} failed:\n{value}")
+            collected[rank] = value
+        return [collected[rank] for rank in range(world)]
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
