@@ -32,6 +32,7 @@ from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.config.schema import ModelConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
+from dlcomm.train.loop import hooked_step
 
 VARIANTS = ("ddp", "ours overlap=false", "ours overlap=true")
 
@@ -60,12 +61,7 @@ def _bench_rank(cluster, channel, batch: int, iters: int, block: int, warmup: in
 
         def ours_step(step, x, y, model=model, optimizer=optimizer, algorithm=algorithm):
             channel.begin_iteration()
-            algorithm.before_step(step)
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            algorithm.reduce_gradients(step)
-            optimizer.step()
-            algorithm.after_step(step)
+            hooked_step(algorithm, model, optimizer, F.cross_entropy, x, y, step)
             channel.end_iteration()
 
         steppers[f"ours overlap={str(overlap).lower()}"] = ours_step

@@ -12,6 +12,7 @@ from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
 from dlcomm.config.schema import ModelConfig
 from dlcomm.models import build_model
+from dlcomm.train.loop import hooked_step
 
 SHAPE = (1, 16, 16)
 
@@ -29,15 +30,6 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def _ours_step(algorithm, model, optimizer, step, inputs, labels) -> None:
-    algorithm.before_step(step)
-    optimizer.zero_grad(set_to_none=True)
-    F.cross_entropy(model(inputs), labels).backward()
-    algorithm.reduce_gradients(step)
-    optimizer.step()
-    algorithm.after_step(step)
-
-
 def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: int) -> float:
     """Max |ours - DDP| over parameters after ``steps`` SGD-momentum steps on per-rank data."""
     from torch.nn.parallel import DistributedDataParallel
@@ -52,7 +44,7 @@ def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: i
     generator = torch.Generator().manual_seed(100 + cluster.rank)
     for step in range(steps):
         inputs, labels = _batch(generator)
-        _ours_step(algorithm, ours, ours_opt, step, inputs, labels)
+        hooked_step(algorithm, ours, ours_opt, F.cross_entropy, inputs, labels, step)
         ddp_opt.zero_grad(set_to_none=True)
         F.cross_entropy(ddp(inputs), labels).backward()
         ddp_opt.step()
@@ -76,7 +68,7 @@ def local_sgd_vs_averager(cluster, channel, period: int, steps: int) -> tuple[fl
     trajectory = []
     for step in range(steps):
         inputs, labels = _batch(generator)
-        _ours_step(algorithm, ours, ours_opt, step, inputs, labels)
+        hooked_step(algorithm, ours, ours_opt, F.cross_entropy, inputs, labels, step)
         trajectory.append(_flat(ours).numpy().copy())  # numpy: pickled by value across processes
         ref_opt.zero_grad(set_to_none=True)
         F.cross_entropy(reference(inputs), labels).backward()

@@ -32,6 +32,12 @@ def check_runnable(cfg: DictConfig) -> None:
 
         if not torch.cuda.is_available():
             raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
+        world, gpus = cfg.nodes * cfg.workers_per_node, torch.cuda.device_count()
+        if cfg.launcher.name == "local" and world > gpus:
+            raise UserError(
+                f"nodes*workers_per_node={world} is invalid with train.device=cuda: the local launcher gives each "
+                f"rank its own GPU and {gpus} are visible; use at most {gpus} ranks or train.device=cpu"
+            )
 
 
 def prepare_run(overrides: list[str]) -> RunSpec:

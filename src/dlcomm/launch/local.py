@@ -62,7 +62,7 @@ def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors:
     try:
         from dlcomm.launch.rank import run_rank
 
-        run_rank(spec, rank, "127.0.0.1", port, local_ranks)
+        run_rank(spec, rank, "127.0.0.1", port, machine_rank=rank, local_ranks=local_ranks)
     except UserError as error:
         errors.put(RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time()))
         errors.close()

@@ -25,11 +25,16 @@ from dlcomm.train.loop import TrainLoop, plan_steps
 from dlcomm.train.optim import build_optimizer, build_scheduler
 
 
-def resolve_device(device: str, backend: str, local_rank: int) -> tuple[torch.device, str]:
-    """``(device, backend)``: cuda with one GPU per local rank and nccl, or cpu and gloo."""
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+def resolve_device(device: str, backend: str, machine_rank: int, local_ranks: int) -> tuple[torch.device, str]:
+    """``(device, backend)``: cuda with one GPU per process of this machine and nccl, or cpu
+    and gloo. ``machine_rank`` is this process's index among the ``local_ranks`` processes on
+    this machine (not the rank within an emulated node). ``auto`` takes cuda only when every
+    process on this machine can have a GPU of its own."""
+    use_cuda = device == "cuda" or (
+        device == "auto" and torch.cuda.is_available() and torch.cuda.device_count() >= local_ranks
+    )
     if use_cuda:
-        chosen = torch.device("cuda", local_rank % torch.cuda.device_count())
+        chosen = torch.device("cuda", machine_rank % torch.cuda.device_count())
         torch.cuda.set_device(chosen)
         return chosen, "nccl" if backend == "auto" else backend
     return torch.device("cpu"), "gloo" if backend == "auto" else backend
@@ -41,13 +46,16 @@ def threads_per_rank(requested: int, local_ranks: int) -> int:
     return max(1, (os.cpu_count() or 1) // local_ranks)
 
 
-def run_rank(spec: RunSpec, rank: int, store_host: str, store_port: int, local_ranks: int) -> dict[str, float]:
-    """Train as ``rank`` of the job whose rendezvous store listens on ``store_host:store_port``."""
+def run_rank(
+    spec: RunSpec, rank: int, store_host: str, store_port: int, machine_rank: int, local_ranks: int
+) -> dict[str, float]:
+    """Train as ``rank`` of the job whose rendezvous store listens on ``store_host:store_port``;
+    this process is number ``machine_rank`` of the ``local_ranks`` on its machine."""
     cfg = spec.cfg()
     torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
     layout = ClusterLayout(cfg.nodes, cfg.workers_per_node)
     store = dist.TCPStore(store_host, store_port, layout.world_size, is_master=False, timeout=timedelta(seconds=120))
-    device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, layout.local_rank(rank))
+    device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     cluster = Cluster.connect(layout, rank, store, backend, device)
     try:
         channel = Channel(cluster)

@@ -44,6 +44,26 @@ class TrainState:
     started: float = field(default_factory=perf_counter)
 
 
+def hooked_step(
+    algorithm: Algorithm,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: Any,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    step: int,
+) -> torch.Tensor:
+    """One optimizer step with the algorithm's hooks in their documented order; the loss."""
+    algorithm.before_step(step)
+    optimizer.zero_grad(set_to_none=True)
+    loss = criterion(model(inputs), labels)
+    loss.backward()
+    algorithm.reduce_gradients(step)
+    optimizer.step()
+    algorithm.after_step(step)
+    return loss
+
+
 def plan_steps(train: Any, train_size: int, world_size: int) -> tuple[int, int]:
     """``(iterations per epoch, iterations of the run)``: every rank holds
     ``train_size // world_size`` samples and drops its last incomplete batch; ``max_steps``
@@ -128,14 +148,8 @@ class TrainLoop:
             step = self.state.step
             start = perf_counter()
             self.channel.begin_iteration()
-            self.algorithm.before_step(step)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = self.criterion(self.model(inputs), labels)
-            loss.backward()
-            self.algorithm.reduce_gradients(step)
-            self.optimizer.step()
+            loss = hooked_step(self.algorithm, self.model, self.optimizer, self.criterion, inputs, labels, step)
             self.scheduler.step()
-            self.algorithm.after_step(step)
             comm = self.channel.end_iteration()
             time_s = perf_counter() - start
             loss_value = float(loss.detach())

@@ -1,0 +1,95 @@
+"""Learning-rate schedules by hand, optimizer construction, and gradient buckets."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dlcomm.algorithms.buckets import make_buckets
+from dlcomm.config.schema import OptimConfig
+from dlcomm.train.optim import build_optimizer, lr_factor
+from dlcomm.train.loop import plan_steps
+from dlcomm.config.schema import TrainConfig
+
+
+def test_warmup_then_cosine_by_hand() -> None:
+    cfg = OptimConfig(name="sgd", lr=0.1, schedule="cosine", warmup_epochs=1.0, min_lr=0.01)
+    steps_per_epoch, total = 10, 30
+    assert lr_factor(cfg, 0, steps_per_epoch, total) == pytest.approx(0.1)  # (0+1)/10
+    assert lr_factor(cfg, 9, steps_per_epoch, total) == pytest.approx(1.0)
+    assert lr_factor(cfg, 10, steps_per_epoch, total) == pytest.approx(1.0)  # cosine starts at 1
+    assert lr_factor(cfg, 20, steps_per_epoch, total) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way
+    assert lr_factor(cfg, 30, steps_per_epoch, total) == pytest.approx(0.1)  # floor min_lr / lr
+
+
+def test_multistep_by_hand() -> None:
+    cfg = OptimConfig(name="sgd", lr=0.1, schedule="multistep", milestones=[2, 4], gamma=0.1)
+    assert [lr_factor(cfg, step, 10, 60) for step in (0, 19, 20, 39, 40)] == pytest.approx([1, 1, 0.1, 0.1, 0.01])
+
+
+def test_constant_is_one() -> None:
+    cfg = OptimConfig(name="sgd", schedule="constant")
+    assert {lr_factor(cfg, step, 7, 70) for step in range(70)} == {1.0}
+
+
+@pytest.mark.parametrize("name,kind", [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_optimizers_get_their_settings(name, kind) -> None:
+    model = torch.nn.Linear(3, 2)
+    cfg = OptimConfig(name=name, lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.001)
+    optimizer = build_optimizer(cfg, model)
+    assert isinstance(optimizer, kind)
+    group = optimizer.param_groups[0]
+    assert group["lr"] == 0.02 and group["weight_decay"] == 0.001
+    if name == "sgd":
+        assert group["momentum"] == 0.9 and group["nesterov"] is True
+
+
+def test_plan_steps() -> None:
+    train = TrainConfig(epochs=3, batch_size=16, max_steps=-1)
+    assert plan_steps(train, train_size=1000, world_size=4) == (15, 45)  # 250 per rank // 16
+    train.max_steps = 20
+    assert plan_steps(train, 1000, 4) == (15, 20)
+
+
+def _params(*shapes: tuple[int, ...]) -> list[torch.nn.Parameter]:
+    torch.manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(*shape)) for shape in shapes]
+
+
+def test_buckets_respect_size_and_reverse_order() -> None:
+    params = _params((10,), (20,), (30,), (5,))  # 40, 80, 120, 20 bytes
+    buckets = make_buckets(params, bucket_bytes=140)  # 20 + 120 fit; adding 80 would not
+    assert [[p.numel() for p in b.params] for b in buckets] == [[5, 30], [20, 10]]
+    assert [[p.numel() for p in b.params] for b in make_buckets(params, 0)] == [[5], [30], [20], [10]]
+    assert len(make_buckets(params, 10**9)) == 1
+
+
+def test_bucket_roundtrip_of_gradients_and_parameters() -> None:
+    params = _params((3, 4), (7,), (2, 2, 2))
+    for p in params:
+        p.grad = torch.randn_like(p)
+    expected_grads = [p.grad.clone() for p in params]
+    (bucket,) = make_buckets(params, 10**9)
+    flat = bucket.pack_grads()
+    assert flat.numel() == 12 + 7 + 8
+    for p in params:
+        p.grad.zero_()
+    bucket.unpack_grads()
+    for p, grad in zip(params, expected_grads):
+        assert torch.equal(p.grad, grad)
+    bucket.pack_params()
+    bucket.buffer.mul_(2)
+    before = [p.detach().clone() for p in params]
+    bucket.unpack_params()
+    for p, old in zip(params, before):
+        assert torch.allclose(p.detach(), 2 * old)
+
+
+def test_missing_gradient_packs_as_zero() -> None:
+    params = _params((4,), (4,))
+    params[0].grad = torch.ones(4)
+    (bucket,) = make_buckets(params, 10**9)
+    flat = bucket.pack_grads()
+    assert math.isclose(float(flat.sum()), 4.0)
