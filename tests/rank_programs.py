@@ -107,3 +107,83 @@ def channel_accounting(cluster, channel) -> dict:
     out["leader"] = "leaders" in cluster.group_ranks
     out["metric_ops_counted"] = any(key[0] == "train" and key[2] == "world" for key in channel.totals)
     return out
+
+
+class FakeCompute:
+    """A compute timer the program advances by hand, so virtual clocks are exact."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self) -> float:
+        return self.seconds
+
+
+def _simulated(channel) -> FakeCompute:
+    from dlcomm.comm.clock import VirtualClock
+
+    compute = FakeCompute()
+    channel.clock = VirtualClock(compute)
+    return compute
+
+
+def collective_clocks(cluster, channel, compute_s: list[float], numel: int) -> dict:
+    """Rank r computes compute_s[r], then one allreduce, then two back-to-back async ones."""
+    compute = _simulated(channel)
+    channel.begin_iteration()
+    compute.seconds += compute_s[cluster.rank]
+    handle = channel.allreduce(torch.full((numel,), float(cluster.rank)), async_op=True)
+    result = handle.wait()
+    out = {"entry": handle.record.start, "end": handle.record.end, "modelled": handle.record.modelled_s,
+           "after": channel.clock.now(), "mean": float(result[0])}
+    first = channel.allreduce(torch.ones(numel), async_op=True)
+    second = channel.allreduce(torch.ones(numel // 2), async_op=True)
+    second.wait()  # waited first: the first must still be resolved before it
+    first.wait()
+    out["first"] = (first.record.ready, first.record.end)
+    out["second"] = (second.record.ready, second.record.end, second.record.modelled_s)
+    out["after_both"] = channel.clock.now()
+    stats = channel.end_iteration()
+    out["iteration"] = (stats.clock_time_s, stats.clock_exposed_s, stats.modelled_s, stats.exposed_s)
+    return out
+
+
+def p2p_clocks(cluster, channel, compute_s: list[float], numel: int) -> dict:
+    """Rank 0 sends to rank 1 after compute_s[0]; rank 1 receives after compute_s[1]."""
+    compute = _simulated(channel)
+    channel.begin_iteration()
+    compute.seconds += compute_s[cluster.rank]
+    out: dict = {}
+    if cluster.rank == 0:
+        handle = channel.isend(torch.arange(numel, dtype=torch.float32), dst=1)
+        handle.wait()
+    else:
+        buffer = torch.zeros(numel)
+        handle = channel.irecv(buffer, src=0)
+        handle.wait()
+        out["payload_ok"] = bool(torch.equal(buffer, torch.arange(numel, dtype=torch.float32)))
+    out.update(start=handle.record.start, ready=handle.record.ready, end=handle.record.end,
+               modelled=handle.record.modelled_s, after=channel.clock.now(), exposed=handle.record.exposed_s)
+    channel.end_iteration()
+    return out
+
+
+def emulated_allreduce(cluster, channel, numel: int, repeats: int) -> list[tuple[float, float, float]]:
+    """(wall seconds from all ranks ready to the wait's return, modelled seconds, overran) per op."""
+    measured = []
+    for _ in range(repeats):
+        channel.barrier()
+        channel.begin_iteration()
+        handle = channel.allreduce(torch.ones(numel), async_op=True)
+        handle.wait()
+        returned = time.perf_counter()
+        channel.end_iteration()
+        measured.append((returned - handle.record.ready, handle.record.modelled_s, handle.record.overran))
+    return measured
+
+
+def unmodelled_outside_iterations(cluster, channel) -> tuple[float, float]:
+    """An allreduce outside an iteration is recorded but not modelled."""
+    handle = channel.allreduce(torch.ones(1000), async_op=True)
+    handle.wait()
+    return handle.record.modelled_s, handle.record.end

@@ -1,35 +1,50 @@
 """The Channel: every algorithm's only path to the network.
 
 An algorithm asks the Channel for a primitive on a named group (``world``, ``intra``,
-``leaders``) and gets a :class:`Handle` back. The Channel records every operation (kind,
-group, payload, bytes and messages this rank sent, start, end, time blocked) and folds the
-operations of one training iteration into an :class:`IterationComm`:
+``leaders``) and gets a :class:`Handle` back. The Channel records every operation
+(:class:`OpRecord`: kind, group, bytes and messages this rank sent, wall start and end, time
+blocked, and under a network model its modelled start, end and duration) and folds the
+operations of one training iteration into an :class:`IterationComm`.
 
-* ``exposed_s``: wall time the rank spent blocked in :meth:`Handle.wait` during the iteration,
-  i.e. communication that was not hidden behind computation;
-* ``busy_s``: length of the union of the operations' ``[start, end]`` intervals, i.e. wall
-  time during which at least one operation was in flight (hidden or not);
-* ``bytes_sent`` and ``messages``: this rank's logical traffic, from :mod:`dlcomm.comm.traffic`.
+Network model (``network.mode``, see :mod:`dlcomm.comm.network` and :mod:`dlcomm.comm.clock`):
 
-Operations issued outside an iteration (initial broadcast, metric gathering) are recorded
-under their own phase and never counted in an iteration.
+* ``off``: operations take the time they really take; nothing is modelled.
+* ``emulate`` and ``simulate``: every operation issued inside an iteration also gets a modelled
+  completion time on the run's clock (wall clock in emulate, a per-rank virtual clock in
+  simulate), and waiting on it advances the clock to at least that time (emulate sleeps,
+  simulate jumps). Clocks travel with the data:
+
+  - a collective's entry clocks are max-reduced over the group (a one-number allreduce issued
+    beside the payload), and it ends at ``max(entry clocks) + modelled`` on every member;
+    operations on one group run one after the other, so an operation starts no earlier than the
+    previous one on its group ended;
+  - a send carries its start clock (a one-number message sent before the payload); sends of one
+    rank leave one after the other; the receiver's clock becomes
+    ``max(own, sender's start + modelled)``.
+
+Operations issued outside an iteration (initial broadcast, evaluation, metric gathering) are
+recorded under their own phase, never modelled and never counted in an iteration.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 
 from dlcomm.comm import traffic
+from dlcomm.comm.clock import VirtualClock, WallClock, compute_timer
 from dlcomm.comm.cluster import Cluster
+from dlcomm.comm.network import NetworkModel
+
+CLOCK_TAG_OFFSET = 1 << 20  # tag of the clock message that precedes a payload sent with tag t
 
 
 @dataclass(slots=True)
@@ -40,18 +55,31 @@ class OpRecord:
     payload_bytes: int
     bytes_sent: int
     messages: int
-    start: float
-    end: float = math.nan
-    blocked_s: float = 0.0
+    wall_start: float
+    wall_end: float = math.nan  # when the transfer really completed (else when it was waited)
+    blocked_s: float = 0.0  # wall time blocked in wait()
+    # Under a network model, on the run's clock (nan when not modelled):
+    start: float = math.nan  # this rank's entry
+    ready: float = math.nan  # modelled start: all members in, the link free
+    end: float = math.nan  # modelled completion (or later, when the real transfer overran it)
+    modelled_s: float = math.nan  # modelled duration, from dlcomm.comm.cost
+    exposed_s: float = 0.0  # clock time spent in wait()
+    overran: bool = False  # the real transfer finished after the modelled end (emulate)
 
 
 @dataclass(frozen=True)
 class IterationComm:
-    exposed_s: float
-    busy_s: float
+    exposed_s: float  # wall time blocked in wait()
+    busy_s: float  # wall length of the union of the operations' [start, end]
     bytes_sent: int
     messages: int
     ops: int
+    # On the run's clock (nan under network=off):
+    clock_time_s: float  # the iteration's duration
+    clock_exposed_s: float  # time spent waiting for communication
+    clock_busy_s: float  # union of the operations' [start, end]
+    modelled_s: float  # sum of the operations' modelled durations
+    overruns: int  # operations whose real transfer outlasted the model (emulate)
 
 
 @dataclass
@@ -62,37 +90,59 @@ class OpTotals:
 
 
 class Handle:
-    """An operation in flight. :meth:`wait` blocks until it completes and returns its tensor."""
+    """An operation in flight. :meth:`wait` blocks until it completes and returns its result."""
 
-    __slots__ = ("_work", "_record", "_tensor", "_divisor", "_done")
+    __slots__ = ("channel", "record", "works", "result", "divisor", "done", "exchange", "resolve", "resolved")
 
-    def __init__(self, work: Any, record: OpRecord, tensor: torch.Tensor | None, divisor: int = 1):
-        self._work = work
-        self._record = record
-        self._tensor = tensor
-        self._divisor = divisor
-        self._done = False
-        _stamp_completion(work, record)
+    def __init__(self, channel: "Channel", record: OpRecord, result: Any, divisor: int = 1) -> None:
+        self.channel = channel
+        self.record = record
+        self.works: list[Any] = []
+        self.result = result
+        self.divisor = divisor
+        self.done = False
+        self.exchange: Any = None  # the work carrying the clocks (modelled ops)
+        self.resolve: Callable[[], None] | None = None  # sets record.ready/end (modelled ops)
+        self.resolved = False
 
-    def wait(self) -> torch.Tensor | None:
-        if not self._done:
-            started = perf_counter()
-            self._work.wait()
-            finished = perf_counter()
-            self._record.blocked_s += finished - started
-            if math.isnan(self._record.end):
-                self._record.end = finished
-            if self._divisor != 1 and self._tensor is not None:
-                self._tensor.div_(self._divisor)
-            self._done = True
-        return self._tensor
+    def add_work(self, work: Any, stamps_end: bool = False) -> None:
+        self.works.append(work)
+        if stamps_end:
+            _stamp_completion(work, self.record)
+
+    def wait(self) -> Any:
+        if self.done:
+            return self.result
+        record, clock = self.record, self.channel.clock
+        modelled = self.resolve is not None
+        before = clock.now() if modelled else 0.0
+        started = perf_counter()
+        for work in self.works:
+            work.wait()
+        finished = perf_counter()
+        record.blocked_s += finished - started
+        if math.isnan(record.wall_end):
+            record.wall_end = finished
+        if modelled:
+            self.channel.resolve_through(self)
+            clock.exclude_blocked(before)
+            record.overran = record.wall_end > record.end and not clock.simulated
+            clock.advance_to(record.end)
+            after = clock.now()
+            record.exposed_s += after - before
+            if after > record.end and before < record.end:  # it was waited while in flight
+                record.end = after
+        if self.divisor != 1 and isinstance(self.result, torch.Tensor):
+            self.result.div_(self.divisor)
+        self.done = True
+        return self.result
 
 
 def _stamp_completion(work: Any, record: OpRecord) -> None:
-    """Record the moment the operation really completes, not the moment someone waited on it."""
+    """Record the moment the transfer really completes, not the moment someone waited on it."""
 
     def stamp(_future: Any) -> None:
-        record.end = perf_counter()
+        record.wall_end = perf_counter()
 
     try:
         work.get_future().then(stamp)
@@ -101,14 +151,41 @@ def _stamp_completion(work: Any, record: OpRecord) -> None:
 
 
 class Channel:
-    """Named-group collectives and point-to-point messages, each one recorded."""
+    """Named-group collectives and point-to-point messages, each one recorded (and modelled
+    when ``network`` is given)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(
+        self, cluster: Cluster, network: NetworkModel | None = None, clock: WallClock | VirtualClock | None = None
+    ) -> None:
+        if clock is not None and clock.simulated and network is None:
+            raise ValueError("a virtual clock needs a network model to advance it")
         self.cluster = cluster
+        self.network = network
+        self.clock = clock or WallClock()
         self.totals: dict[tuple[str, str, str], OpTotals] = defaultdict(OpTotals)
         self._phase = "setup"
         self._iteration_ops: list[OpRecord] = []
+        self._iteration_start = math.nan
         self._lock = threading.Lock()
+        # Modelled link occupancy: collectives per group, sends per (inter|intra) outbound link.
+        self._group_free: dict[str, float] = defaultdict(float)
+        self._send_free: dict[bool, float] = defaultdict(float)
+        self._unresolved: dict[str, deque[Handle]] = defaultdict(deque)
+
+    @classmethod
+    def for_run(cls, cluster: Cluster, network_cfg: Any) -> "Channel":
+        """The Channel a run's ``network`` config asks for."""
+        if network_cfg.mode == "off":
+            return cls(cluster)
+        model = NetworkModel.from_config(network_cfg, cluster.layout)
+        clock = VirtualClock(compute_timer(cluster.device)) if network_cfg.mode == "simulate" else WallClock()
+        return cls(cluster, model, clock)
+
+    @property
+    def mode(self) -> str:
+        if self.network is None:
+            return "off"
+        return "simulate" if self.clock.simulated else "emulate"
 
     # ---- phases and accounting -------------------------------------------------------
     @contextmanager
@@ -123,30 +200,40 @@ class Channel:
         with self._lock:
             self._iteration_ops = []
         self._phase = "train"
+        self.clock.resume()
+        self._iteration_start = self.clock.now()
 
     def end_iteration(self) -> IterationComm:
+        clock_end = self.clock.now()
+        self.clock.pause()
         now = perf_counter()
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
         self._phase = "idle"
-        intervals = sorted((op.start, op.end if not math.isnan(op.end) else now) for op in ops)
+        modelled = self.network is not None
+        nan = math.nan
         return IterationComm(
             exposed_s=sum(op.blocked_s for op in ops),
-            busy_s=_union_length(intervals),
+            busy_s=_union_length(sorted((op.wall_start, _or(op.wall_end, now)) for op in ops)),
             bytes_sent=sum(op.bytes_sent for op in ops),
             messages=sum(op.messages for op in ops),
             ops=len(ops),
+            clock_time_s=clock_end - self._iteration_start if modelled else nan,
+            clock_exposed_s=sum(op.exposed_s for op in ops) if modelled else nan,
+            clock_busy_s=_union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
+            modelled_s=sum(op.modelled_s for op in ops) if modelled else nan,
+            overruns=sum(op.overran for op in ops),
         )
 
-    def _record(self, kind: str, group: str, tensor: torch.Tensor, sent: tuple[int, int]) -> OpRecord:
+    def _record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int]) -> OpRecord:
         record = OpRecord(
             kind=kind,
             group=group,
             phase=self._phase,
-            payload_bytes=tensor.numel() * tensor.element_size(),
+            payload_bytes=payload_bytes,
             bytes_sent=sent[0],
             messages=sent[1],
-            start=perf_counter(),
+            wall_start=perf_counter(),
         )
         with self._lock:
             totals = self.totals[(record.phase, kind, group)]
@@ -156,6 +243,9 @@ class Channel:
             if record.phase == "train":
                 self._iteration_ops.append(record)
         return record
+
+    def _modelling(self) -> bool:
+        return self.network is not None and self._phase == "train"
 
     # ---- groups ----------------------------------------------------------------------
     def group_size(self, group: str = "world") -> int:
@@ -170,41 +260,149 @@ class Channel:
         return (members.index(self.cluster.rank) - members.index(root)) % len(members)
 
     @staticmethod
-    def _finish(handle: Handle, async_op: bool) -> Handle | torch.Tensor | None:
+    def _finish(handle: Handle, async_op: bool) -> Any:
         return handle if async_op else handle.wait()
+
+    # ---- the model's bookkeeping -----------------------------------------------------
+    def _clock_tensor(self, value: float) -> torch.Tensor:
+        return torch.tensor([value], dtype=torch.float64, device=self.cluster.device)
+
+    def _model_collective(self, handle: Handle, group: str, modelled_s: Callable[[], float]) -> None:
+        """Entry clocks max-reduced over the group; resolved in issue order per group."""
+        record = handle.record
+        record.start = self.clock.now()
+        record.modelled_s = modelled_s()
+        entry = self._clock_tensor(record.start)
+        handle.exchange = dist.all_reduce(entry, op=dist.ReduceOp.MAX, group=self._group(group), async_op=True)
+        handle.add_work(handle.exchange)
+
+        def resolve() -> None:
+            record.ready = max(float(entry[0]), self._group_free[group])
+            record.end = record.ready + record.modelled_s
+            self._group_free[group] = record.end
+
+        handle.resolve = resolve
+        self._unresolved[group].append(handle)
+
+    def resolve_through(self, handle: Handle) -> None:
+        """Resolve ``handle`` and, first, every operation issued before it on its group."""
+        if handle.resolved:
+            return
+        queue = self._unresolved.get(handle.record.group)
+        if queue is not None and handle in queue:
+            while queue:
+                earlier = queue.popleft()
+                if earlier is not handle:
+                    earlier.exchange.wait()  # its entry clocks; its payload may still be in flight
+                earlier.resolve()
+                earlier.resolved = True
+                if earlier is handle:
+                    return
+        handle.resolve()
+        handle.resolved = True
+
+    def _collective(
+        self, kind: str, group: str, tensor: torch.Tensor, sent: tuple[int, int], modelled_s: Callable[[], float],
+        launch: Callable[[], Any], result: Any = None, divisor: int = 1,
+    ) -> Handle:
+        record = self._record(kind, group, tensor.numel() * tensor.element_size(), sent)
+        handle = Handle(self, record, tensor if result is None else result, divisor)
+        if self._modelling():
+            self._model_collective(handle, group, modelled_s)
+        handle.add_work(launch(), stamps_end=True)
+        return handle
 
     # ---- primitives ------------------------------------------------------------------
     def allreduce(self, tensor: torch.Tensor, group: str = "world", average: bool = True, async_op: bool = False):
-        """In place: ``tensor <- sum (or mean) of tensor over the group``."""
-        size = self.group_size(group)
-        record = self._record("allreduce", group, tensor, traffic.ring_allreduce(tensor.numel() * tensor.element_size(), size))
-        work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self._group(group), async_op=True)
-        return self._finish(Handle(work, record, tensor, size if average else 1), async_op)
+        """In place: ``tensor <- sum (or mean) of tensor over the group`` (modelled as a ring)."""
+        members = self.cluster.ranks(group)
+        nbytes = tensor.numel() * tensor.element_size()
+        handle = self._collective(
+            "allreduce", group, tensor, traffic.ring_allreduce(nbytes, len(members)),
+            lambda: self.network.allreduce_s(nbytes, members),
+            lambda: dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self._group(group), async_op=True),
+            divisor=len(members) if average else 1,
+        )
+        return self._finish(handle, async_op)
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: str = "world", async_op: bool = False):
-        """In place: every member's ``tensor <- tensor of global rank src``."""
+        """In place: every member's ``tensor <- tensor of global rank src`` (binomial tree)."""
+        members = self.cluster.ranks(group)
         nbytes = tensor.numel() * tensor.element_size()
-        sent = traffic.tree_broadcast(nbytes, self.group_size(group), self._position(group, src))
-        record = self._record("broadcast", group, tensor, sent)
-        work = dist.broadcast(tensor, src=src, group=self._group(group), async_op=True)
-        return self._finish(Handle(work, record, tensor), async_op)
+        handle = self._collective(
+            "broadcast", group, tensor, traffic.tree_broadcast(nbytes, len(members), self._position(group, src)),
+            lambda: self.network.broadcast_s(nbytes, members, src),
+            lambda: dist.broadcast(tensor, src=src, group=self._group(group), async_op=True),
+        )
+        return self._finish(handle, async_op)
 
     def reduce(self, tensor: torch.Tensor, dst: int, group: str = "world", average: bool = False, async_op: bool = False):
-        """``tensor`` of global rank ``dst`` <- sum (or mean) over the group; others' tensors are scratch."""
-        size = self.group_size(group)
+        """``tensor`` of global rank ``dst`` <- sum (or mean) over the group; others' tensors are
+        scratch (binomial tree)."""
+        members = self.cluster.ranks(group)
         nbytes = tensor.numel() * tensor.element_size()
-        record = self._record("reduce", group, tensor, traffic.tree_reduce(nbytes, size, self._position(group, dst)))
-        work = dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self._group(group), async_op=True)
-        divisor = size if (average and self.cluster.rank == dst) else 1
-        return self._finish(Handle(work, record, tensor, divisor), async_op)
+        handle = self._collective(
+            "reduce", group, tensor, traffic.tree_reduce(nbytes, len(members), self._position(group, dst)),
+            lambda: self.network.reduce_s(nbytes, members, dst),
+            lambda: dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self._group(group), async_op=True),
+            divisor=len(members) if (average and self.cluster.rank == dst) else 1,
+        )
+        return self._finish(handle, async_op)
 
-    def isend(self, tensor: torch.Tensor, dst: int, group: str = "world") -> Handle:
-        record = self._record("send", group, tensor, traffic.point_to_point(tensor.numel() * tensor.element_size()))
-        return Handle(dist.isend(tensor, dst=dst, group=self._group(group)), record, tensor)
+    def allgather(self, tensor: torch.Tensor, group: str = "world", async_op: bool = False):
+        """Every member gets ``[tensor of each member, in group order]`` (modelled as a ring)."""
+        members = self.cluster.ranks(group)
+        nbytes = tensor.numel() * tensor.element_size()
+        gathered = [torch.empty_like(tensor) for _ in members]
+        handle = self._collective(
+            "allgather", group, tensor, traffic.ring_allgather(nbytes, len(members)),
+            lambda: self.network.allgather_s(nbytes, members),
+            lambda: dist.all_gather(gathered, tensor, group=self._group(group), async_op=True),
+            result=gathered,
+        )
+        return self._finish(handle, async_op)
 
-    def irecv(self, tensor: torch.Tensor, src: int, group: str = "world") -> Handle:
-        record = self._record("recv", group, tensor, (0, 0))
-        return Handle(dist.irecv(tensor, src=src, group=self._group(group)), record, tensor)
+    def isend(self, tensor: torch.Tensor, dst: int, group: str = "world", tag: int = 0) -> Handle:
+        """Send ``tensor`` to global rank ``dst``; under a model it leaves when this rank's
+        outbound link is free and its start clock travels ahead of it."""
+        nbytes = tensor.numel() * tensor.element_size()
+        record = self._record("send", group, nbytes, traffic.point_to_point(nbytes))
+        handle = Handle(self, record, tensor)
+        process_group = self._group(group)
+        if self._modelling():
+            inter = self.network.is_inter(self.cluster.rank, dst)
+            record.start = self.clock.now()
+            record.modelled_s = self.network.send_s(nbytes, self.cluster.rank, dst)
+            record.ready = max(record.start, self._send_free[inter])
+            record.end = record.ready + record.modelled_s
+            self._send_free[inter] = record.end
+            stamp = self._clock_tensor(record.ready)
+            handle.add_work(dist.isend(stamp, dst=dst, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+            handle.resolve = lambda: None
+            handle.resolved = True
+        handle.add_work(dist.isend(tensor, dst=dst, group=process_group, tag=tag), stamps_end=True)
+        return handle
+
+    def irecv(self, tensor: torch.Tensor, src: int, group: str = "world", tag: int = 0) -> Handle:
+        """Receive into ``tensor`` from global rank ``src``; under a model the receive completes
+        at ``max(own clock, sender's start + modelled)``."""
+        nbytes = tensor.numel() * tensor.element_size()
+        record = self._record("recv", group, nbytes, (0, 0))
+        handle = Handle(self, record, tensor)
+        process_group = self._group(group)
+        if self._modelling():
+            record.start = self.clock.now()
+            record.modelled_s = self.network.send_s(nbytes, src, self.cluster.rank)
+            stamp = self._clock_tensor(math.nan)
+            handle.add_work(dist.irecv(stamp, src=src, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+
+            def resolve() -> None:
+                record.ready = float(stamp[0])
+                record.end = record.ready + record.modelled_s
+
+            handle.resolve = resolve
+        handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), stamps_end=True)
+        return handle
 
     def gather_objects(self, obj: Any, dst: int = 0) -> list[Any] | None:
         """Pickled gather for metrics and logs (not modelled, not counted in iterations)."""
@@ -215,6 +413,10 @@ class Channel:
 
     def barrier(self) -> None:
         dist.barrier()
+
+
+def _or(value: float, default: float) -> float:
+    return default if math.isnan(value) else value
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

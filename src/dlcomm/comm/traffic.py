@@ -9,10 +9,13 @@ calling rank, for a payload of ``S`` bytes in a group of ``p`` ranks:
   rank in the tree; the rank at tree position ``v`` has the children ``v + 2^k`` for every
   ``2^k > v`` with ``v + 2^k < p``;
 * reduce (the same tree, edges reversed): every non-root rank sends its partial sum once;
+* ring all-gather: ``p-1`` messages of ``S`` bytes (each rank forwards every other rank's piece);
 * point-to-point send: one message of ``S`` bytes; a receive sends nothing.
 """
 
 from __future__ import annotations
+
+from dlcomm.comm.cost import binomial_children
 
 
 def ring_allreduce(nbytes: int, group_size: int) -> tuple[int, int]:
@@ -23,19 +26,15 @@ def ring_allreduce(nbytes: int, group_size: int) -> tuple[int, int]:
     return round(2 * (p - 1) * nbytes / p), 2 * (p - 1)
 
 
-def _tree_children(position: int, group_size: int) -> int:
-    children, step = 0, 1
-    while step <= position:
-        step *= 2
-    while position + step < group_size:
-        children += 1
-        step *= 2
-    return children
+def ring_allgather(nbytes_per_rank: int, group_size: int) -> tuple[int, int]:
+    """(bytes sent, messages sent) by one rank in a ring all-gather of ``S`` bytes per rank."""
+    p = group_size
+    return (p - 1) * nbytes_per_rank, max(0, p - 1)
 
 
 def tree_broadcast(nbytes: int, group_size: int, position: int) -> tuple[int, int]:
     """(bytes, messages) sent by the rank at ``position`` (0 = root) of a binomial-tree broadcast."""
-    children = _tree_children(position, group_size)
+    children = len(binomial_children(position, group_size))
     return children * nbytes, children
 
 

@@ -24,6 +24,7 @@ class TrainConfig:
     label_smoothing: float = 0.0
     device: str = "cpu"  # cpu | cuda | auto (cuda when available)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
+    target_acc: float = 0.0  # time to accuracy: first evaluation whose mean test accuracy reaches this (0-1); 0: off
     save_model: bool = False  # write each rank's final state_dict into the run directory
 
 
@@ -76,8 +77,26 @@ class AlgoConfig:
 
 
 @dataclass
+class LinkConfig:
+    """One link class: ``latency_ms`` per message, ``bandwidth_gbps`` in Gb/s (10^9 bit/s)."""
+
+    latency_ms: float = 0.05
+    bandwidth_gbps: float = 10.0
+
+
+@dataclass
 class NetworkConfig:
-    mode: str = "off"
+    """A modelled network (see dlcomm.comm.network): link classes, per-worker bandwidth, mode."""
+
+    name: str = "off"
+    mode: str = "off"  # off (real time) | emulate (sleep to the modelled time) | simulate (virtual clocks)
+    # between ranks of one node: shared memory / NVLink class
+    intra: LinkConfig = field(default_factory=lambda: LinkConfig(latency_ms=0.002, bandwidth_gbps=800.0))
+    inter: LinkConfig = field(default_factory=LinkConfig)  # between nodes; each worker's own link
+    wide_workers: int = 0  # ranks 0 .. wide_workers-1 have wide_bandwidth_gbps on their inter-node link
+    wide_bandwidth_gbps: float = 10.0
+    # one Gb/s value per rank for its inter-node link (wins over the above); [] = no per-rank values
+    worker_bandwidth_gbps: List[float] = field(default_factory=list)
 
 
 @dataclass

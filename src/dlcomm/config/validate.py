@@ -30,6 +30,7 @@ def validate_run(cfg: Any) -> None:
     require(train.eval_every >= 0, "train.eval_every", train.eval_every, "use 0 (evaluate only at the end) or a positive number of epochs")
     require(train.eval_batch_size >= 1, "train.eval_batch_size", train.eval_batch_size, "pass a positive batch size")
     require(0.0 <= train.label_smoothing < 1.0, "train.label_smoothing", train.label_smoothing, "use a value in [0, 1)")
+    require(0.0 <= train.target_acc <= 1.0, "train.target_acc", train.target_acc, "use a fraction in [0, 1], e.g. 0.85; 0 turns it off")
     require(train.device in ("cpu", "cuda", "auto"), "train.device", train.device, "use cpu, cuda or auto")
     require(train.threads_per_rank >= 0, "train.threads_per_rank", train.threads_per_rank, "use 0 (automatic) or a positive thread count")
     optim = cfg.optim
@@ -37,4 +38,28 @@ def validate_run(cfg: Any) -> None:
     require(optim.schedule in ("constant", "cosine", "multistep"), "optim.schedule", optim.schedule, "use constant, cosine or multistep")
     require(optim.warmup_epochs >= 0, "optim.warmup_epochs", optim.warmup_epochs, "use 0 (no warm-up) or a positive number of epochs")
     require(cfg.launcher.backend in ("auto", "gloo", "nccl"), "launcher.backend", cfg.launcher.backend, "use auto, gloo or nccl")
-    require(cfg.network.mode == "off", "network.mode", cfg.network.mode, "only network=off exists so far")
+    validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
+
+
+def validate_network(network: Any, world: int) -> None:
+    """Mode, positive bandwidths, non-negative latencies, per-worker keys within the world."""
+    require(network.mode in ("off", "emulate", "simulate"), "network.mode", network.mode, "use off, emulate or simulate")
+    for name in ("intra", "inter"):
+        link = network[name]
+        require(link.latency_ms >= 0, f"network.{name}.latency_ms", link.latency_ms, "a latency cannot be negative; pass 0 or more milliseconds")
+        require(link.bandwidth_gbps > 0, f"network.{name}.bandwidth_gbps", link.bandwidth_gbps, "a bandwidth must be positive; pass Gb/s, e.g. 10")
+    require(network.wide_bandwidth_gbps > 0, "network.wide_bandwidth_gbps", network.wide_bandwidth_gbps, "a bandwidth must be positive; pass Gb/s, e.g. 10")
+    require(
+        0 <= network.wide_workers <= world,
+        "network.wide_workers",
+        network.wide_workers,
+        f"the job has {world} workers (nodes*workers_per_node); pass a count from 0 to {world}",
+    )
+    per_rank = list(network.worker_bandwidth_gbps)
+    require(
+        len(per_rank) in (0, world),
+        "network.worker_bandwidth_gbps",
+        per_rank,
+        f"give one Gb/s value per worker ({world} values for nodes*workers_per_node={world}) or []",
+    )
+    require(all(gbps > 0 for gbps in per_rank), "network.worker_bandwidth_gbps", per_rank, "a bandwidth must be positive; pass Gb/s, e.g. 10")

@@ -18,7 +18,12 @@ import torch
 import torch.distributed as dist
 
 
-def _entry(fn: Callable, rank: int, nodes: int, world: int, port: int, threads: int, args: tuple, results: mp.Queue) -> None:
+def _entry(
+    fn: Callable, rank: int, nodes: int, world: int, port: int, threads: int, network: dict | None, args: tuple,
+    results: mp.Queue,
+) -> None:
+    from omegaconf import OmegaConf
+
     from dlcomm.comm.channel import Channel
     from dlcomm.comm.cluster import Cluster
     from dlcomm.comm.layout import ClusterLayout
@@ -28,7 +33,8 @@ def _entry(fn: Callable, rank: int, nodes: int, world: int, port: int, threads: 
         store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
         cluster = Cluster.connect(ClusterLayout(nodes, world // nodes), rank, store, "gloo", torch.device("cpu"))
         try:
-            results.put((rank, True, fn(cluster, Channel(cluster), *args)))
+            channel = Channel.for_run(cluster, OmegaConf.create(network)) if network else Channel(cluster)
+            results.put((rank, True, fn(cluster, channel, *args)))
         finally:
             cluster.close()
     except BaseException:  # noqa: BLE001 - reported to the parent
@@ -36,9 +42,11 @@ def _entry(fn: Callable, rank: int, nodes: int, world: int, port: int, threads: 
 
 
 def run_ranks(
-    fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300
+    fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300,
+    network: dict | None = None,
 ) -> list[Any]:
-    """``[fn(cluster_r, channel_r, *args) for r in range(world)]``, each on its own process."""
+    """``[fn(cluster_r, channel_r, *args) for r in range(world)]``, each on its own process;
+    ``network`` is a ``network`` config (as composed from ``configs/network/``), None for off."""
     nodes = nodes or world
     if world % nodes:
         raise ValueError(f"world={world} is not a multiple of nodes={nodes}")
@@ -46,7 +54,7 @@ def run_ranks(
     context = mp.get_context("spawn")
     results: mp.Queue = context.Queue()
     processes = [
-        context.Process(target=_entry, args=(fn, rank, nodes, world, store.port, threads, args, results))
+        context.Process(target=_entry, args=(fn, rank, nodes, world, store.port, threads, network, args, results))
         for rank in range(world)
     ]
     for process in processes:

@@ -58,7 +58,7 @@ def run_rank(
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     cluster = Cluster.connect(layout, rank, store, backend, device)
     try:
-        channel = Channel(cluster)
+        channel = Channel.for_run(cluster, cfg.network)
         data = build_dataset(cfg.dataset)
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)

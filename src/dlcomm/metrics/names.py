@@ -8,6 +8,13 @@ ITER_COMM_EXPOSED = "iter/comm_exposed_s"  # time blocked waiting for communicat
 ITER_COMM_BUSY = "iter/comm_busy_s"  # time with at least one operation in flight
 ITER_BYTES = "iter/bytes_sent"  # bytes this rank sent (logical traffic, see comm/traffic.py)
 ITER_MESSAGES = "iter/messages"  # messages this rank sent
+# Under a network model (network.mode=emulate|simulate), on the modelled cluster's clock:
+# the virtual clock in simulate mode, the wall clock in emulate mode. Absent under network=off.
+ITER_SIM_TIME = "iter/sim_time_s"  # the iteration's time on the modelled cluster
+ITER_SIM_COMPUTE = "iter/sim_compute_s"  # sim_time_s minus sim_comm_exposed_s
+ITER_SIM_COMM_EXPOSED = "iter/sim_comm_exposed_s"  # waiting for modelled communication
+ITER_SIM_COMM_BUSY = "iter/sim_comm_busy_s"  # union of the operations' modelled [start, end]
+ITER_COMM_MODELLED = "iter/comm_modelled_s"  # sum of the operations' modelled durations (cost model)
 ITER_LOSS = "iter/train_loss"  # mean training loss of the iteration over ranks
 ITER_LR = "iter/lr"
 
@@ -22,6 +29,12 @@ EPOCH_TIME_PER_ITER = "epoch/time_per_iter_s"  # mean iteration time of the epoc
 EPOCH_COMPUTE_PER_ITER = "epoch/compute_per_iter_s"
 EPOCH_COMM_EXPOSED_PER_ITER = "epoch/comm_exposed_per_iter_s"
 EPOCH_COMM_SHARE = "epoch/comm_share"  # exposed communication / iteration time
+EPOCH_TRAIN_TIME = "epoch/train_time_s"  # wall training time so far (iterations only, no evaluation)
+EPOCH_SIM_TIME_PER_ITER = "epoch/sim_time_per_iter_s"
+EPOCH_SIM_COMM_EXPOSED_PER_ITER = "epoch/sim_comm_exposed_per_iter_s"
+EPOCH_SIM_COMM_SHARE = "epoch/sim_comm_share"  # sim_comm_exposed / sim_time
+EPOCH_COMM_MODELLED_PER_ITER = "epoch/comm_modelled_per_iter_s"
+EPOCH_SIM_TIME = "epoch/sim_time_s"  # simulated training time so far: max over ranks of their summed sim_time_s
 
 # Once per run.
 FINAL_TEST_ACC = "final/test_acc_mean"
@@ -30,6 +43,14 @@ FINAL_TRAIN_LOSS = "final/train_loss"
 FINAL_TIME_PER_ITER = "final/time_per_iter_s"
 FINAL_COMM_SHARE = "final/comm_share"
 FINAL_STEPS = "final/steps"
+FINAL_TRAIN_TIME = "final/train_time_s"  # wall time of all iterations
+FINAL_SIM_TIME_PER_ITER = "final/sim_time_per_iter_s"
+FINAL_SIM_COMM_SHARE = "final/sim_comm_share"
+FINAL_COMM_MODELLED_PER_ITER = "final/comm_modelled_per_iter_s"
+FINAL_SIM_TIME = "final/sim_time_s"  # simulated training time of the run
+FINAL_TIME_TO_TARGET = "final/train_time_to_target_s"  # wall training time when train.target_acc was first reached
+FINAL_SIM_TIME_TO_TARGET = "final/sim_time_to_target_s"  # the same on the modelled cluster's clock
+FINAL_OVERRUNS = "final/emulation_overruns"  # operations whose real transfer outlasted the model
 PEAK_RSS_MIB = "memory/peak_rss_mib"  # peak resident set of each rank (MLflow step = rank)
 PEAK_PSS_MIB = "memory/peak_pss_mib"  # peak proportional set (shared pages split among sharers)
 
@@ -47,4 +68,10 @@ TIMING_COLUMNS = (
     "bytes_sent",
     "messages",
     "loss",
+    "sim_time_s",  # this and the next four: nan under network=off
+    "sim_compute_s",
+    "sim_comm_exposed_s",
+    "sim_comm_busy_s",
+    "comm_modelled_s",
+    "overruns",
 )

@@ -25,6 +25,14 @@ _ITERATION_SERIES = {
     names.ITER_MESSAGES: "messages",
     names.ITER_LOSS: "loss",
 }
+# Under a network model, also on the modelled cluster's clock.
+_SIMULATED_SERIES = {
+    names.ITER_SIM_TIME: "sim_time_s",
+    names.ITER_SIM_COMPUTE: "sim_compute_s",
+    names.ITER_SIM_COMM_EXPOSED: "sim_comm_exposed_s",
+    names.ITER_SIM_COMM_BUSY: "sim_comm_busy_s",
+    names.ITER_COMM_MODELLED: "comm_modelled_s",
+}
 
 
 class Rank0Reporter:
@@ -35,6 +43,10 @@ class Rank0Reporter:
         self.logger = RunLogger(spec.tracking_uri, spec.run_id)
         self.samples_per_iteration = batch_size * world_size
         self.epochs = epochs
+        self.network_mode = spec.config["network"]["mode"]
+        self.series = dict(_ITERATION_SERIES)
+        if self.network_mode != "off":
+            self.series.update(_SIMULATED_SERIES)
         self.bar: tqdm | None = None
         self._loss_ema = math.nan
         self._time_ema = math.nan
@@ -58,10 +70,10 @@ class Rank0Reporter:
     def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None:
         table = pd.DataFrame(rows, columns=list(names.TIMING_COLUMNS))
         self._timings.append(table)
-        per_step = table.groupby("step")[list(_ITERATION_SERIES.values())].mean()
+        per_step = table.groupby("step")[list(self.series.values())].mean()
         points = [
             (metric, value, step)
-            for metric, column in _ITERATION_SERIES.items()
+            for metric, column in self.series.items()
             for step, value in per_step[column].items()
         ]
         self.logger.log_series(points)
@@ -82,6 +94,13 @@ class Rank0Reporter:
         timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)
         self.logger.log_artifact(timings_path)
         print(_summary_line(summary, self.spec), flush=True)
+        overruns = int(summary.get(names.FINAL_OVERRUNS, 0))
+        if overruns:
+            print(
+                f"warning: in {overruns} operations the real transfer on this machine took longer than the modelled"
+                " network; emulated times are too high there (use network.mode=simulate, or fewer ranks per core)",
+                flush=True,
+            )
         if memory[names.PEAK_RSS_MIB]:
             print(
                 "peak memory per rank, MiB: RSS "
@@ -107,13 +126,34 @@ def _epoch_line(epoch: int, epochs: int, m: dict[str, float]) -> str:
         f", {1000 * m[names.EPOCH_TIME_PER_ITER]:.1f} ms/iter"
         f" (communication {_pct(m[names.EPOCH_COMM_SHARE])}), {m[names.EPOCH_SAMPLES_PER_S]:,.0f} samples/s"
     )
+    if names.EPOCH_SIM_TIME_PER_ITER in m:
+        line += (
+            f"; simulated {1000 * m[names.EPOCH_SIM_TIME_PER_ITER]:.1f} ms/iter"
+            f" (communication {_pct(m[names.EPOCH_SIM_COMM_SHARE])}), {m[names.EPOCH_SIM_TIME]:.1f} s so far"
+        )
     return line
 
 
 def _summary_line(s: dict[str, float], spec: RunSpec) -> str:
-    return (
+    network = spec.config["network"]
+    line = (
         f"done: test accuracy {_pct(s[names.FINAL_TEST_ACC])} (averaged model {_pct(s[names.FINAL_TEST_ACC_AVG_MODEL])})"
-        f" | {1000 * s[names.FINAL_TIME_PER_ITER]:.1f} ms/iter over {int(s[names.FINAL_STEPS])} iterations,"
+        f" | wall {1000 * s[names.FINAL_TIME_PER_ITER]:.1f} ms/iter over {int(s[names.FINAL_STEPS])} iterations,"
         f" communication {_pct(s[names.FINAL_COMM_SHARE])} of it"
-        f" | mlflow run {spec.run_id} ({spec.tracking_uri})"
     )
+    if names.FINAL_SIM_TIME_PER_ITER in s:
+        line += (
+            f" | {network['mode']}d {network['name']}: {1000 * s[names.FINAL_SIM_TIME_PER_ITER]:.1f} ms/iter,"
+            f" communication {_pct(s[names.FINAL_SIM_COMM_SHARE])} of it"
+            f" (modelled {1000 * s[names.FINAL_COMM_MODELLED_PER_ITER]:.1f} ms/iter),"
+            f" training {s[names.FINAL_SIM_TIME]:.1f} s"
+        )
+    target = spec.config["train"]["target_acc"]
+    if target > 0:
+        if names.FINAL_TIME_TO_TARGET in s:
+            line += f" | reached {_pct(target)} after {s[names.FINAL_TIME_TO_TARGET]:.1f} s wall"
+            if names.FINAL_SIM_TIME_TO_TARGET in s:
+                line += f", {s[names.FINAL_SIM_TIME_TO_TARGET]:.1f} s {network['mode']}d"
+        else:
+            line += f" | {_pct(target)} not reached"
+    return line + f" | mlflow run {spec.run_id} ({spec.tracking_uri})"

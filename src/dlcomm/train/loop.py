@@ -3,8 +3,10 @@
 Per iteration it records a timing row (see ``metrics.names.TIMING_COLUMNS``):
 ``time_s`` is the wall time from ``before_step`` to the end of ``after_step``,
 ``comm_exposed_s`` the part of it spent blocked on the Channel, ``compute_s`` the rest, and
-``data_s`` the time spent producing the batch (outside ``time_s``). At every epoch end the
-rows are gathered to rank 0 and handed, with the epoch's metrics, to the reporter.
+``data_s`` the time spent producing the batch (outside ``time_s``). Under a network model the
+``sim_*`` columns are the same split on the modelled cluster's clock and ``comm_modelled_s``
+the cost model's total for the iteration's operations. At every epoch end the rows are
+gathered to rank 0 and handed, with the epoch's metrics, to the reporter.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class TrainState:
     epoch: int = 0
     rows: list[tuple] = field(default_factory=list)
     started: float = field(default_factory=perf_counter)
+    train_wall_s: float = 0.0  # wall time of the epochs' iterations (evaluation excluded)
+    reached: dict[str, float] = field(default_factory=dict)  # time to train.target_acc
 
 
 def hooked_step(
@@ -157,7 +161,9 @@ class TrainLoop:
                 raise FloatingPointError(f"the training loss became {loss_value} at step {step}; lower optim.lr")
             rows.append(
                 (rank, node, epoch, step, time_s, time_s - comm.exposed_s, comm.exposed_s, comm.busy_s, data_s,
-                 comm.bytes_sent, comm.messages, loss_value)
+                 comm.bytes_sent, comm.messages, loss_value,
+                 comm.clock_time_s, comm.clock_time_s - comm.clock_exposed_s, comm.clock_exposed_s, comm.clock_busy_s,
+                 comm.modelled_s, comm.overruns)
             )
             self.state.step += 1
             if self.reporter:
@@ -183,44 +189,90 @@ class TrainLoop:
         all_rows = [row for rank_rows in gathered for row in rank_rows]
         metrics = epoch_metrics(all_rows, self.cfg.train.batch_size, train_wall_s)
         metrics[names.EPOCH_WALL] = perf_counter() - self.state.started
+        self.state.rows.extend(all_rows)
+        self.state.train_wall_s += train_wall_s
+        metrics[names.EPOCH_TRAIN_TIME] = self.state.train_wall_s
+        if self.channel.mode != "off":
+            metrics[names.EPOCH_SIM_TIME] = simulated_elapsed(self.state.rows)
         if result is not None:
             metrics[names.EPOCH_TEST_ACC_MEAN] = result.test_acc_mean
             metrics[names.EPOCH_TEST_ACC_AVG_MODEL] = result.test_acc_avg_model
             metrics[names.EPOCH_CONSENSUS] = result.consensus_distance
-        self.state.rows.extend(all_rows)
+            self._check_target(metrics)
         if self.reporter:
             self.reporter.epoch(epoch + 1, metrics, all_rows)
         return metrics
+
+    def _check_target(self, metrics: dict[str, float]) -> None:
+        """Remember the training time (wall, and simulated) at which ``train.target_acc`` was first reached."""
+        target = self.cfg.train.target_acc
+        if target <= 0 or names.FINAL_TIME_TO_TARGET in self.state.reached or metrics[names.EPOCH_TEST_ACC_MEAN] < target:
+            return
+        self.state.reached[names.FINAL_TIME_TO_TARGET] = metrics[names.EPOCH_TRAIN_TIME]
+        if names.EPOCH_SIM_TIME in metrics:
+            self.state.reached[names.FINAL_SIM_TIME_TO_TARGET] = metrics[names.EPOCH_SIM_TIME]
 
     def _summary(self, last: dict[str, float]) -> dict[str, float]:
         if self.cluster.rank != 0:
             return {}
         overall = epoch_metrics(self.state.rows, self.cfg.train.batch_size, perf_counter() - self.state.started)
-        return {
+        summary = {
             names.FINAL_TEST_ACC: last.get(names.EPOCH_TEST_ACC_MEAN, math.nan),
             names.FINAL_TEST_ACC_AVG_MODEL: last.get(names.EPOCH_TEST_ACC_AVG_MODEL, math.nan),
             names.FINAL_TRAIN_LOSS: last.get(names.EPOCH_TRAIN_LOSS, math.nan),
             names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
             names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
             names.FINAL_STEPS: float(self.state.step),
+            names.FINAL_TRAIN_TIME: self.state.train_wall_s,
+            **self.state.reached,
         }
+        if self.channel.mode != "off":
+            summary[names.FINAL_SIM_TIME_PER_ITER] = overall[names.EPOCH_SIM_TIME_PER_ITER]
+            summary[names.FINAL_SIM_COMM_SHARE] = overall[names.EPOCH_SIM_COMM_SHARE]
+            summary[names.FINAL_COMM_MODELLED_PER_ITER] = overall[names.EPOCH_COMM_MODELLED_PER_ITER]
+            summary[names.FINAL_SIM_TIME] = simulated_elapsed(self.state.rows)
+            summary[names.FINAL_OVERRUNS] = float(sum(row[_COLUMN["overruns"]] for row in self.state.rows))
+        return summary
+
+
+_COLUMN = {name: i for i, name in enumerate(names.TIMING_COLUMNS)}
 
 
 def epoch_metrics(rows: list[tuple], batch_size: int, train_wall_s: float) -> dict[str, float]:
     """Means over ranks and iterations of the timing rows (``TIMING_COLUMNS`` order), and the
-    throughput: every row is one batch of one rank, trained within ``train_wall_s``."""
-    column = {name: i for i, name in enumerate(names.TIMING_COLUMNS)}
+    throughput: every row is one batch of one rank, trained within ``train_wall_s``. The
+    simulated means appear when the rows carry them (a network model was on)."""
     count = max(1, len(rows))
 
     def mean(name: str) -> float:
-        return sum(row[column[name]] for row in rows) / count
+        return sum(row[_COLUMN[name]] for row in rows) / count
+
+    def share(part: float, whole: float) -> float:
+        return part / whole if whole > 0 else 0.0
 
     time_per_iter = mean("time_s")
-    return {
+    metrics = {
         names.EPOCH_TRAIN_LOSS: mean("loss"),
         names.EPOCH_TIME_PER_ITER: time_per_iter,
         names.EPOCH_COMPUTE_PER_ITER: mean("compute_s"),
         names.EPOCH_COMM_EXPOSED_PER_ITER: mean("comm_exposed_s"),
-        names.EPOCH_COMM_SHARE: mean("comm_exposed_s") / time_per_iter if time_per_iter > 0 else 0.0,
+        names.EPOCH_COMM_SHARE: share(mean("comm_exposed_s"), time_per_iter),
         names.EPOCH_SAMPLES_PER_S: len(rows) * batch_size / train_wall_s if train_wall_s > 0 else 0.0,
     }
+    sim_time = mean("sim_time_s")
+    if not math.isnan(sim_time):
+        metrics[names.EPOCH_SIM_TIME_PER_ITER] = sim_time
+        metrics[names.EPOCH_SIM_COMM_EXPOSED_PER_ITER] = mean("sim_comm_exposed_s")
+        metrics[names.EPOCH_SIM_COMM_SHARE] = share(mean("sim_comm_exposed_s"), sim_time)
+        metrics[names.EPOCH_COMM_MODELLED_PER_ITER] = mean("comm_modelled_s")
+    return metrics
+
+
+def simulated_elapsed(rows: list[tuple]) -> float:
+    """Training time on the modelled cluster: the last rank to finish, i.e. the maximum over
+    ranks of the sum of its iterations' ``sim_time_s``."""
+    per_rank: dict[int, float] = {}
+    for row in rows:
+        rank = row[_COLUMN["rank"]]
+        per_rank[rank] = per_rank.get(rank, 0.0) + row[_COLUMN["sim_time_s"]]
+    return max(per_rank.values(), default=0.0)

@@ -1,0 +1,96 @@
+"""The clock a rank's modelled communication runs on.
+
+* :class:`WallClock` (``network.mode=emulate``): the machine's monotonic clock, shared by every
+  process on this machine. Waiting until a modelled completion time sleeps.
+* :class:`VirtualClock` (``network.mode=simulate``): a per-rank clock that only moves while the
+  rank trains (inside an iteration) and only by (a) its compute time and (b) waiting for
+  modelled communication. Compute is measured as CPU time, so that many ranks sharing a few
+  cores do not slow each other's clocks: the calling thread's CPU time when torch runs one
+  thread per rank (the CPU autograd engine runs backward on the calling thread, and the
+  communication library's own threads are not compute), the whole process's CPU time when torch
+  runs several; on a GPU, wall time with the device synchronised at every reading.
+
+``now()`` reads the clock; ``advance_to(t)`` makes it read at least ``t`` (sleep or jump);
+``exclude(since)`` forgets the compute measured while blocked in a real transfer (simulate).
+"""
+
+from __future__ import annotations
+
+import time
+from time import perf_counter
+from typing import Callable
+
+import torch
+
+
+class WallClock:
+    """Real time; ``advance_to`` sleeps until the clock reads ``t``."""
+
+    simulated = False
+
+    def now(self) -> float:
+        return perf_counter()
+
+    def advance_to(self, t: float) -> None:
+        remaining = t - perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+
+    def exclude_blocked(self, reading_before: float) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+def compute_timer(device: torch.device) -> Callable[[], float]:
+    """The per-rank compute clock of simulate mode (see the module docstring)."""
+    if device.type == "cuda":
+
+        def gpu_wall() -> float:
+            torch.cuda.synchronize(device)
+            return perf_counter()
+
+        return gpu_wall
+    return time.thread_time if torch.get_num_threads() == 1 else time.process_time
+
+
+class VirtualClock:
+    """``now() = base + (compute() - mark)`` while running; only compute and modelled waits
+    move it. Starts paused at 0: the loop resumes it at the start of every iteration and
+    pauses it at the end, so time outside iterations (data loading, evaluation) never counts."""
+
+    simulated = True
+
+    def __init__(self, compute: Callable[[], float]) -> None:
+        self._compute = compute
+        self._base = 0.0
+        self._mark: float | None = None  # compute() reading when last rebased; None: paused
+
+    def now(self) -> float:
+        if self._mark is None:
+            return self._base
+        return self._base + (self._compute() - self._mark)
+
+    def _rebase(self, value: float) -> None:
+        self._base = value
+        if self._mark is not None:
+            self._mark = self._compute()
+
+    def advance_to(self, t: float) -> None:
+        self._rebase(max(self.now(), t))
+
+    def exclude_blocked(self, reading_before: float) -> None:
+        """Set the clock back to ``reading_before`` (taken before blocking in a real transfer):
+        what the CPU did while blocked is the network's work, not the model's compute."""
+        self._rebase(reading_before)
+
+    def pause(self) -> None:
+        self._base, self._mark = self.now(), None
+
+    def resume(self) -> None:
+        if self._mark is None:
+            self._mark = self._compute()

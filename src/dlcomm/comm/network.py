@@ -1,0 +1,88 @@
+"""The modelled network of one job: which link joins two ranks, and what each primitive costs.
+
+A preset (``configs/network/*.yaml``) gives two link classes: ``intra`` between ranks of the
+same node (shared memory / NVLink class) and ``inter`` between nodes. Every worker has its own
+inter-node bandwidth, ``inter.bandwidth_gbps`` unless overridden (``wide_workers`` ranks
+``0 .. wide_workers-1`` get ``wide_bandwidth_gbps``; ``worker_bandwidth_gbps``, one value per rank,
+wins). A link between two workers of different nodes has the inter-node latency and
+runs at the slower end: ``beta(i, j) = min(beta_i, beta_j)``.
+
+The Channel models each primitive as: allreduce = ring over the group in rank order (the ring
+crosses node boundaries as few times as possible because a node's ranks are consecutive);
+broadcast and reduce = binomial tree rooted at the root; all-gather = ring; send = one
+message. Formulas: :mod:`dlcomm.comm.cost`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+from dlcomm.comm import cost
+from dlcomm.comm.cost import Link
+from dlcomm.comm.layout import ClusterLayout
+
+GBPS = 1e9 / 8  # bytes per second in one Gb/s
+
+
+def link_of(link_cfg: Any) -> Link:
+    """A ``{latency_ms, bandwidth_gbps}`` config as a :class:`Link` in seconds and bytes/s."""
+    return Link(link_cfg.latency_ms / 1e3, link_cfg.bandwidth_gbps * GBPS)
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    layout: ClusterLayout
+    intra: Link
+    inter: Link
+    worker_bandwidth_Bps: tuple[float, ...]  # inter-node bandwidth of each rank's own link
+
+    @classmethod
+    def from_config(cls, cfg: Any, layout: ClusterLayout) -> "NetworkModel":
+        inter = link_of(cfg.inter)
+        bandwidth = [inter.bandwidth_Bps] * layout.world_size
+        for rank in range(min(cfg.wide_workers, layout.world_size)):
+            bandwidth[rank] = cfg.wide_bandwidth_gbps * GBPS
+        for rank, gbps in enumerate(cfg.worker_bandwidth_gbps):
+            bandwidth[rank] = gbps * GBPS
+        return cls(layout, link_of(cfg.intra), inter, tuple(bandwidth))
+
+    def link(self, a: int, b: int) -> Link:
+        """The link between ranks ``a`` and ``b``: intra-node, or inter-node at the slower end."""
+        if self.layout.node_of(a) == self.layout.node_of(b):
+            return self.intra
+        return Link(self.inter.latency_s, min(self.worker_bandwidth_Bps[a], self.worker_bandwidth_Bps[b]))
+
+    @lru_cache(maxsize=256)
+    def ring(self, members: tuple[int, ...]) -> tuple[Link, ...]:
+        """Links of the ring through ``members`` in order: ``m_k -> m_(k+1 mod p)``."""
+        p = len(members)
+        return tuple(self.link(members[k], members[(k + 1) % p]) for k in range(p))
+
+    # ---- the Channel's primitives ----------------------------------------------------
+    def allreduce_s(self, nbytes: int, members: Sequence[int]) -> float:
+        return cost.ring_allreduce(nbytes, self.ring(tuple(members)))
+
+    def allgather_s(self, nbytes_per_rank: int, members: Sequence[int]) -> float:
+        return cost.ring_allgather(nbytes_per_rank, self.ring(tuple(members)))
+
+    def broadcast_s(self, nbytes: int, members: Sequence[int], root: int) -> float:
+        order = _rooted(members, root)
+        return cost.tree_broadcast(nbytes, len(order), lambda a, b: self.link(order[a], order[b]))
+
+    def reduce_s(self, nbytes: int, members: Sequence[int], root: int) -> float:
+        order = _rooted(members, root)
+        return cost.tree_reduce(nbytes, len(order), lambda a, b: self.link(order[a], order[b]))
+
+    def send_s(self, nbytes: int, src: int, dst: int) -> float:
+        return cost.point_to_point(nbytes, self.link(src, dst))
+
+    def is_inter(self, a: int, b: int) -> bool:
+        return self.layout.node_of(a) != self.layout.node_of(b)
+
+
+def _rooted(members: Sequence[int], root: int) -> list[int]:
+    """``members`` rotated so that ``root`` is first (tree position 0), as the traffic count does."""
+    start = list(members).index(root)
+    return [*members[start:], *members[:start]]
