@@ -17,6 +17,13 @@ CASES = [
     (["train.epoch=3"], "Could not override 'train.epoch'"),
     (["nodes=four"], "nodes=four"),
     (["tracking.uri=nonsense://x"], "tracking.uri=nonsense://x cannot be used"),
+    (["network=nope"], "Available options in 'network': eth_10g, eth_1g, eth_56g, ib_100g, lat_0.1ms, lat_5ms, off, wan_hetero"),
+    (["network=eth_1g", "network.inter.bandwidth_gbps=-1"], "network.inter.bandwidth_gbps=-1.0 is invalid: a bandwidth must be positive"),
+    (["network=eth_1g", "network.intra.latency_ms=-0.5"], "network.intra.latency_ms=-0.5 is invalid: a latency cannot be negative"),
+    (["network=wan_hetero", "nodes=8", "network.wide_workers=9"], "network.wide_workers=9 is invalid: the job has 8 workers"),
+    (["network=eth_1g", "network.worker_bandwidth_gbps=[1,10]"], "give one Gb/s value per worker (4 values"),
+    (["network=eth_1g", "network.mode=fast"], "network.mode=fast is invalid: use off, emulate or simulate"),
+    (["train.target_acc=85"], "train.target_acc=85.0 is invalid"),
 ]
 
 

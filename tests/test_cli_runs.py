@@ -74,6 +74,46 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     history = client.get_metric_history(result.run_id, "iter/time_s")
     assert len(history) == steps
     assert "done: test accuracy" in result.stdout
+    assert not any(key.startswith(("iter/sim_", "final/sim_")) for key in metrics)  # network=off models nothing
+
+
+def test_simulated_network_run(home) -> None:
+    """network=eth_1g, simulate, 8 workers: simulated figures in the summary line and in MLflow,
+    the modelled communication equal to the ring formula, and the clock's invariants on every row."""
+    steps = 6
+    result = run_cli(
+        home, "train", *FAST, "network=eth_1g", "network.mode=simulate", "nodes=8", f"train.max_steps={steps}",
+        "train.target_acc=0.01",
+    )
+    assert result.returncode == 0, result.stderr
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("done:"))
+    assert "| wall " in summary and "| simulated eth_1g: " in summary and "reached 1.00% after" in summary
+    metrics = mlflow_run(result).data.metrics
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    for name in ("iter/sim_time_s", "iter/sim_comm_exposed_s", "iter/comm_modelled_s", "iter/sim_compute_s"):
+        assert len(client.get_metric_history(result.run_id, name)) == steps, name
+    # the small CNN's gradients in one 25 MiB bucket: one ring allreduce of S bytes over 8 ranks
+    nbytes = 4 * _small_cnn_parameters()
+    modelled = 2 * 7 * (0.05e-3 + nbytes / 8 / (1e9 / 8))
+    timings = pd.read_csv(result.run_dir / "timings.csv")
+    assert timings["comm_modelled_s"].to_numpy() == pytest.approx(modelled, rel=1e-9)
+    assert (timings["sim_compute_s"] + timings["sim_comm_exposed_s"] - timings["sim_time_s"]).abs().max() < 1e-9
+    # without overlap every rank waits at least the modelled time of its allreduce
+    assert (timings["sim_comm_exposed_s"] >= timings["comm_modelled_s"] - 1e-9).all()
+    assert (timings["sim_compute_s"] > 0).all()
+    assert metrics["final/comm_modelled_per_iter_s"] == pytest.approx(modelled, rel=1e-9)
+    assert metrics["final/sim_time_s"] == pytest.approx(timings.groupby("rank")["sim_time_s"].sum().max())
+    assert 0 < metrics["final/sim_time_to_target_s"] <= metrics["final/sim_time_s"]
+    assert metrics["final/emulation_overruns"] == 0
+
+
+def _small_cnn_parameters() -> int:
+    from dlcomm.config.schema import ModelConfig
+    from dlcomm.models import build_model
+
+    return sum(p.numel() for p in build_model(ModelConfig(name="small_cnn"), (1, 28, 28), 10).parameters())
 
 
 @pytest.mark.parametrize("mode,expected", [("kill", "rank 2 was killed by SIGKILL"), ("raise", "rank 2 raised RuntimeError")])

@@ -93,3 +93,19 @@ def test_missing_gradient_packs_as_zero() -> None:
     (bucket,) = make_buckets(params, 10**9)
     flat = bucket.pack_grads()
     assert math.isclose(float(flat.sum()), 4.0)
+
+
+def test_bound_parameters_live_in_the_bucket() -> None:
+    params = _params((3, 4), (7,))
+    values = [p.detach().clone() for p in params]
+    optimizer = torch.optim.SGD(params, lr=0.5)
+    (bucket,) = make_buckets(params, 10**9)
+    buffer = bucket.bind_params()
+    assert torch.equal(buffer, torch.cat([v.reshape(-1) for v in reversed(values)]))  # reverse order
+    buffer.mul_(3)  # what an in-place allreduce does: the parameters see it
+    for p, value in zip(params, values):
+        assert torch.allclose(p.detach(), 3 * value)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    optimizer.step()  # and the optimizer's updates land in the buffer
+    assert torch.allclose(buffer, torch.cat([(3 * v - 0.5).reshape(-1) for v in reversed(values)]))

@@ -47,6 +47,17 @@ class Bucket:
             for view, p in zip(self.views(), self.params):
                 p.copy_(view)
 
+    def bind_params(self) -> torch.Tensor:
+        """Move the parameters into the buffer: each parameter's data becomes its view of the
+        flat buffer, so an in-place operation on the buffer (an allreduce) changes the
+        parameters with no packing or unpacking. The parameter objects stay the same, so an
+        optimizer built on them keeps working. Call after the model is on its device."""
+        with torch.no_grad():
+            for view, p in zip(self.views(), self.params):
+                view.copy_(p)
+                p.data = view
+        return self.buffer
+
 
 def make_buckets(params: list[torch.nn.Parameter], bucket_bytes: int) -> list[Bucket]:
     """Split ``params`` (taken in reverse order) into buckets of at most ``bucket_bytes``

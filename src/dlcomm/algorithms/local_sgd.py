@@ -5,8 +5,9 @@
 
 Only parameters are averaged (optimizer state and buffers stay local), as torch's
 ``PeriodicModelAverager`` does; tests agree with it (with ``warmup_steps = H - 1``, which
-makes its averaging fall after the same steps). The averaging uses flat buckets of
-``bucket_mb`` and one ring allreduce per bucket over the ``world`` group.
+makes its averaging fall after the same steps). The parameters live in flat buckets of
+``bucket_mb`` (each parameter a view of its bucket), so averaging is one in-place ring
+allreduce per bucket over the ``world`` group, with no copies.
 """
 
 from __future__ import annotations
@@ -42,12 +43,11 @@ class LocalSGD(Algorithm):
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.buckets = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
+        self.buffers = [bucket.bind_params() for bucket in make_buckets(params, int(self.cfg.bucket_mb * 2**20))]
 
     def after_step(self, step: int) -> None:
         if (step + 1) % self.cfg.period != 0:
             return
-        handles = [self.channel.allreduce(b.pack_params(), average=True, async_op=True) for b in self.buckets]
-        for bucket, handle in zip(self.buckets, handles):
+        handles = [self.channel.allreduce(buffer, average=True, async_op=True) for buffer in self.buffers]
+        for handle in handles:
             handle.wait()
-            bucket.unpack_params()

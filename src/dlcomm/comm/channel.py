@@ -57,7 +57,7 @@ class OpRecord:
     messages: int
     wall_start: float
     wall_end: float = math.nan  # when the transfer really completed (else when it was waited)
-    blocked_s: float = 0.0  # wall time blocked in wait()
+    blocked_s: float = 0.0  # wall time blocked in wait() (emulate: the sleep included)
     # Under a network model, on the run's clock (nan when not modelled):
     start: float = math.nan  # this rank's entry
     ready: float = math.nan  # modelled start: all members in, the link free
@@ -80,6 +80,7 @@ class IterationComm:
     clock_busy_s: float  # union of the operations' [start, end]
     modelled_s: float  # sum of the operations' modelled durations
     overruns: int  # operations whose real transfer outlasted the model (emulate)
+    records: tuple[OpRecord, ...] = ()  # the iteration's operations, in issue order
 
 
 @dataclass
@@ -119,19 +120,18 @@ class Handle:
         started = perf_counter()
         for work in self.works:
             work.wait()
-        finished = perf_counter()
-        record.blocked_s += finished - started
         if math.isnan(record.wall_end):
-            record.wall_end = finished
+            record.wall_end = perf_counter()
         if modelled:
             self.channel.resolve_through(self)
             clock.exclude_blocked(before)
             record.overran = record.wall_end > record.end and not clock.simulated
-            clock.advance_to(record.end)
+            clock.advance_to(record.end)  # emulate: sleeps until the modelled end
             after = clock.now()
             record.exposed_s += after - before
             if after > record.end and before < record.end:  # it was waited while in flight
                 record.end = after
+        record.blocked_s += perf_counter() - started
         if self.divisor != 1 and isinstance(self.result, torch.Tensor):
             self.result.div_(self.divisor)
         self.done = True
@@ -223,6 +223,7 @@ class Channel:
             clock_busy_s=_union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
             modelled_s=sum(op.modelled_s for op in ops) if modelled else nan,
             overruns=sum(op.overran for op in ops),
+            records=tuple(ops),
         )
 
     def _record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int]) -> OpRecord:
