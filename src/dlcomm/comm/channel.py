@@ -56,7 +56,7 @@ class OpRecord:
     bytes_sent: int
     messages: int
     wall_start: float
-    wall_end: float = math.nan  # when the transfer really completed (else when it was waited)
+    wall_end: float = math.nan  # first moment the transfer was seen complete (see Channel.poll)
     blocked_s: float = 0.0  # wall time blocked in wait() (emulate: the sleep included)
     # Under a network model, on the run's clock (nan when not modelled):
     start: float = math.nan  # this rank's entry
@@ -106,10 +106,10 @@ class Handle:
         self.resolve: Callable[[], None] | None = None  # sets record.ready/end (modelled ops)
         self.resolved = False
 
-    def add_work(self, work: Any, stamps_end: bool = False) -> None:
+    def add_work(self, work: Any, payload: bool = False) -> None:
         self.works.append(work)
-        if stamps_end:
-            _stamp_completion(work, self.record)
+        if payload:
+            self.channel.watch(work, self.record)
 
     def wait(self) -> Any:
         if self.done:
@@ -120,6 +120,7 @@ class Handle:
         started = perf_counter()
         for work in self.works:
             work.wait()
+        self.channel.poll()
         if math.isnan(record.wall_end):
             record.wall_end = perf_counter()
         if modelled:
@@ -136,18 +137,6 @@ class Handle:
             self.result.div_(self.divisor)
         self.done = True
         return self.result
-
-
-def _stamp_completion(work: Any, record: OpRecord) -> None:
-    """Record the moment the transfer really completes, not the moment someone waited on it."""
-
-    def stamp(_future: Any) -> None:
-        record.wall_end = perf_counter()
-
-    try:
-        work.get_future().then(stamp)
-    except (RuntimeError, AttributeError):  # a backend without futures: wait() stamps the end
-        pass
 
 
 class Channel:
@@ -171,6 +160,7 @@ class Channel:
         self._group_free: dict[str, float] = defaultdict(float)
         self._send_free: dict[bool, float] = defaultdict(float)
         self._unresolved: dict[str, deque[Handle]] = defaultdict(deque)
+        self._in_flight: deque[tuple[Any, OpRecord]] = deque()
 
     @classmethod
     def for_run(cls, cluster: Cluster, network_cfg: Any) -> "Channel":
@@ -206,6 +196,7 @@ class Channel:
     def end_iteration(self) -> IterationComm:
         clock_end = self.clock.now()
         self.clock.pause()
+        self.poll()
         now = perf_counter()
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
@@ -226,7 +217,23 @@ class Channel:
             records=tuple(ops),
         )
 
+    def watch(self, work: Any, record: OpRecord) -> None:
+        self._in_flight.append((work, record))
+
+    def poll(self) -> None:
+        """Stamp ``wall_end`` on the operations found complete, oldest first, stopping at the
+        first still in flight. Called whenever the Channel is used: the end is the first moment
+        the operation was seen complete (a completion callback would cost a GIL hand-over from
+        the backend's thread per operation: 7% of a ResNet-18 iteration with 62 buckets)."""
+        now = None
+        while self._in_flight and self._in_flight[0][0].is_completed():
+            _, record = self._in_flight.popleft()
+            if math.isnan(record.wall_end):
+                now = now or perf_counter()
+                record.wall_end = now
+
     def _record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int]) -> OpRecord:
+        self.poll()
         record = OpRecord(
             kind=kind,
             group=group,
@@ -310,7 +317,7 @@ class Channel:
         handle = Handle(self, record, tensor if result is None else result, divisor)
         if self._modelling():
             self._model_collective(handle, group, modelled_s)
-        handle.add_work(launch(), stamps_end=True)
+        handle.add_work(launch(), payload=True)
         return handle
 
     # ---- primitives ------------------------------------------------------------------
@@ -381,7 +388,7 @@ class Channel:
             handle.add_work(dist.isend(stamp, dst=dst, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
             handle.resolve = lambda: None
             handle.resolved = True
-        handle.add_work(dist.isend(tensor, dst=dst, group=process_group, tag=tag), stamps_end=True)
+        handle.add_work(dist.isend(tensor, dst=dst, group=process_group, tag=tag), payload=True)
         return handle
 
     def irecv(self, tensor: torch.Tensor, src: int, group: str = "world", tag: int = 0) -> Handle:
@@ -402,7 +409,7 @@ class Channel:
                 record.end = record.ready + record.modelled_s
 
             handle.resolve = resolve
-        handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), stamps_end=True)
+        handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
         return handle
 
     def gather_objects(self, obj: Any, dst: int = 0) -> list[Any] | None:
