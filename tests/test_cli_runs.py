@@ -56,6 +56,7 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     assert (tags["algo"], tags["model"], tags["dataset"], tags["world_size"]) == ("allreduce", "small_cnn", "synthetic", "4")
     for tag in ("git_commit", "config_hash", "hostname"):
         assert tags[tag]
+    assert (tags["network"], tags["network_mode"]) == ("off", "off")
     assert run.data.params["train.batch_size"] == "64" and run.data.params["workers_per_node"] == "2"
     metrics = run.data.metrics
     assert 0.0 <= metrics["final/test_acc_mean"] <= 1.0
@@ -88,7 +89,9 @@ def test_simulated_network_run(home) -> None:
     assert result.returncode == 0, result.stderr
     summary = next(line for line in result.stdout.splitlines() if line.startswith("done:"))
     assert "| wall " in summary and "| simulated eth_1g: " in summary and "reached 1.00% after" in summary
-    metrics = mlflow_run(result).data.metrics
+    run = mlflow_run(result)
+    assert (run.data.tags["network"], run.data.tags["network_mode"]) == ("eth_1g", "simulate")
+    metrics = run.data.metrics
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=result.tracking_uri)

@@ -105,6 +105,8 @@ def open_run(spec: RunSpec) -> str:
         "config_hash": spec.config_hash,
         "hostname": socket.gethostname(),
         "launcher": cfg["launcher"]["name"],
+        "network": cfg["network"]["name"],
+        "network_mode": cfg["network"]["mode"],
     }
     run_name = cfg["tracking"]["run_name"] or f"{cfg['algo']['name']}-{cfg['model']['name']}-{cfg['dataset']['name']}-n{world}"
     run = client.create_run(experiment_id, run_name=run_name, tags=tags)
