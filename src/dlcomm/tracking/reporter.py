@@ -97,7 +97,7 @@ class Rank0Reporter:
         overruns = int(summary.get(names.FINAL_OVERRUNS, 0))
         if overruns:
             print(
-                f"warning: in {overruns} operations the real transfer on this machine took longer than the modelled"
+                f"warning: in {overruns} operations (counted on every rank) the real transfer on this machine took longer than the modelled"
                 " network; emulated times are too high there (use network.mode=simulate, or fewer ranks per core)",
                 flush=True,
             )
