@@ -17,7 +17,7 @@ runs twice on this machine:
     by what ranks lose waiting for a core; the compute and communication columns split both
     (the target is 10%).
 
-    python scripts/bench_network_fidelity.py                 # 2, 4 and 8 ranks: 12 configurations, ~15 minutes
+    python scripts/bench_network_fidelity.py                 # 2, 4 and 8 ranks: 12 configurations, ~8 minutes
     python scripts/bench_network_fidelity.py --ranks 4 --presets eth_1g --iters 6
 """
 
