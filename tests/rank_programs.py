@@ -79,7 +79,7 @@ def local_sgd_vs_averager(cluster, channel, period: int, steps: int) -> tuple[fl
 
 def channel_accounting(cluster, channel) -> dict:
     """Traffic, results and exposed time of a few recorded operations."""
-    rank, world = cluster.rank, cluster.world_size
+    rank = cluster.rank
     out: dict = {}
     channel.begin_iteration()
     tensor = torch.full((1200,), float(rank))

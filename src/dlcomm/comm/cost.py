@@ -28,7 +28,6 @@ clusters of workstations" (JPDC 2009).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -137,6 +136,3 @@ def ps_incast(sizes: Sequence[float], links: Sequence[Link], server_bandwidth_Bp
     own = max(size / link.bandwidth_Bps for size, link in zip(sizes, links))
     return max(link.latency_s for link in links) + max(shared, own)
 
-
-def log2_ceil(p: int) -> int:
-    return math.ceil(math.log2(p)) if p > 1 else 0

@@ -4,7 +4,6 @@ timing table and the resolved config as artifacts, and the closing summary line.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
