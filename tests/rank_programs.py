@@ -187,3 +187,17 @@ def unmodelled_outside_iterations(cluster, channel) -> tuple[float, float]:
     handle = channel.allreduce(torch.ones(1000), async_op=True)
     handle.wait()
     return handle.record.modelled_s, handle.record.end
+
+
+def broadcast_and_allgather_clocks(cluster, channel, compute_s: list[float], numel: int) -> dict:
+    """A simulated broadcast from rank 1, then an all-gather of each rank's id."""
+    compute = _simulated(channel)
+    channel.begin_iteration()
+    compute.seconds += compute_s[cluster.rank]
+    payload = torch.full((numel,), float(cluster.rank))
+    handle = channel.broadcast(payload, src=1, async_op=True)
+    handle.wait()
+    gathered = channel.allgather(torch.tensor([float(cluster.rank)]))
+    channel.end_iteration()
+    return {"value": float(payload[0]), "broadcast": (handle.record.start, handle.record.end, handle.record.modelled_s),
+            "gathered": [float(t[0]) for t in gathered], "after": channel.clock.now()}

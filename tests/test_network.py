@@ -182,3 +182,17 @@ def test_operations_outside_iterations_are_not_modelled() -> None:
     out = run_ranks(rank_programs.unmodelled_outside_iterations, 2, network=network("eth_1g"))
     for modelled, end in out:
         assert math.isnan(modelled) and math.isnan(end)
+
+
+def test_simulated_broadcast_and_allgather() -> None:
+    compute = [0.2, 0.05, 0.1, 0.3]
+    numel = 250_000  # 1 MB
+    out = run_ranks(rank_programs.broadcast_and_allgather_clocks, 4, compute, numel, network=network("eth_1g"))
+    tree = 2 * (0.05 * MS + 4 * numel / GBIT)  # binomial tree over 4 ranks: 2 rounds
+    gather = 3 * (0.05 * MS + 4 / GBIT)  # ring all-gather of one float per rank
+    for result in out:
+        assert result["value"] == 1.0 and result["gathered"] == [0.0, 1.0, 2.0, 3.0]
+        start, end, modelled = result["broadcast"]
+        assert modelled == pytest.approx(tree)
+        assert end == pytest.approx(max(compute) + tree, abs=1e-12)
+        assert result["after"] == pytest.approx(max(compute) + tree + gather, abs=1e-9)
