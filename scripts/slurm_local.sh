@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# A one-machine SLURM on localhost (Debian's slurm-wlm and munge), to try dlcomm's SLURM path
+# and to test it against a real controller.
+#
+#   scripts/slurm_local.sh up       install if needed (root, apt), write the config, start
+#                                   munged, slurmctld and slurmd; idempotent
+#   scripts/slurm_local.sh status   sinfo and squeue; exit 0 when the node is up, 1 otherwise
+#   scripts/slurm_local.sh down     cancel every job and stop the daemons
+#
+# The node declares DLCOMM_SLURM_CPUS CPUs (default: 4 x this machine's cores, so that small
+# multi-rank test jobs run side by side) and slurmd accepts that (SlurmdParameters=config_overrides).
+# State lives in DLCOMM_SLURM_STATE (default /var/lib/dlcomm-slurm).
+set -euo pipefail
+
+STATE=${DLCOMM_SLURM_STATE:-/var/lib/dlcomm-slurm}
+CONF_DIR=/etc/slurm
+CONF=$CONF_DIR/slurm.conf
+HOST=$(hostname -s)
+CORES=$(nproc)
+CPUS=${DLCOMM_SLURM_CPUS:-$((4 * CORES))}
+MEMORY_MB=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
+
+die() { echo "slurm_local: $*" >&2; exit 2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v munged >/dev/null; then return; fi
+    command -v apt-get >/dev/null || die "no apt-get: install slurm-wlm and munge with your package manager"
+    echo "slurm_local: installing slurm-wlm and munge (apt)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+}
+
+write_config() {
+    as_root mkdir -p "$CONF_DIR" "$STATE/ctld" "$STATE/d" /var/log/slurm /run/munge /var/lib/munge /var/log/munge
+    local wanted
+    wanted=$(cat <<EOF
+# Written by dlcomm's scripts/slurm_local.sh: a one-machine cluster for trying and testing.
+ClusterName=dlcomm-local
+SlurmctldHost=$HOST
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/d
+SlurmctldPidFile=$STATE/slurmctld.pid
+SlurmdPidFile=$STATE/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+KillWait=10
+NodeName=$HOST CPUs=$CPUS RealMemory=$MEMORY_MB State=UNKNOWN
+PartitionName=local Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+)
+    if [ ! -f "$CONF" ] || [ "$(cat "$CONF")" != "$wanted" ]; then
+        echo "$wanted" | as_root tee "$CONF" >/dev/null
+        RESTART=1
+    fi
+}
+
+start_munge() {
+    if [ ! -f /etc/munge/munge.key ]; then
+        as_root mkdir -p /etc/munge
+        as_root dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    fi
+    as_root chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
+    as_root chmod 400 /etc/munge/munge.key
+    if ! pgrep -x munged >/dev/null; then
+        as_root runuser -u munge -- munged 2>/dev/null || as_root munged --force
+    fi
+}
+
+node_ready() { sinfo -h -N -o "%T" 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; }
+
+up() {
+    RESTART=0
+    install_packages
+    write_config
+    start_munge
+    if [ "$RESTART" = 1 ]; then stop_daemons; fi
+    pgrep -x slurmctld >/dev/null || as_root slurmctld
+    pgrep -x slurmd >/dev/null || as_root slurmd
+    for _ in $(seq 60); do
+        if node_ready; then
+            echo "slurm_local: up: partition 'local', node $HOST with $CPUS CPUs ($CORES real cores)"
+            return 0
+        fi
+        state=$(sinfo -h -N -o "%T" 2>/dev/null || true)
+        case "$state" in down* | drain*) as_root scontrol update nodename="$HOST" state=resume 2>/dev/null || true ;; esac
+        sleep 1
+    done
+    die "the node did not come up in 60 s; see /var/log/slurm/slurmctld.log and slurmd.log"
+}
+
+stop_daemons() {
+    for daemon in slurmd slurmctld; do
+        if pgrep -x "$daemon" >/dev/null; then as_root pkill -x "$daemon" || true; fi
+    done
+    for _ in $(seq 20); do pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || return 0; sleep 0.5; done
+}
+
+down() {
+    if command -v scancel >/dev/null && pgrep -x slurmctld >/dev/null; then scancel --full --quiet -u "$(id -un)" || true; fi
+    stop_daemons
+    echo "slurm_local: down"
+}
+
+status() {
+    if ! command -v sinfo >/dev/null; then echo "slurm_local: not installed (run: scripts/slurm_local.sh up)"; return 1; fi
+    sinfo -N -l 2>/dev/null || { echo "slurm_local: slurmctld is not answering (run: scripts/slurm_local.sh up)"; return 1; }
+    squeue 2>/dev/null || true
+    node_ready
+}
+
+case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
