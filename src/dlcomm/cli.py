@@ -59,10 +59,10 @@ def _show_config(overrides: list[str]) -> int:
 
 
 def _train(overrides: list[str]) -> int:
-    from dlcomm.run import prepare_run, run_local
+    from dlcomm.run import prepare_run, run_local, run_slurm
 
     spec = prepare_run(overrides)
-    return run_local(spec)
+    return run_slurm(spec) if spec.config["launcher"]["name"] == "slurm" else run_local(spec)
 
 
 if __name__ == "__main__":

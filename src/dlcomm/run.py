@@ -27,7 +27,11 @@ def check_runnable(cfg: DictConfig) -> None:
         check_model_fits(cfg.model, shape, classes)
     except UserError as error:
         raise UserError(f"{error} (dataset={cfg.dataset.name})") from None
-    if cfg.train.device == "cuda":
+    if cfg.launcher.name == "slurm":
+        from dlcomm.launch.slurm import check_slurm_available
+
+        check_slurm_available()
+    elif cfg.train.device == "cuda":  # on SLURM the GPUs are on the compute nodes, not here
         import torch
 
         if not torch.cuda.is_available():
@@ -51,6 +55,51 @@ def prepare_run(overrides: list[str]) -> RunSpec:
 def _terminate_as_interrupt(signum: int, frame: object) -> None:
     """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
     raise KeyboardInterrupt
+
+
+def run_slurm(spec: RunSpec) -> int:
+    """Open the MLflow run and submit its SLURM job; return at once (or wait, ``launcher.wait``).
+    The ranks close the run (FINISHED or FAILED)."""
+    from dlcomm.launch.slurm import submit
+    from dlcomm.tracking.mlflow_run import close_run, open_run
+
+    run_id = open_run(spec)
+    spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        job = submit(spec)
+    except Exception as error:  # noqa: BLE001 - sbatch refused: nothing runs, the run is FAILED
+        close_run(spec.tracking_uri, run_id, "FAILED")
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+        raise UserError(f"sbatch refused the job ({first_line}); check launcher.partition, launcher.account and launcher.time_min") from None
+    print(f"submitted SLURM job {job.job_id} for mlflow run {run_id}", flush=True)
+    print(f"  logs: {job.paths.stdout} and {job.paths.stderr}", flush=True)
+    if not spec.config["launcher"]["wait"]:
+        return 0
+    return _wait_for(job)
+
+
+def _wait_for(job) -> int:
+    """Show the job's queue state until it ends; 0 when every task returned, 1 otherwise.
+    (The queue is read with squeue: clusters without accounting have no sacct.)"""
+    import logging
+    import subprocess
+    import time
+
+    from tqdm import tqdm
+
+    logging.getLogger("submitit").setLevel(logging.ERROR)  # its sacct fallback warns at every poll
+    with tqdm(desc=f"SLURM job {job.job_id}", bar_format="{desc}: {postfix} [{elapsed}]") as bar:
+        while not job.done():
+            queue = subprocess.run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"], capture_output=True, text=True)
+            bar.set_postfix_str(queue.stdout.strip() or "ENDING")
+            time.sleep(2)
+        bar.set_postfix_str("ended")
+    error = job.exception()
+    if error is None:
+        return 0
+    print(f"dlcomm: error: SLURM job {job.job_id} failed; see {job.paths.stderr}", file=sys.stderr)
+    return 1
 
 
 def run_local(spec: RunSpec) -> int:

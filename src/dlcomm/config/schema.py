@@ -8,7 +8,7 @@ cannot express live in :mod:`dlcomm.config.validate`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, Dict, List
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -107,6 +107,25 @@ class LauncherConfig:
 
 
 @dataclass
+class SlurmLauncherConfig(LauncherConfig):
+    """``launcher=slurm``: one SLURM job of ``nodes`` nodes x ``workers_per_node`` tasks, one rank each."""
+
+    name: str = "slurm"
+    partition: str = ""  # empty: the cluster's default partition
+    account: str = ""
+    qos: str = ""
+    time_min: int = 60  # wall-clock limit of the job, minutes
+    gpus_per_node: int = 0  # 0: no GPU requested (gloo); >0 with train.device=auto|cuda: nccl
+    cpus_per_task: int = 1  # also torch's threads per rank unless train.threads_per_rank is set
+    mem_gb: float = 0.0  # memory per node; 0: the partition's default
+    constraint: str = ""
+    array_parallelism: int = 16  # sweeps: at most this many array elements at once
+    setup: List[str] = field(default_factory=list)  # shell lines run before the job (module load ..., source venv)
+    sbatch_args: Dict[str, str] = field(default_factory=dict)  # extra #SBATCH key=value pairs
+    wait: bool = False  # block until the job ends, with progress, instead of returning at once
+
+
+@dataclass
 class TrackingConfig:
     uri: str = ""  # empty: sqlite:///<repo>/results/mlflow.db
     experiment: str = "dlcomm"
@@ -147,6 +166,7 @@ def register_schemas() -> None:
     cs.store(group="optim", name="optim_schema", node=OptimConfig)
     cs.store(group="network", name="network_schema", node=NetworkConfig)
     cs.store(group="launcher", name="launcher_schema", node=LauncherConfig)
+    cs.store(group="launcher", name="slurm_launcher_schema", node=SlurmLauncherConfig)
     from dlcomm.algorithms.registry import all_algorithms
 
     for name, algorithm in all_algorithms().items():

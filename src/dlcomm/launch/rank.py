@@ -41,8 +41,12 @@ def resolve_device(device: str, backend: str, machine_rank: int, local_ranks: in
 
 
 def threads_per_rank(requested: int, local_ranks: int) -> int:
+    """``train.threads_per_rank`` if set, else the CPUs SLURM gave the task, else this
+    machine's cores shared among its ranks."""
     if requested > 0:
         return requested
+    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
     return max(1, (os.cpu_count() or 1) // local_ranks)
 
 

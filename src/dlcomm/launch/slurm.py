@@ -1,0 +1,103 @@
+"""The SLURM launcher: one run is one SLURM job, submitted with submitit.
+
+The job has ``nodes`` nodes and ``workers_per_node`` tasks per node; submitit starts
+:class:`RankTask` in every task, which reads its rank from SLURM (``submitit.JobEnvironment``)
+and runs :func:`dlcomm.launch.rank.run_rank`. Rank 0 hosts the rendezvous ``TCPStore`` on the
+job's first node, at a port derived from the job id (every task computes the same one). The
+driver has already opened the MLflow run; the ranks close it: rank 0 as FINISHED when training
+ends, any rank that raises as FAILED.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dlcomm.errors import UserError
+from dlcomm.spec import RunSpec
+
+_PORT_BASE, _PORT_SPAN = 20000, 20000
+
+
+def check_slurm_available() -> None:
+    """``sbatch`` must be on PATH before anything is submitted or recorded."""
+    if shutil.which("sbatch") is None:
+        raise UserError(
+            "launcher=slurm is invalid here: no sbatch on PATH; load your site's SLURM module "
+            "(e.g. `module load slurm`) or start a one-machine cluster with `scripts/slurm_local.sh up`"
+        )
+
+
+def rendezvous_port(job_id: str) -> int:
+    """A port every task of the job derives alike from its numeric job id."""
+    digits = "".join(ch for ch in job_id if ch.isdigit()) or "0"
+    return _PORT_BASE + int(digits) % _PORT_SPAN
+
+
+@dataclass
+class RankTask:
+    """What every task of the job runs (pickled by submitit)."""
+
+    spec: RunSpec
+
+    def __call__(self) -> dict[str, float]:
+        import submitit
+        import torch.distributed as dist
+
+        from dlcomm.launch.rank import run_rank
+
+        env = submitit.JobEnvironment()
+        cfg = self.spec.config
+        host, port = env.hostnames[0], rendezvous_port(env.raw_job_id)
+        store = None
+        if env.global_rank == 0:  # the master store lives as long as rank 0 trains
+            store = dist.TCPStore(host, port, env.num_tasks, is_master=True, wait_for_workers=False,
+                                  timeout=timedelta(seconds=300))
+        os.environ.setdefault("OMP_NUM_THREADS", str(cfg["launcher"]["cpus_per_task"]))
+        try:
+            summary = run_rank(self.spec, env.global_rank, host, port, machine_rank=env.local_rank,
+                               local_ranks=cfg["workers_per_node"])
+        except BaseException:
+            _close(self.spec, "FAILED")
+            raise
+        finally:
+            del store
+        if env.global_rank == 0:
+            _close(self.spec, "FINISHED")
+        return summary
+
+
+def _close(spec: RunSpec, status: str) -> None:
+    from dlcomm.tracking.mlflow_run import close_run
+
+    close_run(spec.tracking_uri, spec.run_id, status)
+
+
+def submit(spec: RunSpec) -> Any:
+    """Submit the run's job; return the submitit job (its ``job_id`` and ``paths``)."""
+    import submitit
+
+    cfg, launcher = spec.config, spec.config["launcher"]
+    folder = Path(spec.run_dir) / "slurm"
+    executor = submitit.SlurmExecutor(folder=folder)
+    parameters: dict[str, Any] = {
+        "job_name": f"dlcomm-{spec.run_id[:8]}",
+        "nodes": cfg["nodes"],
+        "ntasks_per_node": cfg["workers_per_node"],
+        "cpus_per_task": launcher["cpus_per_task"],
+        "time": launcher["time_min"],
+        "setup": list(launcher["setup"]),
+        "additional_parameters": dict(launcher["sbatch_args"]),
+    }
+    optional = {
+        "partition": launcher["partition"], "account": launcher["account"], "qos": launcher["qos"],
+        "constraint": launcher["constraint"], "gpus_per_node": launcher["gpus_per_node"],
+        "mem": f"{int(launcher['mem_gb'] * 1024)}MB" if launcher["mem_gb"] > 0 else "",
+    }
+    parameters.update({key: value for key, value in optional.items() if value})
+    executor.update_parameters(**parameters)
+    return executor.submit(RankTask(spec))
