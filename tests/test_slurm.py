@@ -56,3 +56,20 @@ def test_a_run_is_one_job_that_returns_at_once(home) -> None:
     assert run.info.status == "FINISHED", (job_id, returned_after)
     assert run.data.metrics["final/steps"] == 20
     assert run.data.tags["launcher"] == "slurm" and run.data.tags["world_size"] == "2"
+
+
+@needs_slurm
+def test_more_nodes_than_the_partition_has_is_refused(home) -> None:
+    """The local cluster has one node: nodes=2 would pend forever, so it is an error up front."""
+    result = run_cli(home, "train", "launcher=slurm", "nodes=2", timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "nodes=2 is invalid with launcher=slurm: the default partition has 1 node(s)" in lines[0]
+    assert not (home / "results" / "mlflow.db").exists()
+    unknown = run_cli(home, "train", "launcher=slurm", "launcher.partition=nope", timeout=120)
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        "dlcomm: error: launcher.partition=nope is invalid: this cluster's partitions are local; "
+        "pass one of them, or leave it empty for the default"
+    )
+    assert not (home / "results" / "mlflow.db").exists()

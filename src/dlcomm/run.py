@@ -28,9 +28,10 @@ def check_runnable(cfg: DictConfig) -> None:
     except UserError as error:
         raise UserError(f"{error} (dataset={cfg.dataset.name})") from None
     if cfg.launcher.name == "slurm":
-        from dlcomm.launch.slurm import check_slurm_available
+        from dlcomm.launch.slurm import check_partition_fits, check_slurm_available
 
         check_slurm_available()
+        check_partition_fits(cfg.nodes, cfg.launcher.partition)
     elif cfg.train.device == "cuda":  # on SLURM the GPUs are on the compute nodes, not here
         import torch
 

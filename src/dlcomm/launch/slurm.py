@@ -32,6 +32,38 @@ def check_slurm_available() -> None:
         )
 
 
+def check_partition_fits(nodes: int, partition: str) -> None:
+    """An unknown partition, or more nodes than the partition has (the job would pend forever
+    with PartitionNodeLimit and its MLflow run stay RUNNING): refuse it before anything is
+    submitted or recorded. Silent when sinfo cannot answer."""
+    import subprocess
+
+    try:
+        listing = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return
+    sizes: dict[str, int] = {}  # partition -> nodes
+    default = None  # sinfo marks the default partition with a trailing '*'
+    for line in listing.stdout.splitlines():
+        name, _, count = line.partition(" ")
+        if count.strip().isdigit():
+            if name.endswith("*"):
+                name = default = name[:-1]
+            sizes[name] = sizes.get(name, 0) + int(count)
+    if partition and sizes and partition not in sizes:
+        raise UserError(
+            f"launcher.partition={partition} is invalid: this cluster's partitions are {', '.join(sorted(sizes))}; "
+            "pass one of them, or leave it empty for the default"
+        )
+    wanted = sizes.get(partition or default or "")
+    label = f"partition {partition!r}" if partition else "the default partition"
+    if wanted is not None and nodes > wanted:
+        raise UserError(
+            f"nodes={nodes} is invalid with launcher=slurm: {label} has {wanted} node(s); "
+            f"pass nodes={wanted} or fewer (more workers_per_node instead) or another launcher.partition"
+        )
+
+
 def rendezvous_port(job_id: str) -> int:
     """A port every task of the job derives alike from its numeric job id."""
     digits = "".join(ch for ch in job_id if ch.isdigit()) or "0"
