@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.config.schema import ModelConfig
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
 from dlcomm.train.loop import hooked_step
 
@@ -69,19 +69,7 @@ def _bench_rank(cluster, channel, batch: int, iters: int, block: int, warmup: in
     generator = torch.Generator().manual_seed(cluster.rank)
     x = torch.randn(batch, 3, 32, 32, generator=generator)
     y = torch.randint(0, 10, (batch,), generator=generator)
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for name in VARIANTS:
-        for step in range(warmup):
-            steppers[name](step, x, y)
-    rounds = -(-iters // block)
-    for round_index in range(rounds):
-        order = VARIANTS[round_index % 3 :] + VARIANTS[: round_index % 3]
-        for name in order:
-            channel.barrier()
-            for step in range(block):
-                start = time.perf_counter()
-                steppers[name](step, x, y)
-                times[name].append(time.perf_counter() - start)
+    times = time_interleaved(steppers, x, y, iters, block, warmup, channel.barrier)
     return times
 
 

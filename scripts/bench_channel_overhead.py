@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.buckets import make_buckets
 from dlcomm.config.schema import ModelConfig
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
 from dlcomm.train.loop import hooked_step
 
@@ -76,18 +76,7 @@ def _bench_rank(cluster, channel, model_name: str, batch: int, iters: int, block
     generator = torch.Generator().manual_seed(cluster.rank)
     x = torch.randn(batch, *shape, generator=generator)
     y = torch.randint(0, 10, (batch,), generator=generator)
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for name in VARIANTS:
-        for step in range(warmup):
-            steppers[name](step, x, y)
-    for round_index in range(-(-iters // block)):
-        order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
-        for name in order:
-            channel.barrier()
-            for step in range(block):
-                start = time.perf_counter()
-                steppers[name](step, x, y)
-                times[name].append(time.perf_counter() - start)
+    times = time_interleaved(steppers, x, y, iters, block, warmup, channel.barrier)
     return {"times": times, "ops_per_iter": len(buckets)}
 
 

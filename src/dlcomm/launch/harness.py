@@ -75,3 +75,29 @@ def run_ranks(
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
+
+
+def time_interleaved(
+    steppers: dict[str, Callable[[int, Any, Any], None]], inputs: Any, labels: Any, iters: int, block: int,
+    warmup: int, barrier: Callable[[], None],
+) -> dict[str, list[float]]:
+    """Wall seconds of ``iters`` iterations of every stepper (``stepper(step, inputs, labels)``),
+    measured side by side: after ``warmup`` iterations each, rounds of ``block`` iterations per
+    stepper, the order rotating by one every round so that machine noise hits all alike.
+    ``barrier`` lines the ranks up before every block."""
+    import time
+
+    names = list(steppers)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:
+        for step in range(warmup):
+            steppers[name](step, inputs, labels)
+    for round_index in range(-(-iters // block)):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            barrier()
+            for step in range(block):
+                start = time.perf_counter()
+                steppers[name](step, inputs, labels)
+                times[name].append(time.perf_counter() - start)
+    return times
