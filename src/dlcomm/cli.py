@@ -13,6 +13,9 @@ _EPILOG = """examples:
   dlcomm train                                   4 workers, AllReduce-SGD, small CNN, Fashion-MNIST
   dlcomm train algo=local_sgd algo.period=4 nodes=8
   dlcomm train model=resnet18 model.cifar_stem=true dataset=synthetic dataset.shape=[3,32,32]
+  dlcomm train -m algo=allreduce,local_sgd seed=1,2   a sweep: 4 runs under one parent run
+  dlcomm train -m seed=1,2 launcher=slurm        the same sweep as ONE SLURM job array
+  dlcomm sweep export -m seed=1,2,3 > sweep.txt  one line per run, for slurm/array.sbatch
   dlcomm config algo=local_sgd                   print the composed configuration
 """
 
@@ -25,21 +28,38 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    train = sub.add_parser("train", help="run one training job (overrides: key=value ...)")
+    train = sub.add_parser("train", help="run one training job (overrides: key=value ...), or a sweep with -m")
+    train.add_argument("-m", "--multirun", action="store_true",
+                       help="a sweep: key=a,b choices expand to their product, one run each under a parent run")
     train.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. algo=local_sgd nodes=8 train.epochs=3")
+    sweep = sub.add_parser("sweep", help="sweep tools: `sweep export -m key=a,b ...` prints one line per run")
+    sweep.add_argument("action", choices=["export"])
+    sweep.add_argument("-m", "--multirun", action="store_true", help="accepted for symmetry with `train -m`")
+    sweep.add_argument("overrides", nargs="*")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # -m may sit anywhere among the overrides (argparse would bind it before them only)
+    multirun = any(token in ("-m", "--multirun") for token in argv[1:])
+    args = _parser().parse_args(argv[:1] + [token for token in argv[1:] if token not in ("-m", "--multirun")])
+    if hasattr(args, "multirun"):
+        args.multirun = multirun
     if args.command is None:
         _parser().print_help()
         return EXIT_USAGE
     try:
         if args.command == "config":
             return _show_config(args.overrides)
+        if args.command == "sweep":
+            return _export_sweep(args.overrides)
+        if args.multirun:
+            from dlcomm.run import run_sweep
+
+            return run_sweep(args.overrides)
         return _train(args.overrides)
     except UserError as error:
         print(f"dlcomm: error: {error}", file=sys.stderr)
@@ -55,6 +75,20 @@ def _show_config(overrides: list[str]) -> int:
     from dlcomm.config.compose import compose
 
     print(OmegaConf.to_yaml(compose(overrides)), end="")
+    return 0
+
+
+def _export_sweep(overrides: list[str]) -> int:
+    """Print the sweep's elements, one per line, after checking every one composes."""
+    from dlcomm.config.compose import compose
+    from dlcomm.sweep import expand, export_lines
+
+    for element in expand(overrides):
+        try:
+            compose(element)
+        except UserError as error:
+            raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
+    print("\n".join(export_lines(overrides)))
     return 0
 
 

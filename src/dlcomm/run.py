@@ -50,12 +50,101 @@ def prepare_run(overrides: list[str]) -> RunSpec:
 
     cfg = compose(overrides)
     check_runnable(cfg)
-    return RunSpec.from_config(cfg, resolve_tracking_uri(cfg.tracking.uri))
+    return RunSpec.from_config(cfg, resolve_tracking_uri(cfg.tracking.uri), tuple(overrides))
 
 
 def _terminate_as_interrupt(signum: int, frame: object) -> None:
     """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
     raise KeyboardInterrupt
+
+
+def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
+    """Every element of the sweep, composed and checked before anything is recorded."""
+    from dlcomm.sweep import expand
+
+    specs = []
+    for element in expand(overrides):
+        try:
+            specs.append(prepare_run(element))
+        except UserError as error:
+            raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
+    where = {(spec.tracking_uri, spec.config["tracking"]["experiment"], spec.config["launcher"]["name"]) for spec in specs}
+    if len(where) > 1:
+        raise UserError(
+            "a sweep may not vary tracking.uri, tracking.experiment or launcher: its runs share one parent run; "
+            "run one sweep per value instead"
+        )
+    return specs
+
+
+def run_sweep(overrides: list[str]) -> int:
+    """A parent MLflow run and one child run per element: one SLURM job array
+    (``launcher=slurm``, returns at once), or here, one run after another."""
+    from dlcomm.tracking.mlflow_run import open_parent_run
+
+    specs = prepare_sweep(overrides)
+    first = specs[0]
+    launcher = first.config["launcher"]["name"]
+    parent = open_parent_run(first.tracking_uri, first.config["tracking"]["experiment"], overrides, len(specs), launcher)
+    print(f"sweep of {len(specs)} runs: parent mlflow run {parent}", flush=True)
+    specs = [spec.in_sweep(parent) for spec in specs]
+    return _sweep_slurm(specs, parent) if launcher == "slurm" else _sweep_local(specs, parent)
+
+
+def _sweep_local(specs: list[RunSpec], parent: str) -> int:
+    """One run after another; a failed element does not stop the others; Ctrl-C stops all."""
+    from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
+
+    codes: list[int] = []
+    for index, spec in enumerate(specs):
+        print(f"--- sweep element {index + 1}/{len(specs)}: {element_label(spec)}", flush=True)
+        code = run_local(spec)
+        codes.append(code)
+        if code == 130:
+            close_run(spec.tracking_uri, parent, "KILLED")
+            return 130
+    close_parent_if_done(specs[0].tracking_uri, parent)
+    failed = sum(code != 0 for code in codes)
+    print(f"sweep done: {len(codes) - failed} of {len(codes)} runs finished; parent mlflow run {parent}", flush=True)
+    return 0 if failed == 0 else 1
+
+
+def _sweep_slurm(specs: list[RunSpec], parent: str) -> int:
+    """Open every child run, then submit one job array per SLURM shape (one for a sweep that
+    does not vary nodes, workers_per_node or launcher.*); the elements close their runs and the
+    last one the parent."""
+    from dlcomm.launch.slurm import group_by_shape, submit_array
+    from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
+
+    opened = []
+    for spec in specs:
+        run_id = open_run(spec, {"mlflow.parentRunId": parent, "sweep_element": element_label(spec)})
+        opened.append(spec.with_run(run_id, results_dir() / "runs" / run_id))
+        Path(opened[-1].run_dir).mkdir(parents=True, exist_ok=True)
+    folder = results_dir() / "sweeps" / parent / "slurm"
+    array_ids = []
+    for group in group_by_shape(opened):
+        try:
+            jobs = submit_array(group, folder, f"dlcomm-sweep-{parent[:8]}")
+        except Exception as error:  # noqa: BLE001 - sbatch refused: those elements never run
+            for spec in group:
+                close_run(spec.tracking_uri, spec.run_id, "FAILED", "sbatch refused the array")
+            close_run(specs[0].tracking_uri, parent, "FAILED")
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+            raise UserError(f"sbatch refused the job array ({first_line}); check launcher.partition, launcher.account and launcher.time_min") from None
+        array_id = jobs[0].job_id.split("_")[0]
+        array_ids.append(array_id)
+        for spec, job in zip(group, jobs):
+            set_tags(spec.tracking_uri, spec.run_id, {"slurm_job_id": job.job_id})
+        print(f"submitted SLURM job array {array_id} ({len(jobs)} elements, "
+              f"at most {group[0].config['launcher']['array_parallelism']} at once)", flush=True)
+    set_tags(specs[0].tracking_uri, parent, {"slurm_array_job_ids": ",".join(array_ids)})
+    print(f"  logs: {folder}/<array id>_<element>_<task>_log.out and .err", flush=True)
+    return 0
+
+
+def element_label(spec: RunSpec) -> str:
+    return " ".join(spec.overrides)
 
 
 def run_slurm(spec: RunSpec) -> int:
@@ -108,7 +197,8 @@ def run_local(spec: RunSpec) -> int:
     from dlcomm.launch.local import launch_local
     from dlcomm.tracking.mlflow_run import close_run, open_run
 
-    run_id = open_run(spec)
+    run_id = open_run(spec, {"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)}
+                      if spec.parent_run_id else None)
     spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     result = None
@@ -118,7 +208,8 @@ def run_local(spec: RunSpec) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
-        close_run(spec.tracking_uri, run_id, status)
+        error = result.failure.describe() if result is not None and result.failure is not None else ""
+        close_run(spec.tracking_uri, run_id, status, error)
     if result.interrupted:
         print(f"dlcomm: interrupted; mlflow run {run_id} marked KILLED", file=sys.stderr)
     elif result.failure is not None:

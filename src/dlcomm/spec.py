@@ -25,17 +25,23 @@ class RunSpec:
     tracking_uri: str
     run_id: str = ""
     run_dir: str = ""
+    parent_run_id: str = ""  # the sweep's parent run, for a sweep's element
+    overrides: tuple[str, ...] = ()  # the command line's overrides that composed ``config``
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, tracking_uri: str) -> "RunSpec":
+    def from_config(cls, cfg: DictConfig, tracking_uri: str, overrides: tuple[str, ...] = ()) -> "RunSpec":
         config = OmegaConf.to_container(cfg, resolve=True)
-        return cls(config=config, config_hash=config_hash(config), git_commit=git_commit(), tracking_uri=tracking_uri)
+        return cls(config=config, config_hash=config_hash(config), git_commit=git_commit(), tracking_uri=tracking_uri,
+                   overrides=tuple(overrides))
 
     def cfg(self) -> DictConfig:
         return OmegaConf.create(self.config)
 
     def with_run(self, run_id: str, run_dir: Path) -> "RunSpec":
         return replace(self, run_id=run_id, run_dir=str(run_dir))
+
+    def in_sweep(self, parent_run_id: str) -> "RunSpec":
+        return replace(self, parent_run_id=parent_run_id)
 
 
 def config_hash(config: dict[str, Any]) -> str:

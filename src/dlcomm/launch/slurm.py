@@ -72,11 +72,19 @@ def rendezvous_port(job_id: str) -> int:
 
 @dataclass
 class RankTask:
-    """What every task of the job runs (pickled by submitit)."""
+    """What every task of a job (or of an array element) runs; pickled by submitit.
+
+    Rank 0 hosts the rendezvous store. The run is closed here: FINISHED by rank 0 when
+    training ends, FAILED by a rank that raises (its one-line reason in the run's ``error``
+    tag, the traceback in the task's log), KILLED when SLURM ends the job (``scancel``, the
+    time limit). A sweep element then ends its parent if it was the last to end.
+    """
 
     spec: RunSpec
 
     def __call__(self) -> dict[str, float]:
+        import signal
+
         import submitit
         import torch.distributed as dist
 
@@ -85,6 +93,13 @@ class RankTask:
         env = submitit.JobEnvironment()
         cfg = self.spec.config
         host, port = env.hostnames[0], rendezvous_port(env.raw_job_id)
+        terminated: list[int] = []
+
+        def on_sigterm(signum: int, frame: object) -> None:  # scancel or the time limit: end like Ctrl-C
+            terminated.append(signum)
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, on_sigterm)
         store = None
         if env.global_rank == 0:  # the master store lives as long as rank 0 trains
             store = dist.TCPStore(host, port, env.num_tasks, is_master=True, wait_for_workers=False,
@@ -93,35 +108,43 @@ class RankTask:
         try:
             summary = run_rank(self.spec, env.global_rank, host, port, machine_rank=env.local_rank,
                                local_ranks=cfg["workers_per_node"])
-        except BaseException:
-            _close(self.spec, "FAILED")
+        except BaseException as error:
+            if terminated:
+                self._end("KILLED", "SLURM ended the job (scancel, or the time limit without a requeue)")
+            else:
+                self._end("FAILED", _one_line(error))
             raise
         finally:
             del store
         if env.global_rank == 0:
-            _close(self.spec, "FINISHED")
+            self._end("FINISHED")
         return summary
 
+    def _end(self, status: str, error: str = "") -> None:
+        from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
 
-def _close(spec: RunSpec, status: str) -> None:
-    from dlcomm.tracking.mlflow_run import close_run
+        close_run(self.spec.tracking_uri, self.spec.run_id, status, error)
+        if self.spec.parent_run_id:
+            close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id)
 
-    close_run(spec.tracking_uri, spec.run_id, status)
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-def submit(spec: RunSpec) -> Any:
-    """Submit the run's job; return the submitit job (its ``job_id`` and ``paths``)."""
+def _executor(folder: Path, cfg: dict[str, Any]) -> Any:
+    """A submitit executor with the run's SLURM parameters (``launcher.*``)."""
     import submitit
 
-    cfg, launcher = spec.config, spec.config["launcher"]
-    folder = Path(spec.run_dir) / "slurm"
+    launcher = cfg["launcher"]
     executor = submitit.SlurmExecutor(folder=folder)
     parameters: dict[str, Any] = {
-        "job_name": f"dlcomm-{spec.run_id[:8]}",
         "nodes": cfg["nodes"],
         "ntasks_per_node": cfg["workers_per_node"],
         "cpus_per_task": launcher["cpus_per_task"],
         "time": launcher["time_min"],
+        "array_parallelism": launcher["array_parallelism"],
         "setup": list(launcher["setup"]),
         "additional_parameters": dict(launcher["sbatch_args"]),
     }
@@ -132,4 +155,32 @@ def submit(spec: RunSpec) -> Any:
     }
     parameters.update({key: value for key, value in optional.items() if value})
     executor.update_parameters(**parameters)
+    return executor
+
+
+def submit(spec: RunSpec) -> Any:
+    """Submit the run's job; return the submitit job (its ``job_id`` and ``paths``)."""
+    executor = _executor(Path(spec.run_dir) / "slurm", spec.config)
+    executor.update_parameters(job_name=f"dlcomm-{spec.run_id[:8]}")
     return executor.submit(RankTask(spec))
+
+
+def submit_array(specs: list[RunSpec], folder: Path, name: str) -> list[Any]:
+    """Submit the specs as the elements of ONE job array (``launcher.array_parallelism`` at once).
+    They must share their SLURM shape (:func:`group_by_shape`)."""
+    executor = _executor(folder, specs[0].config)
+    executor.update_parameters(job_name=name)
+    with executor.batch():
+        jobs = [executor.submit(RankTask(spec)) for spec in specs]
+    return jobs
+
+
+def group_by_shape(specs: list[RunSpec]) -> list[list[RunSpec]]:
+    """Specs grouped by what sbatch is asked for (nodes, tasks per node, ``launcher.*``): a job
+    array has one set of sbatch parameters, so a sweep over ``nodes`` is one array per value."""
+    groups: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        cfg = spec.config
+        key = repr((cfg["nodes"], cfg["workers_per_node"], sorted((k, str(v)) for k, v in cfg["launcher"].items())))
+        groups.setdefault(key, []).append(spec)
+    return list(groups.values())

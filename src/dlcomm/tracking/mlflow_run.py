@@ -4,7 +4,14 @@ Lifecycle: the driver (the process that launched the ranks) calls :func:`open_ru
 creates the run with its tags and the flattened resolved config as params, and
 :func:`close_run` with the truthful terminal status (FINISHED, FAILED or KILLED), so the
 status is right even when rank 0 itself dies. In between, rank 0 writes metrics and
-artifacts through :class:`RunLogger`.
+artifacts through :class:`RunLogger`. A sweep is a parent run (:func:`open_parent_run`) whose
+children carry ``mlflow.parentRunId``; the parent ends when its last child does
+(:func:`close_parent_if_done`).
+
+Concurrency: many jobs may write one SQLite store at once. Its schema is created once under a
+file lock, and every write is retried while SQLite reports the database locked (beyond the
+20 s busy timeout MLflow already sets), so no run and no metric is lost. On shared
+filesystems whose locking is unreliable, point ``tracking.uri`` at an ``mlflow server``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,25 @@ from dlcomm.spec import RunSpec
 
 _PARAMS_PER_BATCH = 100
 _METRICS_PER_BATCH = 1000
+_RETRY_FOR_S = 300
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+def _locked(error: BaseException) -> bool:
+    text = str(error).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def retrying(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, retried with jittered backoff while SQLite says it is locked."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+    for attempt in Retrying(
+        retry=retry_if_exception(_locked), stop=stop_after_delay(_RETRY_FOR_S),
+        wait=wait_random_exponential(multiplier=0.05, max=5), reraise=True,
+    ):
+        with attempt:
+            return call(*args, **kwargs)
 
 
 def default_tracking_uri() -> str:
@@ -43,7 +69,7 @@ def _client(uri: str):
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
         client = MlflowClient(tracking_uri=uri)
-        client.search_experiments(max_results=1)
+        retrying(client.search_experiments, max_results=1)
     return client
 
 
@@ -57,13 +83,13 @@ def _artifact_location(uri: str) -> str | None:
 def _experiment_id(client: Any, name: str, uri: str) -> str:
     from mlflow.exceptions import MlflowException
 
-    experiment = client.get_experiment_by_name(name)
+    experiment = retrying(client.get_experiment_by_name, name)
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=_artifact_location(uri))
+        return retrying(client.create_experiment, name, artifact_location=_artifact_location(uri))
     except MlflowException:  # created meanwhile by a concurrent run
-        return client.get_experiment_by_name(name).experiment_id
+        return retrying(client.get_experiment_by_name, name).experiment_id
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -77,20 +103,33 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def open_run(spec: RunSpec) -> str:
-    """Create the run (status RUNNING) with its tags and params; return its id."""
-    from mlflow.entities import Param
+def _user_client(uri: str):
+    """The client, or a one-line UserError when the URI cannot be opened."""
     from mlflow.exceptions import MlflowException
 
-    cfg = spec.config
     try:
-        client = _client(spec.tracking_uri)
+        return _client(uri)
     except MlflowException as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(
-            f"tracking.uri={spec.tracking_uri} cannot be used ({first_line}): pass a sqlite:///path/to/file.db "
+            f"tracking.uri={uri} cannot be used ({first_line}): pass a sqlite:///path/to/file.db "
             "URI or the http:// address of an mlflow server"
         ) from None
+
+
+def _log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for start in range(0, len(items), _PARAMS_PER_BATCH):
+        retrying(client.log_batch, run_id, params=items[start : start + _PARAMS_PER_BATCH])
+
+
+def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
+    """Create the run (status RUNNING) with its tags and params; return its id.
+    ``extra_tags`` adds, e.g., ``mlflow.parentRunId`` for a sweep's element."""
+    cfg = spec.config
+    client = _user_client(spec.tracking_uri)
     experiment_id = _experiment_id(client, cfg["tracking"]["experiment"], spec.tracking_uri)
     world = cfg["nodes"] * cfg["workers_per_node"]
     tags = {
@@ -107,21 +146,70 @@ def open_run(spec: RunSpec) -> str:
         "launcher": cfg["launcher"]["name"],
         "network": cfg["network"]["name"],
         "network_mode": cfg["network"]["mode"],
+        **(extra_tags or {}),
     }
     run_name = cfg["tracking"]["run_name"] or f"{cfg['algo']['name']}-{cfg['model']['name']}-{cfg['dataset']['name']}-n{world}"
-    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
-    params = [Param(k, v) for k, v in flatten(cfg).items()]
-    for start in range(0, len(params), _PARAMS_PER_BATCH):
-        client.log_batch(run.info.run_id, params=params[start : start + _PARAMS_PER_BATCH])
+    run = retrying(client.create_run, experiment_id, run_name=run_name, tags=tags)
+    _log_params(client, run.info.run_id, flatten(cfg))
     return run.info.run_id
 
 
-def close_run(uri: str, run_id: str, status: str) -> None:
-    _client(uri).set_terminated(run_id, status=status)
+def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, launcher: str) -> str:
+    """The sweep's parent run (RUNNING): its overrides and element count as params."""
+    client = _user_client(uri)
+    experiment_id = _experiment_id(client, experiment, uri)
+    tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "hostname": socket.gethostname()}
+    run = retrying(client.create_run, experiment_id, run_name=f"sweep-{size}", tags=tags)
+    _log_params(client, run.info.run_id, {"sweep.overrides": " ".join(overrides)[:6000], "sweep.size": str(size)})
+    return run.info.run_id
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    client = _client(uri)
+    for key, value in tags.items():
+        retrying(client.set_tag, run_id, key, value[:5000])
+
+
+def close_run(uri: str, run_id: str, status: str, error: str = "") -> None:
+    """End the run with ``status``; a failure's one-line reason goes into the ``error`` tag."""
+    client = _client(uri)
+    if error:
+        retrying(client.set_tag, run_id, "error", error[:5000])
+    retrying(client.set_terminated, run_id, status=status)
 
 
 def run_status(uri: str, run_id: str) -> str:
-    return _client(uri).get_run(run_id).info.status
+    return retrying(_client(uri).get_run, run_id).info.status
+
+
+def children(uri: str, parent_id: str) -> list[Any]:
+    """The runs whose ``mlflow.parentRunId`` is ``parent_id``."""
+    client = _client(uri)
+    parent = retrying(client.get_run, parent_id)
+    return retrying(
+        client.search_runs, [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
+        max_results=10_000,
+    )
+
+
+def close_parent_if_done(uri: str, parent_id: str) -> str | None:
+    """End the parent once every child has ended: FINISHED when all finished, FAILED otherwise.
+    Each child calls this after ending itself, so whichever ends last sees them all ended;
+    two children ending together both write the same status. Returns the status set, if any."""
+    client = _client(uri)
+    size = int(retrying(client.get_run, parent_id).data.params.get("sweep.size", "0"))
+    statuses = [run.info.status for run in children(uri, parent_id)]
+    if len(statuses) < size or any(status not in TERMINAL for status in statuses):
+        return None
+    status = "FINISHED" if all(status == "FINISHED" for status in statuses) else "FAILED"
+    retrying(client.set_terminated, parent_id, status=status)
+    return status
+
+
+def _git_commit() -> str:
+    from dlcomm.spec import git_commit
+
+    return git_commit()
 
 
 class RunLogger:
@@ -140,7 +228,7 @@ class RunLogger:
         now = int(time.time() * 1000)
         batch = [Metric(key, float(value), now, int(step)) for key, value, step in points]
         for start in range(0, len(batch), _METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=batch[start : start + _METRICS_PER_BATCH])
+            retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + _METRICS_PER_BATCH])
 
     def log_artifact(self, path: Path) -> None:
-        self.client.log_artifact(self.run_id, str(path))
+        retrying(self.client.log_artifact, self.run_id, str(path))
