@@ -40,6 +40,8 @@ ClusterName=dlcomm-local
 SlurmctldHost=$HOST
 SlurmUser=root
 AuthType=auth/munge
+# a requeued job waits this long before it may start again (default 120 s)
+AuthInfo=cred_expire=10
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres

@@ -73,3 +73,135 @@ def test_more_nodes_than_the_partition_has_is_refused(home) -> None:
         "pass one of them, or leave it empty for the default"
     )
     assert not (home / "results" / "mlflow.db").exists()
+
+
+# ---- sweeps as job arrays ------------------------------------------------------------------
+
+def _client(home: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+
+
+def _parent_id(result) -> str:
+    return re.search(r"parent mlflow run ([0-9a-f]{32})", result.stdout).group(1)
+
+
+def _children(home: Path, parent: str) -> list:
+    client = _client(home)
+    experiment = client.get_run(parent).info.experiment_id
+    return client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+
+
+def _wait_until_ended(home: Path, parent: str, count: int, timeout_s: float) -> list:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = _children(home, parent)
+        if len(runs) == count and all(run.info.status != "RUNNING" for run in runs):
+            return runs
+        assert time.monotonic() < deadline, [(run.info.run_name, run.info.status) for run in runs]
+        time.sleep(3)
+
+
+@needs_slurm
+def test_a_sweep_is_one_job_array_of_child_runs_under_one_parent(home) -> None:
+    result = run_cli(home, "train", "-m", "seed=1,2", "algo=allreduce,local_sgd", *FAST, "launcher=slurm", "nodes=1",
+                     "workers_per_node=2", "train.max_steps=20", "train.threads_per_rank=1")
+    assert result.returncode == 0, result.stderr
+    arrays = re.findall(r"submitted SLURM job array (\d+) \((\d+) elements", result.stdout)
+    assert arrays and len(arrays) == 1 and arrays[0][1] == "4", result.stdout
+    parent = _parent_id(result)
+    assert _client(home).get_run(parent).info.status == "RUNNING"  # returned before the jobs finished
+    assert all(run.info.status == "RUNNING" for run in _children(home, parent))
+
+    runs = _wait_until_ended(home, parent, 4, 400)
+    assert sorted(run.info.status for run in runs) == ["FINISHED"] * 4
+    assert {run.data.tags["slurm_job_id"] for run in runs} == {f"{arrays[0][0]}_{i}" for i in range(4)}
+    assert {(run.data.params["seed"], run.data.tags["algo"]) for run in runs} == {
+        ("1", "allreduce"), ("1", "local_sgd"), ("2", "allreduce"), ("2", "local_sgd")}
+    assert all(run.data.metrics["final/steps"] == 20 for run in runs)
+    parent_run = _client(home).get_run(parent)
+    assert parent_run.info.status == "FINISHED"
+    assert parent_run.data.params["sweep.overrides"].startswith("seed=1,2 algo=allreduce,local_sgd")
+    assert parent_run.data.params["sweep.size"] == "4"
+    assert parent_run.data.tags["slurm_array_job_ids"] == arrays[0][0]
+
+
+@needs_slurm
+def test_eight_elements_writing_one_sqlite_store_at_once_lose_nothing(home) -> None:
+    epochs = 3
+    result = run_cli(home, "train", "-m", "seed=range(1,9)", "dataset=synthetic", "dataset.train_size=512",
+                     "dataset.test_size=256", "train.eval_batch_size=256", "train.batch_size=32",
+                     f"train.epochs={epochs}", "train.eval_every=1", "launcher=slurm", "nodes=1", "workers_per_node=1",
+                     "launcher.array_parallelism=8")
+    assert result.returncode == 0, result.stderr
+    parent = _parent_id(result)
+    runs = _wait_until_ended(home, parent, 8, 500)
+    assert [run.info.status for run in runs] == ["FINISHED"] * 8
+    client = _client(home)
+    for run in runs:
+        for name in ("epoch/test_acc_mean", "epoch/train_loss", "epoch/time_per_iter_s"):
+            steps = sorted(point.step for point in client.get_metric_history(run.info.run_id, name))
+            assert steps == list(range(1, epochs + 1)), (run.data.params["seed"], name, steps)
+        assert len(client.get_metric_history(run.info.run_id, "iter/train_loss")) == epochs * 16
+    assert client.get_run(parent).info.status == "FINISHED"
+
+
+@needs_slurm
+def test_a_failing_element_is_failed_with_its_error_and_spares_the_others(home, tmp_path) -> None:
+    """Both dataset roots exist when the array is submitted (held); one is removed before it runs."""
+    source = Path("/usr/share/datasets/fashion-mnist")
+    if not source.is_dir():
+        pytest.skip("Fashion-MNIST is not installed")
+    roots = [tmp_path / "data_ok", tmp_path / "data_gone"]
+    for root in roots:
+        root.mkdir()
+        for item in source.iterdir():
+            (root / item.name).symlink_to(item)
+    result = run_cli(home, "train", "-m", f"dataset.root={roots[0]},{roots[1]}", "dataset=fashion_mnist",
+                     "train.max_steps=10", "train.epochs=1", "launcher=slurm", "nodes=1", "workers_per_node=2",
+                     "+launcher.sbatch_args.hold=true")
+    assert result.returncode == 0, result.stderr
+    array = re.search(r"submitted SLURM job array (\d+)", result.stdout).group(1)
+    shutil.rmtree(roots[1])  # gone from the "compute node" before the element starts
+    subprocess.run(["scontrol", "release", array], check=True)
+    runs = {run.data.params["dataset.root"]: run for run in _wait_until_ended(home, _parent_id(result), 2, 400)}
+    assert runs[str(roots[0])].info.status == "FINISHED"
+    assert runs[str(roots[0])].data.metrics["final/steps"] == 10
+    failed = runs[str(roots[1])]
+    assert failed.info.status == "FAILED"
+    assert "data_gone" in failed.data.tags["error"], failed.data.tags["error"]
+    logs = home / "results" / "sweeps" / _parent_id(result) / "slurm"
+    job = failed.data.tags["slurm_job_id"]
+    assert "data_gone" in (logs / f"{job}_0_log.err").read_text()
+    assert _client(home).get_run(_parent_id(result)).info.status == "FAILED"
+
+
+@needs_slurm
+def test_a_run_stopped_by_the_warning_signal_is_requeued_and_ends_as_if_never_stopped(home) -> None:
+    """Two identical runs in one array; SLURM sends element 0 its time-limit warning signal
+    (USR2) mid-training: it checkpoints, requeues, resumes into the same MLflow run, and
+    ends with exactly the numbers of element 1."""
+    result = run_cli(home, "train", "-m", "tracking.run_name=stopped,straight", "dataset=synthetic",
+                     "dataset.train_size=4096", "dataset.test_size=512", "train.eval_batch_size=256", "train.epochs=3",
+                     "train.batch_size=32", "train.threads_per_rank=1", "train.eval_every=1", "launcher=slurm",
+                     "nodes=1", "workers_per_node=2", "launcher.check_every=5")
+    assert result.returncode == 0, result.stderr
+    array, parent = re.search(r"submitted SLURM job array (\d+)", result.stdout).group(1), _parent_id(result)
+    stopped = next(run for run in _children(home, parent) if run.info.run_name == "stopped")
+    deadline = time.monotonic() + 300
+    while not _client(home).get_metric_history(stopped.info.run_id, "epoch/train_loss"):  # after epoch 1
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    subprocess.run(["scancel", "--signal=USR2", f"{array}_0"], check=True)
+    runs = {run.info.run_name: run for run in _wait_until_ended(home, parent, 2, 500)}
+    assert runs["stopped"].info.status == runs["straight"].info.status == "FINISHED"
+    assert runs["stopped"].data.tags["requeues"] == "1" and "requeues" not in runs["straight"].data.tags
+    client = _client(home)
+    for name in ("final/test_acc_mean", "final/train_loss", "final/steps", "final/test_acc_avg_model"):
+        assert runs["stopped"].data.metrics[name] == runs["straight"].data.metrics[name], name
+    for name in ("epoch/test_acc_mean", "epoch/train_loss", "iter/train_loss"):
+        series = [sorted((p.step, p.value) for p in client.get_metric_history(runs[k].info.run_id, name))
+                  for k in ("stopped", "straight")]
+        assert series[0] == series[1], name
+    assert not (home / "results" / "runs" / runs["stopped"].info.run_id / "checkpoints").exists()

@@ -67,5 +67,13 @@ class Algorithm:
         """Parameters to evaluate are in the model while inside (by default: as they are)."""
         yield
 
+    def state_dict(self) -> dict:
+        """State beyond the model and optimizer that the next steps depend on (push-sum weights,
+        error-feedback memories, ...), for checkpoints; stateless algorithms keep none."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
     def serve(self, role: str) -> None:
         raise NotImplementedError(f"{self.name} declares no service role {role!r}")

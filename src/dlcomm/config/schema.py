@@ -123,6 +123,9 @@ class SlurmLauncherConfig(LauncherConfig):
     setup: List[str] = field(default_factory=list)  # shell lines run before the job (module load ..., source venv)
     sbatch_args: Dict[str, str] = field(default_factory=dict)  # extra #SBATCH key=value pairs
     wait: bool = False  # block until the job ends, with progress, instead of returning at once
+    max_requeue: int = 3  # preempted or timed out: checkpoint and requeue up to this many times (0: never)
+    signal_delay_s: int = 90  # SLURM's warning signal (USR2) this long before the time limit
+    check_every: int = 10  # iterations between the ranks' checks for the warning signal
 
 
 @dataclass

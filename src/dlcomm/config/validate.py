@@ -38,7 +38,18 @@ def validate_run(cfg: Any) -> None:
     require(optim.schedule in ("constant", "cosine", "multistep"), "optim.schedule", optim.schedule, "use constant, cosine or multistep")
     require(optim.warmup_epochs >= 0, "optim.warmup_epochs", optim.warmup_epochs, "use 0 (no warm-up) or a positive number of epochs")
     require(cfg.launcher.backend in ("auto", "gloo", "nccl"), "launcher.backend", cfg.launcher.backend, "use auto, gloo or nccl")
+    if cfg.launcher.name == "slurm":
+        validate_slurm(cfg.launcher)
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
+
+
+def validate_slurm(launcher: Any) -> None:
+    require(launcher.time_min >= 1, "launcher.time_min", launcher.time_min, "pass the job's time limit in minutes, 1 or more")
+    require(launcher.max_requeue >= 0, "launcher.max_requeue", launcher.max_requeue, "use 0 (never requeue) or a positive count")
+    require(launcher.check_every >= 1, "launcher.check_every", launcher.check_every, "pass a positive number of iterations")
+    require(0 <= launcher.signal_delay_s < launcher.time_min * 60, "launcher.signal_delay_s", launcher.signal_delay_s,
+            "the warning must come within the time limit: use 0 up to launcher.time_min*60 seconds")
+    require(launcher.array_parallelism >= 1, "launcher.array_parallelism", launcher.array_parallelism, "pass a positive count")
 
 
 def validate_network(network: Any, world: int) -> None:

@@ -8,6 +8,7 @@ augmentation) from ``(seed, rank)``, so the same config and seed give the same n
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from dlcomm.comm.layout import ClusterLayout
 from dlcomm.data import build_dataset
 from dlcomm.models import build_model
 from dlcomm.spec import RunSpec
+from dlcomm.train.checkpoint import Checkpointing, WarningSignal
 from dlcomm.train.loop import TrainLoop, plan_steps
 from dlcomm.train.optim import build_optimizer, build_scheduler
 
@@ -51,10 +53,13 @@ def threads_per_rank(requested: int, local_ranks: int) -> int:
 
 
 def run_rank(
-    spec: RunSpec, rank: int, store_host: str, store_port: int, machine_rank: int, local_ranks: int
+    spec: RunSpec, rank: int, store_host: str, store_port: int, machine_rank: int, local_ranks: int,
+    resumable: bool = False, warning: WarningSignal | None = None, check_every: int = 10,
 ) -> dict[str, float]:
     """Train as ``rank`` of the job whose rendezvous store listens on ``store_host:store_port``;
-    this process is number ``machine_rank`` of the ``local_ranks`` on its machine."""
+    this process is number ``machine_rank`` of the ``local_ranks`` on its machine. ``resumable``:
+    checkpoint at epoch ends (and, with ``warning``, when the scheduler warns, checking every
+    ``check_every`` iterations) and resume from the run's newest checkpoint."""
     cfg = spec.cfg()
     torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
     layout = ClusterLayout(cfg.nodes, cfg.workers_per_node)
@@ -77,10 +82,13 @@ def run_rank(
             reporter = Rank0Reporter(spec, cfg.train.batch_size, layout.world_size, cfg.train.epochs)
         per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
         scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
-        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter).run()
+        checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None
+        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing).run()
         if cfg.train.save_model:
             torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
         channel.barrier()
+        if checkpointing is not None and rank == 0:  # the run is complete: its checkpoints are not needed
+            shutil.rmtree(checkpointing.folder, ignore_errors=True)
         return summary
     finally:
         cluster.close()

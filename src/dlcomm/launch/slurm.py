@@ -78,6 +78,13 @@ class RankTask:
     training ends, FAILED by a rank that raises (its one-line reason in the run's ``error``
     tag, the traceback in the task's log), KILLED when SLURM ends the job (``scancel``, the
     time limit). A sweep element then ends its parent if it was the last to end.
+
+    Preemption and time limits (``launcher.max_requeue`` > 0): the ranks checkpoint at epoch
+    ends and, on SLURM's warning signal (USR2, ``launcher.signal_delay_s`` before the limit),
+    after the next agreed iteration; rank 0 then requeues the job (``scontrol requeue``), which
+    SLURM starts again with the same pickled task, and the run resumes from its checkpoint into
+    the same MLflow run (tag ``requeues`` counts the restarts). Past ``max_requeue`` the run
+    is KILLED.
     """
 
     spec: RunSpec
@@ -89,13 +96,19 @@ class RankTask:
         import torch.distributed as dist
 
         from dlcomm.launch.rank import run_rank
+        from dlcomm.train.checkpoint import Preempted, WarningSignal
 
         env = submitit.JobEnvironment()
-        cfg = self.spec.config
+        cfg, launcher = self.spec.config, self.spec.config["launcher"]
+        resumable = launcher["max_requeue"] > 0
+        warning = WarningSignal(signal.SIGUSR2) if resumable else None  # replaces submitit's own handler
         host, port = env.hostnames[0], rendezvous_port(env.raw_job_id)
         terminated: list[int] = []
+        requeuing: list[bool] = []
 
         def on_sigterm(signum: int, frame: object) -> None:  # scancel or the time limit: end like Ctrl-C
+            if requeuing:  # SLURM stops the job it requeues: leave quietly, the run goes on
+                os._exit(0)
             terminated.append(signum)
             raise KeyboardInterrupt
 
@@ -107,7 +120,13 @@ class RankTask:
         os.environ.setdefault("OMP_NUM_THREADS", str(cfg["launcher"]["cpus_per_task"]))
         try:
             summary = run_rank(self.spec, env.global_rank, host, port, machine_rank=env.local_rank,
-                               local_ranks=cfg["workers_per_node"])
+                               local_ranks=cfg["workers_per_node"], resumable=resumable, warning=warning,
+                               check_every=launcher["check_every"])
+        except Preempted as stop:
+            requeuing.append(True)
+            if env.global_rank == 0:
+                self._requeue(stop, env.raw_job_id)
+            return {}
         except BaseException as error:
             if terminated:
                 self._end("KILLED", "SLURM ended the job (scancel, or the time limit without a requeue)")
@@ -119,6 +138,21 @@ class RankTask:
         if env.global_rank == 0:
             self._end("FINISHED")
         return summary
+
+    def _requeue(self, stop: BaseException, job_id: str) -> None:
+        """Requeue this job (or array element) unless it has been requeued ``max_requeue`` times."""
+        import subprocess
+
+        from dlcomm.tracking.mlflow_run import set_tags
+
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+        limit = self.spec.config["launcher"]["max_requeue"]
+        if restarts >= limit:
+            self._end("KILLED", f"{stop} but the job was already requeued {restarts} times (launcher.max_requeue={limit})")
+            return
+        set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
+        print(f"dlcomm: {stop}; requeueing SLURM job {job_id} ({restarts + 1} of at most {limit})", flush=True)
+        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
 
     def _end(self, status: str, error: str = "") -> None:
         from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
@@ -144,9 +178,12 @@ def _executor(folder: Path, cfg: dict[str, Any]) -> Any:
         "ntasks_per_node": cfg["workers_per_node"],
         "cpus_per_task": launcher["cpus_per_task"],
         "time": launcher["time_min"],
+        "signal_delay_s": launcher["signal_delay_s"],
         "array_parallelism": launcher["array_parallelism"],
         "setup": list(launcher["setup"]),
-        "additional_parameters": dict(launcher["sbatch_args"]),
+        # a bare flag (e.g. --hold) is written as {hold: true}
+        "additional_parameters": {key: True if str(value).lower() == "true" else value
+                                  for key, value in launcher["sbatch_args"].items()},
     }
     optional = {
         "partition": launcher["partition"], "account": launcher["account"], "qos": launcher["qos"],

@@ -51,11 +51,14 @@ class Rank0Reporter:
         self._time_ema = math.nan
         self._timings: list[pd.DataFrame] = []
 
-    def start(self, total_steps: int) -> None:
+    def start(self, total_steps: int, done_steps: int = 0, rows: list[tuple] | None = None) -> None:
+        """``done_steps`` and the finished epochs' ``rows`` are those of a resumed run."""
         config_path = self.run_dir / "config.yaml"
         config_path.write_text(OmegaConf.to_yaml(self.spec.config))
         self.logger.log_artifact(config_path)
-        self.bar = tqdm(total=total_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5)
+        if rows:
+            self._timings.append(pd.DataFrame(rows, columns=list(names.TIMING_COLUMNS)))
+        self.bar = tqdm(total=total_steps, initial=done_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5)
 
     def iteration(self, step: int, loss: float, time_s: float) -> None:
         self._loss_ema = loss if math.isnan(self._loss_ema) else 0.9 * self._loss_ema + 0.1 * loss

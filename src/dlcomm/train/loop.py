@@ -7,14 +7,22 @@ Per iteration it records a timing row (see ``metrics.names.TIMING_COLUMNS``):
 ``sim_*`` columns are the same split on the modelled cluster's clock and ``comm_modelled_s``
 the cost model's total for the iteration's operations. At every epoch end the rows are
 gathered to rank 0 and handed, with the epoch's metrics, to the reporter.
+
+With a :class:`~dlcomm.train.checkpoint.Checkpointing` the loop saves its whole state at epoch
+ends and when the scheduler warns of preemption (then raises ``Preempted``), and a new start of
+the same run resumes from the newest complete checkpoint, mid-epoch included: the epoch's
+batches are replayed up to where it stopped (so augmentation draws the same numbers) and its
+timing rows so far are restored, so the resumed run computes exactly what an uninterrupted one
+does.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from time import perf_counter
 from typing import Any, Protocol
 
@@ -25,6 +33,7 @@ from dlcomm.comm.channel import Channel
 from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import UserError
 from dlcomm.metrics import names
+from dlcomm.train.checkpoint import Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
 
@@ -32,7 +41,7 @@ from dlcomm.train.memory import PssMonitor, peak_rss_mib
 class Reporter(Protocol):
     """Where rank 0 sends what the loop measured (the MLflow tracker, or nothing)."""
 
-    def start(self, total_steps: int) -> None: ...
+    def start(self, total_steps: int, done_steps: int = 0, rows: list[tuple] | None = None) -> None: ...
     def iteration(self, step: int, loss: float, time_s: float) -> None: ...
     def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None: ...
     def finish(self, metrics: dict[str, float]) -> None: ...
@@ -46,6 +55,10 @@ class TrainState:
     started: float = field(default_factory=perf_counter)
     train_wall_s: float = 0.0  # wall time of the epochs' iterations (evaluation excluded)
     reached: dict[str, float] = field(default_factory=dict)  # time to train.target_acc
+    # where the current epoch stands (for a mid-epoch checkpoint)
+    epoch_batches: int = 0
+    epoch_rows: list[tuple] = field(default_factory=list)
+    epoch_wall_s: float = 0.0
 
 
 def hooked_step(
@@ -88,6 +101,7 @@ class TrainLoop:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         data: Any,
         reporter: Reporter | None,
+        checkpointing: Checkpointing | None = None,
     ) -> None:
         self.cfg = cfg
         self.channel = channel
@@ -102,6 +116,41 @@ class TrainLoop:
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
         self.state = TrainState()
         self.memory = PssMonitor()
+        self.checkpointing = checkpointing
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the rest of the run depends on: model, optimizer, schedule, algorithm,
+        the loop's own state (timing rows included) and this rank's random generators."""
+        loop = asdict(self.state)
+        loop["elapsed_s"] = perf_counter() - loop.pop("started")
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "loop": loop,
+            "torch_rng": torch.get_rng_state(),
+        }
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        loop = dict(state["loop"])
+        elapsed = loop.pop("elapsed_s")
+        self.state = TrainState(**loop, started=perf_counter() - elapsed)
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
+
+    def _checkpoint(self) -> None:
+        if self.checkpointing is not None:
+            self.checkpointing.save(self.state.step, self.state_dict(), self.channel.barrier)
 
     # ---- the loop --------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -113,23 +162,32 @@ class TrainLoop:
                 f"train.batch_size={train.batch_size} is invalid: each of the {world} workers holds only "
                 f"{self.data.train_size // world} training samples; pass a smaller train.batch_size or fewer workers"
             )
+        saved = self.checkpointing.load() if self.checkpointing is not None else None
+        if saved is not None:
+            self.load_state_dict(saved)
         if self.reporter:
-            self.reporter.start(total)
+            self.reporter.start(total, self.state.step, self.state.rows)
         self.model.train()
         last: dict[str, float] = {}
-        for epoch in range(train.epochs):
+        for epoch in range(self.state.epoch, train.epochs):
             self.state.epoch = epoch
             indices = epoch_partition(self.data.train_size, world, rank, self.cfg.seed, epoch)
             augment_seed = (self.cfg.seed * 1_000_003 + epoch * 10_007 + rank) % 2**31
-            epoch_start = perf_counter()
-            epoch_rows = self._train_epoch(self.data.train_batches(indices, train.batch_size, augment_seed), total)
-            train_wall_s = perf_counter() - epoch_start
+            batches = self.data.train_batches(indices, train.batch_size, augment_seed)
+            if self.state.epoch_batches:  # resumed mid-epoch: replay the batches already trained on
+                batches = itertools.islice(batches, self.state.epoch_batches, None)
+            self._train_epoch(batches, total)
+            train_wall_s = self.state.epoch_wall_s
+            epoch_rows = self.state.epoch_rows
+            self.state.epoch_rows, self.state.epoch_batches, self.state.epoch_wall_s = [], 0, 0.0
             self.algorithm.end_epoch(epoch)
             finished = self.state.step >= total
             evaluate_now = finished or epoch == train.epochs - 1 or (train.eval_every > 0 and (epoch + 1) % train.eval_every == 0)
             last = self._end_epoch(epoch, epoch_rows, train_wall_s, evaluate_now)
             if finished:
                 break
+            self.state.epoch = epoch + 1
+            self._checkpoint()
         summary = self._summary(last)
         peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop()), dst=0)
         if peaks is not None:
@@ -139,9 +197,12 @@ class TrainLoop:
             self.reporter.finish(summary)
         return summary
 
-    def _train_epoch(self, batches: Any, total: int) -> list[tuple]:
-        rows: list[tuple] = []
+    def _train_epoch(self, batches: Any, total: int) -> None:
+        """Train on ``batches`` until they or the run's steps run out; the epoch's rows, batch
+        count and wall time accumulate in ``self.state``."""
+        rows = self.state.epoch_rows
         node, rank, epoch = self.cluster.node, self.cluster.rank, self.state.epoch
+        epoch_start = perf_counter() - self.state.epoch_wall_s
         fetch_start = perf_counter()
         for inputs, labels in batches:
             if self.state.step >= total:
@@ -166,10 +227,15 @@ class TrainLoop:
                  comm.modelled_s, comm.overruns)
             )
             self.state.step += 1
+            self.state.epoch_batches += 1
             if self.reporter:
                 self.reporter.iteration(step, loss_value, time_s)
+            if self.checkpointing is not None and self.state.step < total and self.checkpointing.stop_now(self.state.step):
+                self.state.epoch_wall_s = perf_counter() - epoch_start
+                self._checkpoint()
+                raise Preempted(self.state.step)
             fetch_start = perf_counter()
-        return rows
+        self.state.epoch_wall_s = perf_counter() - epoch_start
 
     def _maybe_fail(self) -> None:
         debug = self.cfg.debug

@@ -1,0 +1,94 @@
+"""Checkpoints for preemption and time limits: save at epoch ends and when the scheduler warns,
+resume where the last complete checkpoint left off.
+
+Layout: ``<run_dir>/checkpoints/step<N>/rank<r>.pt``, one file per rank, and ``latest``, which
+names the newest step that EVERY rank finished writing (rank 0 writes it after a barrier), so a
+job killed halfway through saving resumes from the previous complete checkpoint.
+
+The warning signal (SLURM sends ``SIGUSR2`` ``signal_delay_s`` before the time limit, or on
+``scancel --signal=USR2``) reaches the ranks at slightly different moments, so a rank only
+raises a flag; every ``check_every`` iterations the ranks take the MAX of their flags in a
+one-integer allreduce (outside the timed region, and not through the Channel, so nothing is
+recorded as the algorithm's communication) and all of them stop after the same iteration.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+
+class Preempted(Exception):
+    """Every rank saved a checkpoint at ``step`` after the warning signal; the job should requeue."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"stopped after step {step} on the scheduler's warning signal; checkpoint saved")
+        self.step = step
+
+
+class WarningSignal:
+    """A flag raised by the scheduler's warning signal (install it as early as possible: an
+    uncaught SIGUSR2 would end the process)."""
+
+    def __init__(self, signum: int = signal.SIGUSR2) -> None:
+        self.raised = False
+        signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.raised = True
+
+
+class Checkpointing:
+    def __init__(self, folder: Path, rank: int, device: torch.device, warning: WarningSignal | None = None,
+                 check_every: int = 10) -> None:
+        self.folder = Path(folder)
+        self.rank = rank
+        self.device = device
+        self.warning = warning
+        self.check_every = max(1, check_every)
+
+    # ---- the stop agreement --------------------------------------------------------------
+    def stop_now(self, steps_done: int) -> bool:
+        """After ``steps_done`` iterations: did any rank get the warning? (Same answer on every rank.)"""
+        if self.warning is None or steps_done % self.check_every:
+            return False
+        flag = torch.tensor([int(self.warning.raised)], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    # ---- files ---------------------------------------------------------------------------
+    def latest_step(self) -> int | None:
+        marker = self.folder / "latest"
+        return int(marker.read_text().strip()) if marker.is_file() else None
+
+    def load(self) -> dict[str, Any] | None:
+        """This rank's part of the newest complete checkpoint, or None."""
+        step = self.latest_step()
+        if step is None:
+            return None
+        return torch.load(self.folder / f"step{step}" / f"rank{self.rank}.pt", map_location=self.device, weights_only=False)
+
+    def save(self, step: int, state: dict[str, Any], barrier: Callable[[], None]) -> None:
+        """Write this rank's ``state``; once all ranks have, rank 0 marks ``step`` the newest and
+        removes older checkpoints."""
+        target = self.folder / f"step{step}"
+        target.mkdir(parents=True, exist_ok=True)
+        partial = target / f"rank{self.rank}.pt.partial"
+        torch.save(state, partial)
+        os.replace(partial, target / f"rank{self.rank}.pt")
+        barrier()
+        if self.rank == 0:
+            previous = self.latest_step()
+            marker = self.folder / "latest.partial"
+            marker.write_text(f"{step}\n")
+            os.replace(marker, self.folder / "latest")
+            if previous is not None and previous != step:
+                for old in (self.folder / f"step{previous}").glob("rank*.pt"):
+                    old.unlink()
+                (self.folder / f"step{previous}").rmdir()
+        barrier()
