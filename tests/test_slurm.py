@@ -205,3 +205,24 @@ def test_a_run_stopped_by_the_warning_signal_is_requeued_and_ends_as_if_never_st
                   for k in ("stopped", "straight")]
         assert series[0] == series[1], name
     assert not (home / "results" / "runs" / runs["stopped"].info.run_id / "checkpoints").exists()
+
+
+@needs_slurm
+def test_plain_sbatch_array_runs_the_lines_of_an_exported_sweep(home) -> None:
+    exported = run_cli(home, "sweep", "export", "-m", "seed=1,2")
+    assert exported.returncode == 0 and exported.stdout.splitlines() == ["seed=1", "seed=2"]
+    (home / "sweep.txt").write_text(exported.stdout)
+    env = cli_env(home)
+    env["DLCOMM"] = str(Path(sys.executable).with_name("dlcomm"))
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--array=0-1", "--ntasks-per-node=2", str(ROOT / "slurm" / "array.sbatch"), "sweep.txt",
+         *FAST, "train.max_steps=10"], cwd=home, env=env, capture_output=True, text=True, check=True)
+    array = submitted.stdout.strip()
+    deadline = time.monotonic() + 300
+    while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline
+        time.sleep(3)
+    runs = _client(home).search_runs([_client(home).get_experiment_by_name("dlcomm").experiment_id])
+    assert sorted((run.data.params["seed"], run.info.status) for run in runs) == [("1", "FINISHED"), ("2", "FINISHED")]
+    assert all(run.data.tags["launcher"] == "srun" and run.data.tags["world_size"] == "2" for run in runs)
+    assert all(run.data.metrics["final/steps"] == 10 for run in runs)

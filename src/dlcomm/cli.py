@@ -96,7 +96,13 @@ def _train(overrides: list[str]) -> int:
     from dlcomm.run import prepare_run, run_local, run_slurm
 
     spec = prepare_run(overrides)
-    return run_slurm(spec) if spec.config["launcher"]["name"] == "slurm" else run_local(spec)
+    launcher = spec.config["launcher"]["name"]
+    if launcher == "srun":
+        from dlcomm.launch.slurm import run_in_allocation
+
+        run_in_allocation(spec)
+        return 0
+    return run_slurm(spec) if launcher == "slurm" else run_local(spec)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def check_runnable(cfg: DictConfig) -> None:
 
         check_slurm_available()
         check_partition_fits(cfg.nodes, cfg.launcher.partition)
-    elif cfg.train.device == "cuda":  # on SLURM the GPUs are on the compute nodes, not here
+    elif cfg.train.device == "cuda" and cfg.launcher.name == "local":  # on SLURM the GPUs are on the compute nodes, not here
         import torch
 
         if not torch.cuda.is_available():

@@ -38,7 +38,7 @@ def validate_run(cfg: Any) -> None:
     require(optim.schedule in ("constant", "cosine", "multistep"), "optim.schedule", optim.schedule, "use constant, cosine or multistep")
     require(optim.warmup_epochs >= 0, "optim.warmup_epochs", optim.warmup_epochs, "use 0 (no warm-up) or a positive number of epochs")
     require(cfg.launcher.backend in ("auto", "gloo", "nccl"), "launcher.backend", cfg.launcher.backend, "use auto, gloo or nccl")
-    if cfg.launcher.name == "slurm":
+    if cfg.launcher.name in ("slurm", "srun"):
         validate_slurm(cfg.launcher)
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
 

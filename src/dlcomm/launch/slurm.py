@@ -20,7 +20,7 @@ from typing import Any
 from dlcomm.errors import UserError
 from dlcomm.spec import RunSpec
 
-_PORT_BASE, _PORT_SPAN = 20000, 20000
+_PORT_BASE, _PORT_SPAN = 20000, 12768  # below Linux's ephemeral ports (32768 and up)
 
 
 def check_slurm_available() -> None:
@@ -89,7 +89,8 @@ class RankTask:
 
     spec: RunSpec
 
-    def __call__(self) -> dict[str, float]:
+    def __call__(self, store: Any = None) -> dict[str, float]:
+        """Train as this task's rank; ``store``: rank 0's rendezvous store if already made."""
         import signal
 
         import submitit
@@ -113,8 +114,7 @@ class RankTask:
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, on_sigterm)
-        store = None
-        if env.global_rank == 0:  # the master store lives as long as rank 0 trains
+        if store is None and env.global_rank == 0:  # the master store lives as long as rank 0 trains
             store = dist.TCPStore(host, port, env.num_tasks, is_master=True, wait_for_workers=False,
                                   timeout=timedelta(seconds=300))
         os.environ.setdefault("OMP_NUM_THREADS", str(cfg["launcher"]["cpus_per_task"]))
@@ -160,6 +160,46 @@ class RankTask:
         close_run(self.spec.tracking_uri, self.spec.run_id, status, error)
         if self.spec.parent_run_id:
             close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id)
+
+
+def run_in_allocation(spec: RunSpec) -> dict[str, float]:
+    """``launcher=srun``: this process is one task of an srun step in an allocation the user made
+    (``slurm/single.sbatch``, ``slurm/array.sbatch``). Rank 0 opens the MLflow run, or reopens
+    the one this SLURM job started before a requeue, and hands its id to the others through the
+    rendezvous store; then every task trains as :class:`RankTask` does."""
+    import submitit
+    import torch.distributed as dist
+
+    from dlcomm.paths import results_dir
+    from dlcomm.tracking.mlflow_run import open_run
+
+    os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
+    if "SLURM_JOB_ID" not in os.environ or "SLURM_PROCID" not in os.environ:
+        raise UserError("launcher=srun is invalid outside an srun step: run it as `srun dlcomm train launcher=srun ...` "
+                        "inside sbatch (see slurm/single.sbatch), or use launcher=slurm to submit from here")
+    env = submitit.JobEnvironment()
+    cfg = spec.config
+    if (cfg["nodes"], cfg["nodes"] * cfg["workers_per_node"]) != (env.num_nodes, env.num_tasks):
+        raise UserError(
+            f"nodes={cfg['nodes']} workers_per_node={cfg['workers_per_node']} is invalid in this allocation of "
+            f"{env.num_nodes} node(s) and {env.num_tasks} task(s): pass nodes=$SLURM_JOB_NUM_NODES "
+            "workers_per_node=$SLURM_NTASKS_PER_NODE (as slurm/*.sbatch do)"
+        )
+    store = dist.TCPStore(env.hostnames[0], rendezvous_port(env.raw_job_id), env.num_tasks,
+                          is_master=env.global_rank == 0, wait_for_workers=False, timeout=timedelta(seconds=600))
+    if env.global_rank == 0:
+        marker = results_dir() / "runs" / "slurm-jobs" / env.raw_job_id  # this job's run, across requeues
+        if marker.is_file():
+            run_id = marker.read_text().strip()
+        else:
+            run_id = open_run(spec, {"slurm_job_id": env.job_id})
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(run_id + "\n")
+        store.set("dlcomm/run_id", run_id)
+    run_id = store.get("dlcomm/run_id").decode()
+    run_dir = results_dir() / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return RankTask(spec.with_run(run_id, run_dir))(store if env.global_rank == 0 else None)
 
 
 def _one_line(error: BaseException) -> str:

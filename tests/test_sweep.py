@@ -1,0 +1,48 @@
+"""Sweeps without SLURM: Hydra's expansion, `dlcomm sweep export`, and a local sweep's runs."""
+
+from __future__ import annotations
+
+import shlex
+
+from conftest import FAST, run_cli
+
+from dlcomm.sweep import expand, export_lines, swept_keys
+
+
+def test_expansion_is_the_product_with_the_last_key_fastest() -> None:
+    assert expand(["a=1,2", "b=x,y", "c=3"]) == [
+        ["a=1", "b=x", "c=3"], ["a=1", "b=y", "c=3"], ["a=2", "b=x", "c=3"], ["a=2", "b=y", "c=3"]]
+    assert [element[0] for element in expand(["seed=range(1,4)"])] == ["seed=1", "seed=2", "seed=3"]
+    assert swept_keys(["a=1,2", "b=x", "c=5,6"]) == ["a", "c"]
+
+
+def test_exported_lines_split_back_into_the_elements() -> None:
+    overrides = ["tracking.run_name='two words',other", "dataset.shape=[1,28,28]"]
+    lines = export_lines(overrides)
+    assert [shlex.split(line) for line in lines] == expand(overrides)
+
+
+def test_export_refuses_a_bad_element_in_one_line(home) -> None:
+    result = run_cli(home, "sweep", "export", "-m", "seed=1,2", "algo=allreduce,nope", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "dlcomm: error: sweep element [seed=1 algo=nope]: Could not find 'algo/nope'. "
+        "Available options in 'algo': allreduce, local_sgd"]
+
+
+def test_a_local_sweep_runs_one_run_after_another_under_a_parent(home) -> None:
+    from mlflow.tracking import MlflowClient
+
+    result = run_cli(home, "train", "-m", "seed=1,2", *FAST, "nodes=2", "train.max_steps=5")
+    assert result.returncode == 0, result.stderr
+    assert "sweep done: 2 of 2 runs finished" in result.stdout
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])
+    parents = [run for run in runs if run.data.tags.get("sweep") == "true"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    children = [run for run in runs if run.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert sorted(run.data.params["seed"] for run in children) == ["1", "2"]
+    assert all(run.info.status == "FINISHED" and run.data.metrics["final/steps"] == 5 for run in children)
+    # one after another: the second started after the first ended
+    first, second = sorted(children, key=lambda run: run.info.start_time)
+    assert second.info.start_time >= first.info.end_time
