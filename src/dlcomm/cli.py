@@ -16,6 +16,7 @@ _EPILOG = """examples:
   dlcomm train -m algo=allreduce,local_sgd seed=1,2   a sweep: 4 runs under one parent run
   dlcomm train -m seed=1,2 launcher=slurm        the same sweep as ONE SLURM job array
   dlcomm sweep export -m seed=1,2,3 > sweep.txt  one line per run, for slurm/array.sbatch
+  dlcomm topology compare=crossover,sgp nodes=16 steps=20   mixing of gossip topologies (Fig. 6)
   dlcomm config algo=local_sgd                   print the composed configuration
 """
 
@@ -36,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("action", choices=["export"])
     sweep.add_argument("-m", "--multirun", action="store_true", help="accepted for symmetry with `train -m`")
     sweep.add_argument("overrides", nargs="*")
+    topology = sub.add_parser("topology", help="mixing analysis of gossip topologies (lambda_2, imbalance): table + plot")
+    topology.add_argument("settings", nargs="*", help="topology=crossover compare=crossover,sgp nodes=16 steps=20 trials=20")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
@@ -56,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _show_config(args.overrides)
         if args.command == "sweep":
             return _export_sweep(args.overrides)
+        if args.command == "topology":
+            return _topology(args.settings)
         if args.multirun:
             from dlcomm.run import run_sweep
 
@@ -75,6 +80,18 @@ def _show_config(overrides: list[str]) -> int:
     from dlcomm.config.compose import compose
 
     print(OmegaConf.to_yaml(compose(overrides)), end="")
+    return 0
+
+
+def _topology(arguments: list[str]) -> int:
+    from dlcomm.paths import results_dir
+    from dlcomm.topology.analysis import analyse, parse_arguments, write
+
+    settings = parse_arguments(arguments)
+    table = analyse(settings)
+    print(table.to_string(index=False, float_format=lambda value: f"{value:.4g}"))
+    csv, png = write(table, settings, results_dir() / "topology")
+    print(f"wrote {csv} and {png}")
     return 0
 
 

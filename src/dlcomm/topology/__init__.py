@@ -1,0 +1,20 @@
+"""Topologies as pure functions of ``(n, seed, step, ...)``: who talks to whom, the groups, and
+the mixing matrices. No communication here; the gossip algorithms and ``dlcomm topology`` share them."""
+
+from dlcomm.topology.graphs import (
+    directed_exponential_peer,
+    exponential_hops,
+    fair_random_permutation,
+    groups,
+    random_destinations,
+    ring_neighbours,
+)
+
+__all__ = [
+    "directed_exponential_peer",
+    "exponential_hops",
+    "fair_random_permutation",
+    "groups",
+    "random_destinations",
+    "ring_neighbours",
+]
