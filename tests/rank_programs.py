@@ -201,3 +201,66 @@ def broadcast_and_allgather_clocks(cluster, channel, compute_s: list[float], num
     channel.end_iteration()
     return {"value": float(payload[0]), "broadcast": (handle.record.start, handle.record.end, handle.record.modelled_s),
             "gathered": [float(t[0]) for t in gathered], "after": channel.clock.now()}
+
+
+# ---- the gossip family ---------------------------------------------------------------------
+
+def _gossip_algorithm(name: str, cluster, channel, **knobs):
+    from dlcomm.algorithms.registry import get_algorithm
+
+    cls = get_algorithm(name)
+    return cls(cls.Config(**knobs), cluster, channel, seed=5)
+
+
+def gossip_step_keeps_the_mean(cluster, channel, name: str, knobs: dict, steps: int) -> list:
+    """Replicas made different, then ``steps`` steps with lr = 0: this rank's parameters before and after each."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    algorithm = _gossip_algorithm(name, cluster, channel, **knobs)
+    algorithm.setup(model, optimizer)
+    with torch.no_grad():
+        noise = torch.Generator().manual_seed(300 + cluster.rank)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=noise))
+    generator = torch.Generator().manual_seed(400 + cluster.rank)
+    states = [_flat(model).numpy().copy()]
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        states.append(_flat(model).numpy().copy())
+    return states
+
+
+def sgp_push_sum(cluster, channel, steps: int) -> list:
+    """SGP with unequal weights (w_i = 1 + rank) and lr = 0: per step, (x_i, w_i, z_i)."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    algorithm = _gossip_algorithm("sgp", cluster, channel, cycle="power2")
+    algorithm.setup(model, optimizer)
+    with torch.no_grad():
+        algorithm.buffer[-1] = 1.0 + cluster.rank
+        algorithm.params.copy_(torch.randn(algorithm.params.shape, generator=torch.Generator().manual_seed(cluster.rank)))
+    generator = torch.Generator().manual_seed(500 + cluster.rank)
+    history = []
+    for step in range(steps + 1):
+        z = _flat(model).numpy().copy()
+        history.append((z * algorithm.weight, algorithm.weight, z))
+        if step < steps:
+            inputs, labels = _batch(generator)
+            hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+    return history
+
+
+def crossover_hier_steps(cluster, channel, steps: int) -> list:
+    """Real training steps of crossover_hier: this rank's parameters after each."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    algorithm = _gossip_algorithm("crossover_hier", cluster, channel)
+    algorithm.setup(model, optimizer)
+    generator = torch.Generator().manual_seed(600 + cluster.rank)
+    states = []
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        states.append(_flat(model).numpy().copy())
+    return states

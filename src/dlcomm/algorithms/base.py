@@ -33,10 +33,11 @@ class Algorithm:
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
     service_roles: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: AlgoConfig, cluster: Cluster, channel: Channel) -> None:
+    def __init__(self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0) -> None:
         self.cfg = cfg
         self.cluster = cluster
         self.channel = channel
+        self.seed = seed  # the run's seed: random topologies draw from it, the same on every rank
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
 

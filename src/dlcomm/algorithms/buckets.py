@@ -69,7 +69,7 @@ def make_buckets(params: list[torch.nn.Parameter], bucket_bytes: int) -> list[Bu
 
     def close() -> None:
         if current:
-            buckets.append(_flat_bucket(list(current)))
+            buckets.append(flat_bucket(list(current)))
             current.clear()
 
     for p in reversed(list(params)):
@@ -84,10 +84,12 @@ def make_buckets(params: list[torch.nn.Parameter], bucket_bytes: int) -> list[Bu
     return buckets
 
 
-def _flat_bucket(params: list[torch.nn.Parameter]) -> Bucket:
+def flat_bucket(params: list[torch.nn.Parameter], extra: int = 0) -> Bucket:
+    """One bucket holding ``params`` in the given order, plus ``extra`` trailing slots (e.g. a
+    push-sum weight that travels in the same message as the parameters)."""
     offsets, total = [], 0
     for p in params:
         offsets.append(total)
         total += p.numel()
-    buffer = torch.zeros(total, dtype=params[0].dtype, device=params[0].device)
+    buffer = torch.zeros(total + extra, dtype=params[0].dtype, device=params[0].device)
     return Bucket(params=params, buffer=buffer, offsets=offsets)

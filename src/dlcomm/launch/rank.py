@@ -73,7 +73,7 @@ def run_rank(
         model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
         torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
         optimizer = build_optimizer(cfg.optim, model)
-        algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel)
+        algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
         algorithm.setup(model, optimizer)
         reporter = None
         if rank == 0:

@@ -1,0 +1,114 @@
+"""SGP, Stochastic Gradient Push (the Crossover-SGD paper's main competitor), one out-peer per
+iteration on the time-varying directed exponential graph.
+
+Push-sum: worker ``i`` keeps a numerator ``x_i`` and a weight ``w_i`` (1 at the start); the
+de-biased parameters ``z_i = x_i / w_i`` are what the gradient is computed at and what is
+evaluated. At iteration ``t``, with ``hop = hops[t mod len(hops)]`` (see
+:func:`dlcomm.topology.graphs.exponential_hops`; ``cycle=power2`` for ``2^(t mod log2 n)``):
+
+    x_i <- x_i - eta * g_i(z_i)                      the optimizer steps the numerator
+    (x_i, w_i) <- (x_i, w_i) / 2;  send the other half to  i + hop
+    (x_i, w_i) <- (x_i, w_i) + what arrived from  i - hop
+    z_i <- x_i / w_i
+
+Sums over workers of ``x`` and ``w`` are kept, so the average of the de-biased parameters is
+``sum x / sum w``. Between steps the model holds ``z`` (forward, backward, evaluation); just
+before the optimizer step it is re-biased to ``x = w z``. The weight travels in the same
+message as the parameters (one trailing slot of the flat buffer).
+
+``overlap=true``: the one-step-stale variant. The half sent at iteration ``t`` is added by its
+receiver at iteration ``t + 1`` (the messages of ``t`` travel while ``t + 1`` computes); the sums
+then include what is in flight.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.registry import register
+from dlcomm.algorithms.segments import bind_segments, split_segments
+from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.validate import require
+from dlcomm.topology.graphs import exponential_hop
+
+
+@dataclass
+class SGPConfig(AlgoConfig):
+    name: str = "sgp"
+    overlap: bool = False  # consume messages one iteration late (staleness 1)
+    cycle: str = "sgp"  # sgp: hops +1 -1 +2 -2 ... (SGP's reference graph); power2: 2^(t mod log2 n)
+
+
+@register
+class SGP(Algorithm):
+    name = "sgp"
+    Config = SGPConfig
+
+    @classmethod
+    def check_config(cls, cfg: SGPConfig) -> None:
+        require(cfg.cycle in ("sgp", "power2"), "algo.cycle", cfg.cycle, "use sgp (the reference graph) or power2")
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().setup(model, optimizer)
+        (self.buffer,) = bind_segments(split_segments(model, 1), extra=1)
+        self.buffer[-1] = 1.0  # w
+        self.params = self.buffer[:-1]
+        self.outgoing = torch.empty_like(self.buffer)
+        self.incoming = torch.empty_like(self.buffer)
+        self.pending: list = []  # overlap: this step's handles, completed at the next
+
+    @property
+    def weight(self) -> float:
+        return float(self.buffer[-1])
+
+    def reduce_gradients(self, step: int) -> None:
+        with torch.no_grad():
+            self.params.mul_(self.buffer[-1])  # z -> x: the optimizer steps the numerator
+
+    def after_step(self, step: int) -> None:
+        n, rank = self.cluster.world_size, self.cluster.rank
+        with torch.no_grad():
+            if n > 1:
+                if self.pending:  # overlap: add what was sent to us last step
+                    self._receive(holds_numerator=True)
+                hop = exponential_hop(step, n, self.cfg.cycle)
+                self.buffer.mul_(0.5)
+                self.outgoing.copy_(self.buffer)
+                self.pending = [self.channel.isend(self.outgoing, (rank + hop) % n),
+                                self.channel.irecv(self.incoming, (rank - hop) % n)]
+                if not self.cfg.overlap:
+                    self._receive(holds_numerator=True)
+            self.params.div_(self.buffer[-1])  # x -> z
+
+    def _receive(self, holds_numerator: bool) -> None:
+        """Wait for the pending exchange and add the arrival to ``(x, w)``; when the model
+        holds ``z`` (between steps), go through ``x`` and back."""
+        for handle in self.pending:
+            handle.wait()
+        self.pending = []
+        if not holds_numerator:
+            self.params.mul_(self.buffer[-1])
+        self.buffer.add_(self.incoming)
+        if not holds_numerator:
+            self.params.div_(self.buffer[-1])
+
+    def end_epoch(self, epoch: int) -> None:
+        if self.pending:  # nothing in flight across epochs (evaluation, checkpoints)
+            with torch.no_grad():
+                self._receive(holds_numerator=False)
+
+    @contextmanager
+    def eval_params(self) -> Iterator[None]:
+        yield  # the model holds z = x / w between steps
+
+    def state_dict(self) -> dict:
+        self.end_epoch(-1)
+        return {"weight": self.weight}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer[-1] = state["weight"]
