@@ -91,3 +91,20 @@ def test_groups_partition_the_ranks() -> None:
     assert groups(8, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(ValueError, match="3 groups cannot split 8 ranks"):
         groups(8, 3)
+
+
+def test_topology_command_prints_and_writes_the_table_and_plot(home) -> None:
+    import pandas as pd
+
+    from conftest import run_cli
+
+    result = run_cli(home, "topology", "compare=crossover,sgp", "nodes=16", "steps=8", "trials=5", timeout=120)
+    assert result.returncode == 0, result.stderr
+    csv = home / "results" / "topology" / "crossover_vs_crossover_unfair_vs_sgp_n16_k8.csv"
+    assert csv.is_file() and csv.with_suffix(".png").stat().st_size > 10_000
+    table = pd.read_csv(csv)
+    assert list(table["step"]) == list(range(1, 9))
+    assert (table["lambda2_crossover"][1:6] < table["lambda2_sgp"][1:6]).all()
+    assert "lambda2_crossover" in result.stdout
+    bad = run_cli(home, "topology", "topology=mesh", timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("dlcomm: error: topology=mesh is invalid: use one of ring")
