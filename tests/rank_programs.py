@@ -30,8 +30,9 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: int) -> float:
-    """Max |ours - DDP| over parameters after ``steps`` SGD-momentum steps on per-rank data."""
+def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: int, micro_batches: int = 1) -> float:
+    """Max |ours - DDP| over parameters after ``steps`` SGD-momentum steps on per-rank data;
+    ``micro_batches > 1``: gradient accumulation, DDP's under ``no_sync`` but for the last."""
     from torch.nn.parallel import DistributedDataParallel
 
     ours = _model()
@@ -43,10 +44,14 @@ def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: i
     algorithm.setup(ours, ours_opt)
     generator = torch.Generator().manual_seed(100 + cluster.rank)
     for step in range(steps):
-        inputs, labels = _batch(generator)
-        hooked_step(algorithm, ours, ours_opt, F.cross_entropy, inputs, labels, step)
+        inputs, labels = _batch(generator, 8 * micro_batches)
+        hooked_step(algorithm, ours, ours_opt, F.cross_entropy, inputs, labels, step, micro_batches)
         ddp_opt.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(inputs), labels).backward()
+        parts = list(zip(inputs.chunk(micro_batches), labels.chunk(micro_batches)))
+        with ddp.no_sync():
+            for part, part_labels in parts[:-1]:
+                (F.cross_entropy(ddp(part), part_labels) / micro_batches).backward()
+        (F.cross_entropy(ddp(parts[-1][0]), parts[-1][1]) / micro_batches).backward()
         ddp_opt.step()
     return float((_flat(ours) - _flat(reference)).abs().max())
 

@@ -14,6 +14,12 @@ def test_allreduce_agrees_with_ddp(overlap: bool, bucket_mb: float) -> None:
     assert max(differences) <= 1e-5, differences
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_allreduce_with_micro_batches_agrees_with_ddp_no_sync(overlap: bool) -> None:
+    differences = run_ranks(rank_programs.allreduce_vs_ddp, 2, overlap, 0.05, 6, 3)
+    assert max(differences) <= 1e-5, differences
+
+
 def test_local_sgd_agrees_with_periodic_model_averager() -> None:
     period, steps = 3, 20
     results = run_ranks(rank_programs.local_sgd_vs_averager, 4, period, steps)

@@ -109,3 +109,42 @@ def test_bound_parameters_live_in_the_bucket() -> None:
         p.grad = torch.ones_like(p)
     optimizer.step()  # and the optimizer's updates land in the buffer
     assert torch.allclose(buffer, torch.cat([(3 * v - 0.5).reshape(-1) for v in reversed(values)]))
+
+
+def test_lars_step_matches_the_trust_ratio_by_hand() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    cfg = OptimConfig(name="lars", lr=0.5, momentum=0.0, weight_decay=0.01, trust_coefficient=0.0025)
+    optimizer = build_optimizer(cfg, model)
+    model(torch.randn(8, 4)).pow(2).mean().backward()
+    w, g = model.weight.detach().clone(), model.weight.grad.clone()
+    b, gb = model.bias.detach().clone(), model.bias.grad.clone()
+    optimizer.step()
+    trust = 0.0025 * w.norm() / (g.norm() + 0.01 * w.norm() + 1e-8)
+    assert torch.allclose(model.weight, w - 0.5 * trust * (g + 0.01 * w), atol=1e-7)
+    assert torch.allclose(model.bias, b - 0.5 * gb, atol=1e-7)  # biases: neither adapted nor decayed
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient() -> None:
+    """comm_interval = c: c micro-batches of B give the step of one batch of c*B (no BatchNorm here)."""
+    from dlcomm.algorithms.base import Algorithm
+    from dlcomm.train.loop import hooked_step
+
+    torch.manual_seed(0)
+    inputs, labels = torch.randn(24, 5), torch.randint(0, 3, (24,))
+    results = []
+    for micro_batches in (1, 3):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        algorithm = Algorithm.__new__(Algorithm)
+        algorithm.accumulating = False
+        loss = hooked_step(algorithm, model, optimizer, torch.nn.functional.cross_entropy, inputs, labels, 0, micro_batches)
+        results.append((float(loss), torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
+    assert results[0][0] == pytest.approx(results[1][0], abs=1e-6)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-6)
+
+
+def test_plan_steps_counts_optimizer_steps_of_comm_interval_micro_batches() -> None:
+    train = TrainConfig(epochs=2, batch_size=16, comm_interval=4, max_steps=-1)
+    assert plan_steps(train, 6400, 4) == ((6400 // 4) // 64, 2 * 25)

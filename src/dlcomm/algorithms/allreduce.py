@@ -53,6 +53,8 @@ class Allreduce(Algorithm):
 
     def _make_hook(self, index: int):
         def on_grad_ready(_param: torch.Tensor) -> None:
+            if self.accumulating:  # gradients of a micro-batch that is not the last: keep accumulating
+                return
             self._pending[index] -= 1
             if self._pending[index] == 0:
                 self._launch(index)

@@ -38,6 +38,7 @@ class Algorithm:
         self.cluster = cluster
         self.channel = channel
         self.seed = seed  # the run's seed: random topologies draw from it, the same on every rank
+        self.accumulating = False  # true during the backward passes of all but the last micro-batch
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
 

@@ -18,7 +18,8 @@ from omegaconf import MISSING
 class TrainConfig:
     epochs: int = 2
     max_steps: int = -1  # total optimizer steps after which training stops; -1: no cap
-    batch_size: int = 64  # per worker
+    batch_size: int = 64  # per worker and micro-batch
+    comm_interval: int = 1  # micro-batches accumulated per optimizer step and communication round
     eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
     eval_batch_size: int = 256
     label_smoothing: float = 0.0
@@ -55,7 +56,7 @@ class DatasetConfig:
 
 @dataclass
 class OptimConfig:
-    name: str = MISSING  # sgd | adam | adamw
+    name: str = MISSING  # sgd | adam | adamw | lars
     lr: float = 0.05
     momentum: float = 0.0
     nesterov: bool = False
@@ -67,6 +68,8 @@ class OptimConfig:
     gamma: float = 0.1  # multistep decay factor
     warmup_epochs: float = 0.0  # linear warm-up from lr/10... see dlcomm.train.optim
     min_lr: float = 0.0  # cosine floor
+    trust_coefficient: float = 0.001  # lars: the layer-wise trust coefficient (the Crossover paper: 0.0025)
+    exclude_bias_and_norm: bool = True  # lars: 1-d tensors (biases, norm scales) neither adapted nor decayed
 
 
 @dataclass

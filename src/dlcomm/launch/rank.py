@@ -79,7 +79,7 @@ def run_rank(
         if rank == 0:
             from dlcomm.tracking.reporter import Rank0Reporter
 
-            reporter = Rank0Reporter(spec, cfg.train.batch_size, layout.world_size, cfg.train.epochs)
+            reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs)
         per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
         scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
         checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None

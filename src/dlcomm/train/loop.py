@@ -69,23 +69,45 @@ def hooked_step(
     inputs: torch.Tensor,
     labels: torch.Tensor,
     step: int,
+    micro_batches: int = 1,
 ) -> torch.Tensor:
-    """One optimizer step with the algorithm's hooks in their documented order; the loss."""
+    """One optimizer step with the algorithm's hooks in their documented order; the loss.
+
+    ``micro_batches = c > 1`` (``train.comm_interval``): the batch is cut into ``c`` equal
+    micro-batches whose gradients accumulate, each loss scaled by ``1/c`` so the gradient is the
+    batch mean, before ONE communication round and ONE optimizer step (the Crossover paper's
+    communication interval). ``algorithm.accumulating`` is true during all but the last
+    backward, so an algorithm that communicates from gradient hooks waits for the last."""
     algorithm.before_step(step)
     optimizer.zero_grad(set_to_none=True)
-    loss = criterion(model(inputs), labels)
-    loss.backward()
+    if micro_batches == 1:
+        algorithm.accumulating = False
+        loss = criterion(model(inputs), labels)
+        loss.backward()
+    else:
+        total = torch.zeros(())
+        for index, (part, part_labels) in enumerate(zip(inputs.chunk(micro_batches), labels.chunk(micro_batches))):
+            algorithm.accumulating = index < micro_batches - 1
+            part_loss = criterion(model(part), part_labels)
+            (part_loss / micro_batches).backward()
+            total += part_loss.detach().cpu()
+        loss = total / micro_batches
     algorithm.reduce_gradients(step)
     optimizer.step()
     algorithm.after_step(step)
     return loss
 
 
+def step_batch(train: Any) -> int:
+    """Samples one rank consumes per optimizer step: ``batch_size * comm_interval``."""
+    return train.batch_size * train.comm_interval
+
+
 def plan_steps(train: Any, train_size: int, world_size: int) -> tuple[int, int]:
     """``(iterations per epoch, iterations of the run)``: every rank holds
-    ``train_size // world_size`` samples and drops its last incomplete batch; ``max_steps``
-    caps the run."""
-    per_epoch = (train_size // world_size) // train.batch_size
+    ``train_size // world_size`` samples and drops its last incomplete step batch (see
+    :func:`step_batch`); ``max_steps`` caps the run."""
+    per_epoch = (train_size // world_size) // step_batch(train)
     total = per_epoch * train.epochs
     return per_epoch, (min(total, train.max_steps) if train.max_steps > 0 else total)
 
@@ -159,8 +181,9 @@ class TrainLoop:
         per_epoch, total = plan_steps(train, self.data.train_size, world)
         if per_epoch == 0:
             raise UserError(
-                f"train.batch_size={train.batch_size} is invalid: each of the {world} workers holds only "
-                f"{self.data.train_size // world} training samples; pass a smaller train.batch_size or fewer workers"
+                f"train.batch_size={train.batch_size} (x train.comm_interval={train.comm_interval}) is invalid: each of the "
+                f"{world} workers holds only {self.data.train_size // world} training samples; pass a smaller "
+                "train.batch_size or comm_interval, or fewer workers"
             )
         saved = self.checkpointing.load() if self.checkpointing is not None else None
         if saved is not None:
@@ -173,7 +196,7 @@ class TrainLoop:
             self.state.epoch = epoch
             indices = epoch_partition(self.data.train_size, world, rank, self.cfg.seed, epoch)
             augment_seed = (self.cfg.seed * 1_000_003 + epoch * 10_007 + rank) % 2**31
-            batches = self.data.train_batches(indices, train.batch_size, augment_seed)
+            batches = self.data.train_batches(indices, step_batch(train), augment_seed)
             if self.state.epoch_batches:  # resumed mid-epoch: replay the batches already trained on
                 batches = itertools.islice(batches, self.state.epoch_batches, None)
             self._train_epoch(batches, total)
@@ -213,7 +236,8 @@ class TrainLoop:
             step = self.state.step
             start = perf_counter()
             self.channel.begin_iteration()
-            loss = hooked_step(self.algorithm, self.model, self.optimizer, self.criterion, inputs, labels, step)
+            loss = hooked_step(self.algorithm, self.model, self.optimizer, self.criterion, inputs, labels, step,
+                               self.cfg.train.comm_interval)
             self.scheduler.step()
             comm = self.channel.end_iteration()
             time_s = perf_counter() - start
@@ -253,7 +277,7 @@ class TrainLoop:
         if gathered is None:
             return {}
         all_rows = [row for rank_rows in gathered for row in rank_rows]
-        metrics = epoch_metrics(all_rows, self.cfg.train.batch_size, train_wall_s)
+        metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s)
         metrics[names.EPOCH_WALL] = perf_counter() - self.state.started
         self.state.rows.extend(all_rows)
         self.state.train_wall_s += train_wall_s
@@ -281,7 +305,7 @@ class TrainLoop:
     def _summary(self, last: dict[str, float]) -> dict[str, float]:
         if self.cluster.rank != 0:
             return {}
-        overall = epoch_metrics(self.state.rows, self.cfg.train.batch_size, perf_counter() - self.state.started)
+        overall = epoch_metrics(self.state.rows, step_batch(self.cfg.train), perf_counter() - self.state.started)
         summary = {
             names.FINAL_TEST_ACC: last.get(names.EPOCH_TEST_ACC_MEAN, math.nan),
             names.FINAL_TEST_ACC_AVG_MODEL: last.get(names.EPOCH_TEST_ACC_AVG_MODEL, math.nan),

@@ -1,5 +1,10 @@
 """Optimizers and learning-rate schedules.
 
+``lars`` is timm's ``Lars`` (SGD with momentum and a layer-wise trust ratio): for each adapted
+tensor ``w`` with gradient ``g``, ``g <- (g + wd * w) * trust * ||w|| / (||g|| + wd * ||w|| + eps)``,
+then the momentum step with ``lr``. With ``exclude_bias_and_norm`` (the Crossover paper's
+setting) one-dimensional tensors (biases, normalisation scales) are neither adapted nor decayed.
+
 The schedule is a per-iteration multiplier ``f(t)`` of ``optim.lr`` (a ``LambdaLR``):
 
 * warm-up over ``W = warmup_epochs * steps_per_epoch`` iterations: ``f(t) = (t + 1) / W``;
@@ -23,6 +28,16 @@ def build_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(
             params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
         )
+    if cfg.name == "lars":
+        from timm.optim import Lars
+
+        excluded = [p for p in params if cfg.exclude_bias_and_norm and p.ndim <= 1]
+        adapted = [p for p in params if not (cfg.exclude_bias_and_norm and p.ndim <= 1)]
+        groups = [{"params": adapted, "always_adapt": True}]
+        if excluded:
+            groups.append({"params": excluded, "weight_decay": 0.0, "always_adapt": False})
+        return Lars(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
+                    trust_coeff=cfg.trust_coefficient, eps=cfg.eps)
     if cfg.name in ("adam", "adamw"):
         kind = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
         return kind(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
