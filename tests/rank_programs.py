@@ -269,3 +269,12 @@ def crossover_hier_steps(cluster, channel, steps: int) -> list:
         hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
         states.append(_flat(model).numpy().copy())
     return states
+
+
+def crossover_destinations(cluster, channel, steps: int, segments: int) -> list:
+    """The destination lists this rank computes alone for every step and segment."""
+    from dlcomm.algorithms.crossover import CrossoverGossip
+
+    gossip = CrossoverGossip(channel, [torch.zeros(1)] * segments, list(range(cluster.world_size)), cluster.rank,
+                             fair=True, seed=11)
+    return [gossip.destinations(step, k) for step in range(steps) for k in range(segments)]

@@ -67,3 +67,9 @@ def test_crossover_hier_non_leaders_equal_their_leader_after_every_step() -> Non
             assert np.array_equal(states[rank][step], states[leader][step]), (rank, step)
         leaders = [states[r][step] for r in (0, 2, 4, 6)]
         assert max(np.abs(l - leaders[0]).max() for l in leaders) > 1e-6  # leaders gossip, not allreduce
+
+
+def test_every_rank_computes_the_same_fair_topology() -> None:
+    lists = run_ranks(rank_programs.crossover_destinations, 4, 50, 3)
+    assert all(per_rank == lists[0] for per_rank in lists)
+    assert len({tuple(dest) for dest in lists[0]}) > 1  # it changes with the step and segment
