@@ -278,3 +278,66 @@ def crossover_destinations(cluster, channel, steps: int, segments: int) -> list:
     gossip = CrossoverGossip(channel, [torch.zeros(1)] * segments, list(range(cluster.world_size)), cluster.rank,
                              fair=True, seed=11)
     return [gossip.destinations(step, k) for step in range(steps) for k in range(segments)]
+
+
+# ---- group schemes -------------------------------------------------------------------------
+
+def node_based_steps(cluster, channel, k_prime: int, per_epoch: int, epochs: int) -> dict:
+    """node_based with BatchNorm: parameters+buffers after each step and the global exchanges per epoch."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    algorithm = _gossip_algorithm("node_based", cluster, channel, k_prime=k_prime)
+    algorithm.setup(model, optimizer)
+    algorithm.plan(per_epoch, per_epoch * epochs)
+    generator = torch.Generator().manual_seed(700 + cluster.rank)
+    states, consensus, exchanges = [], [], []
+    step = 0
+    for epoch in range(epochs):
+        count = 0
+        for _ in range(per_epoch):
+            inputs, labels = _batch(generator)
+            channel.begin_iteration()
+            hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+            records = channel.end_iteration().records
+            count += sum(1 for r in records if r.kind == "allreduce" and r.group == "world") > 0
+            state = torch.cat([_flat(model)] + [b.reshape(-1).float() for b in model.buffers() if b.is_floating_point()])
+            states.append(state.numpy().copy())
+            consensus.append(algorithm.consensus_after(step))
+            step += 1
+        exchanges.append(count)
+    return {"states": states, "consensus": consensus, "exchanges": exchanges}
+
+
+def sesgd_steps(cluster, channel, name: str, knobs: dict, steps: int) -> dict:
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    algorithm = _gossip_algorithm(name, cluster, channel, **knobs)
+    algorithm.setup(model, optimizer)
+    generator = torch.Generator().manual_seed(800 + cluster.rank)
+    states, groups = [], []
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        states.append(_flat(model).numpy().copy())
+        groups.append(algorithm.group(step))
+    return {"states": states, "groups": groups}
+
+
+def hier_vs_flat_allreduce(cluster, channel, steps: int) -> float:
+    """Max |allreduce_hier - allreduce| over parameters after ``steps`` steps on the same data."""
+    from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
+    from dlcomm.algorithms.allreduce_hier import AllreduceHier, AllreduceHierConfig
+
+    hier, flat = _model(), _model()
+    hier_opt = torch.optim.SGD(hier.parameters(), lr=0.1, momentum=0.9)
+    flat_opt = torch.optim.SGD(flat.parameters(), lr=0.1, momentum=0.9)
+    hier_alg = AllreduceHier(AllreduceHierConfig(bucket_mb=0.05), cluster, channel)
+    flat_alg = Allreduce(AllreduceConfig(), cluster, channel)
+    hier_alg.setup(hier, hier_opt)
+    flat_alg.setup(flat, flat_opt)
+    generator = torch.Generator().manual_seed(900 + cluster.rank)
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        hooked_step(hier_alg, hier, hier_opt, F.cross_entropy, inputs, labels, step)
+        hooked_step(flat_alg, flat, flat_opt, F.cross_entropy, inputs, labels, step)
+    return float((_flat(hier) - _flat(flat)).abs().max())

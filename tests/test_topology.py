@@ -108,3 +108,16 @@ def test_topology_command_prints_and_writes_the_table_and_plot(home) -> None:
     assert "lambda2_crossover" in result.stdout
     bad = run_cli(home, "topology", "topology=mesh", timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("dlcomm: error: topology=mesh is invalid: use one of ring")
+
+
+def test_shuffled_groups_partition_the_ranks_and_change_every_step() -> None:
+    from dlcomm.topology.graphs import shuffled_groups
+
+    seen = set()
+    for step in range(200):
+        partition = shuffled_groups(16, 4, seed=3, step=step)
+        assert sorted(r for group in partition for r in group) == list(range(16))
+        assert all(len(group) == 4 for group in partition)
+        assert partition == shuffled_groups(16, 4, seed=3, step=step)
+        seen.add(tuple(map(tuple, partition)))
+    assert len(seen) > 150

@@ -46,6 +46,15 @@ class Algorithm:
     def check_config(cls, cfg: AlgoConfig) -> None:
         """Raise ``UserError`` (via ``dlcomm.config.validate.require``) for invalid knobs."""
 
+    @classmethod
+    def check_world(cls, cfg: AlgoConfig, nodes: int, workers_per_node: int) -> None:
+        """Raise ``UserError`` for knobs that do not fit the cluster's shape (e.g. groups that do
+        not divide the world size)."""
+
+    def plan(self, steps_per_epoch: int, total_steps: int) -> None:
+        """Told before training how long an epoch and the run are (raise ``UserError`` if a knob
+        does not fit them)."""
+
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Start every replica from rank 0's parameters and buffers."""
         self.model, self.optimizer = model, optimizer

@@ -35,7 +35,9 @@ def compose(overrides: list[str]) -> DictConfig:
 def check_algorithm(cfg: DictConfig) -> None:
     from dlcomm.algorithms.registry import get_algorithm
 
-    get_algorithm(cfg.algo.name).check_config(cfg.algo)
+    algorithm = get_algorithm(cfg.algo.name)
+    algorithm.check_config(cfg.algo)
+    algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
 
 
 def _one_line(error: Exception) -> str:

@@ -81,6 +81,7 @@ def run_rank(
 
             reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs)
         per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
+        algorithm.plan(per_epoch, total)
         scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
         checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None
         summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing).run()

@@ -5,8 +5,10 @@ from dlcomm.topology.graphs import (
     directed_exponential_peer,
     exponential_hops,
     fair_random_permutation,
+    group_of,
     groups,
     random_destinations,
+    shuffled_groups,
     ring_neighbours,
 )
 
@@ -14,7 +16,9 @@ __all__ = [
     "directed_exponential_peer",
     "exponential_hops",
     "fair_random_permutation",
+    "group_of",
     "groups",
     "random_destinations",
+    "shuffled_groups",
     "ring_neighbours",
 ]

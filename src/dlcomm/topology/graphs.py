@@ -17,6 +17,8 @@ shared seed alone (pure functions, nothing exchanged).
 * random without fairness (the paper's ablation): each rank draws a destination uniformly among
   the others, independently; a rank may receive several copies or none.
 * groups: ``g`` consecutive blocks of ``n / g`` ranks, the first of each its leader.
+* shuffled groups (SESGD): a permutation of the ranks drawn from ``(seed, step)`` cut into ``g``
+  consecutive blocks of ``n / g``; each block, sorted, is one group of that iteration.
 """
 
 from __future__ import annotations
@@ -109,3 +111,17 @@ def groups(n: int, count: int) -> list[list[int]]:
         raise ValueError(f"{count} groups cannot split {n} ranks evenly")
     size = n // count
     return [list(range(start, start + size)) for start in range(0, n, size)]
+
+
+def shuffled_groups(n: int, count: int, seed: int, step: int) -> list[list[int]]:
+    """SESGD's groups at ``step``: a partition of the ranks into ``count`` groups of ``n / count``,
+    redrawn every step from the shared seed (each group sorted, the groups ordered by their first rank)."""
+    if count < 1 or n % count:
+        raise ValueError(f"{count} groups cannot split {n} ranks evenly")
+    order = _generator(seed, step, 1 << 20).permutation(n)
+    size = n // count
+    return sorted(sorted(int(r) for r in order[start : start + size]) for start in range(0, n, size))
+
+
+def group_of(rank: int, partition: list[list[int]]) -> list[int]:
+    return next(group for group in partition if rank in group)

@@ -1,0 +1,85 @@
+"""Node-based communication (paper ``node-based-communication.txt``, Algorithm 2 and eqs. 8-9).
+
+Every iteration the gradients are averaged within the node only (``intra`` group), and every
+worker steps with its node's gradient ``G_m = (1/R_m) sum_{r in m} g_r``: the replicas of one node
+stay identical. Inter-node consensus: after every ``k_prime``-th iteration of an epoch and after
+its last, parameters AND BatchNorm buffers are averaged over all workers (``world`` group) and
+every replica takes the average (eq. 9), so replicas are identical at every consensus point.
+Optimizer state is not averaged. The paper's pseudocode reads ``if i == K'`` but its text and
+footnote say "every K' and at the final iteration": implemented as the text, so an epoch of
+``K`` iterations has ``floor(K / K') + 1`` exchanges, or ``K / K'`` when ``K'`` divides ``K``
+(the last multiple is the final iteration; the paper's footnote: once per epoch when ``K' = K``,
+at most ``1 + floor(K / K')``). ``k_prime = -1``: once per epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.buckets import Bucket, make_buckets
+from dlcomm.algorithms.registry import register
+from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.validate import require
+from dlcomm.errors import UserError
+
+
+@dataclass
+class NodeBasedConfig(AlgoConfig):
+    name: str = "node_based"
+    k_prime: int = -1  # K': iterations between inter-node consensus points within an epoch; -1: once per epoch
+    bucket_mb: float = 25.0
+
+
+@register
+class NodeBased(Algorithm):
+    name = "node_based"
+    Config = NodeBasedConfig
+
+    @classmethod
+    def check_config(cls, cfg: NodeBasedConfig) -> None:
+        require(cfg.k_prime == -1 or cfg.k_prime >= 1, "algo.k_prime", cfg.k_prime,
+                "pass a positive number of iterations, or -1 for once per epoch")
+        require(cfg.bucket_mb >= 0, "algo.bucket_mb", cfg.bucket_mb, "use 0 (one bucket per tensor) or a size in MiB")
+
+    def plan(self, steps_per_epoch: int, total_steps: int) -> None:
+        if self.cfg.k_prime > steps_per_epoch:
+            raise UserError(
+                f"algo.k_prime={self.cfg.k_prime} is invalid: an epoch has {steps_per_epoch} iterations; "
+                f"pass at most {steps_per_epoch}, or -1 for once per epoch"
+            )
+        self.steps_per_epoch = steps_per_epoch
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().setup(model, optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.grad_buckets: list[Bucket] = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
+        self.param_buffers = [b.bind_params() for b in make_buckets(params, int(self.cfg.bucket_mb * 2**20))]
+        self.float_buffers = [b for b in model.buffers() if b.is_floating_point()]  # BatchNorm running stats
+        self.steps_per_epoch = getattr(self, "steps_per_epoch", 0)
+
+    def reduce_gradients(self, step: int) -> None:
+        if self.cluster.layout.workers_per_node == 1:
+            return
+        handles = [self.channel.allreduce(b.pack_grads(), group="intra", average=True, async_op=True)
+                   for b in self.grad_buckets]
+        for bucket, handle in zip(self.grad_buckets, handles):
+            handle.wait()
+            bucket.unpack_grads()
+
+    def consensus_after(self, step: int) -> bool:
+        """Is there a global exchange after ``step`` (counted over the run from 0)?"""
+        in_epoch = step % self.steps_per_epoch + 1 if self.steps_per_epoch else step + 1
+        last = bool(self.steps_per_epoch) and in_epoch == self.steps_per_epoch
+        return last or (self.cfg.k_prime > 0 and in_epoch % self.cfg.k_prime == 0)
+
+    def after_step(self, step: int) -> None:
+        if self.cluster.layout.nodes == 1 or not self.consensus_after(step):
+            return
+        with torch.no_grad():
+            handles = [self.channel.allreduce(t, group="world", average=True, async_op=True)
+                       for t in self.param_buffers + self.float_buffers]
+            for handle in handles:
+                handle.wait()
