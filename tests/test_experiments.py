@@ -22,3 +22,19 @@ def test_experiment_composes_and_validates(name) -> None:
 def test_the_command_line_overrides_an_experiment() -> None:
     cfg = compose(["experiment=crossover_fmnist", "algo=sgp", "nodes=8"])
     assert cfg.algo.name == "sgp" and cfg.nodes == 8 and cfg.train.epochs == 6
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_the_sweeps_documented_in_an_experiment_compose(name) -> None:
+    """Every `dlcomm train -m ...` line in the file's header composes for each of its elements."""
+    import shlex
+
+    from dlcomm.sweep import expand
+
+    text = (Path(__file__).parents[1] / "src" / "dlcomm" / "configs" / "experiment" / f"{name}.yaml").read_text()
+    commands = [line.split("dlcomm train", 1)[1] for line in text.splitlines() if "dlcomm train -m" in line]
+    assert commands, f"{name}.yaml documents no sweep"
+    for command in commands:
+        words = [w for w in shlex.split(command) if w != "-m"]
+        for element in expand(words):
+            validate_run(compose(element))
