@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# The algorithm choices, as Hydra lists them (the config files of configs/algo/, sorted).
+ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "src" / "dlcomm" / "configs" / "algo").glob("*.yaml"))
+
 # Small, fast runs: synthetic 28x28 data, few steps. Tests add their own overrides.
 FAST = [
     "dataset=synthetic",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_cli
+from conftest import ALGORITHMS, run_cli
 
 CASES = [
-    (["algo=nope"], "Available options in 'algo': allreduce, local_sgd"),
+    (["algo=nope"], f"Available options in 'algo': {', '.join(ALGORITHMS)}"),
     (["nodes=0"], "nodes=0 is invalid"),
     (["workers_per_node=0"], "workers_per_node=0 is invalid"),
     (["train.batch_size=0"], "train.batch_size=0 is invalid"),

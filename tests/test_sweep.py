@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from conftest import FAST, run_cli
+from conftest import ALGORITHMS, FAST, run_cli
 
 from dlcomm.sweep import expand, export_lines, swept_keys
 
@@ -27,7 +27,7 @@ def test_export_refuses_a_bad_element_in_one_line(home) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "dlcomm: error: sweep element [seed=1 algo=nope]: Could not find 'algo/nope'. "
-        "Available options in 'algo': allreduce, local_sgd"]
+        f"Available options in 'algo': {', '.join(ALGORITHMS)}"]
 
 
 def test_a_local_sweep_runs_one_run_after_another_under_a_parent(home) -> None:
