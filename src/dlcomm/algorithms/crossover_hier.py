@@ -18,18 +18,16 @@ from dataclasses import dataclass
 import torch
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.crossover import CrossoverGossip, check_crossover
+from dlcomm.algorithms.crossover import CrossoverConfig, CrossoverGossip, check_crossover
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig
 
 
 @dataclass
-class CrossoverHierConfig(AlgoConfig):
+class CrossoverHierConfig(CrossoverConfig):
+    """The leaders' Crossover round takes ``crossover``'s knobs."""
+
     name: str = "crossover_hier"
-    segments: int = 0
-    segmentwise: bool = True
-    fair: bool = True
 
 
 @register

@@ -23,9 +23,7 @@ then include what is in flight.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -101,10 +99,6 @@ class SGP(Algorithm):
         if self.pending:  # nothing in flight across epochs (evaluation, checkpoints)
             with torch.no_grad():
                 self._receive(holds_numerator=False)
-
-    @contextmanager
-    def eval_params(self) -> Iterator[None]:
-        yield  # the model holds z = x / w between steps
 
     def state_dict(self) -> dict:
         self.end_epoch(-1)

@@ -422,6 +422,13 @@ class Channel:
     def barrier(self) -> None:
         dist.barrier()
 
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is true on any (a MAX allreduce of one integer over
+        ``world``; control traffic: not recorded, not modelled, outside the iterations)."""
+        value = torch.tensor([int(flag)], dtype=torch.int32, device=self.cluster.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
 
 def _or(value: float, default: float) -> float:
     return default if math.isnan(value) else value

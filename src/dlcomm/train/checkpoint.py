@@ -8,8 +8,8 @@ job killed halfway through saving resumes from the previous complete checkpoint.
 The warning signal (SLURM sends ``SIGUSR2`` ``signal_delay_s`` before the time limit, or on
 ``scancel --signal=USR2``) reaches the ranks at slightly different moments, so a rank only
 raises a flag; every ``check_every`` iterations the ranks take the MAX of their flags in a
-one-integer allreduce (outside the timed region, and not through the Channel, so nothing is
-recorded as the algorithm's communication) and all of them stop after the same iteration.
+one-integer allreduce (``Channel.any_rank``: outside the timed region and not recorded as the
+algorithm's communication) and all of them stop after the same iteration.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 
 
 class Preempted(Exception):
@@ -48,18 +47,17 @@ class Checkpointing:
                  check_every: int = 10) -> None:
         self.folder = Path(folder)
         self.rank = rank
-        self.device = device
+        self.device = device  # where checkpoints are loaded to
         self.warning = warning
         self.check_every = max(1, check_every)
 
     # ---- the stop agreement --------------------------------------------------------------
-    def stop_now(self, steps_done: int) -> bool:
-        """After ``steps_done`` iterations: did any rank get the warning? (Same answer on every rank.)"""
+    def stop_now(self, steps_done: int, any_rank: Callable[[bool], bool]) -> bool:
+        """After ``steps_done`` iterations: did any rank get the warning? (Same answer on every
+        rank; ``any_rank`` is the Channel's one-flag agreement.)"""
         if self.warning is None or steps_done % self.check_every:
             return False
-        flag = torch.tensor([int(self.warning.raised)], dtype=torch.int32, device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return any_rank(self.warning.raised)
 
     # ---- files ---------------------------------------------------------------------------
     def latest_step(self) -> int | None:

@@ -254,7 +254,7 @@ class TrainLoop:
             self.state.epoch_batches += 1
             if self.reporter:
                 self.reporter.iteration(step, loss_value, time_s)
-            if self.checkpointing is not None and self.state.step < total and self.checkpointing.stop_now(self.state.step):
+            if self.checkpointing is not None and self.state.step < total and self.checkpointing.stop_now(self.state.step, self.channel.any_rank):
                 self.state.epoch_wall_s = perf_counter() - epoch_start
                 self._checkpoint()
                 raise Preempted(self.state.step)
