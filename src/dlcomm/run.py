@@ -27,6 +27,14 @@ def check_runnable(cfg: DictConfig) -> None:
         check_model_fits(cfg.model, shape, classes)
     except UserError as error:
         raise UserError(f"{error} (dataset={cfg.dataset.name})") from None
+    from dlcomm.algorithms.registry import get_algorithm
+
+    roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
+    if roles and cfg.launcher.name != "local":
+        raise UserError(
+            f"launcher={cfg.launcher.name} is invalid for algo={cfg.algo.name}: it needs the service process(es) "
+            f"{', '.join(roles)}, which only launcher=local starts so far; pass launcher=local"
+        )
     if cfg.launcher.name == "slurm":
         from dlcomm.launch.slurm import check_partition_fits, check_slurm_available
 

@@ -12,8 +12,10 @@ and ``end_epoch(e)`` after the last iteration of every epoch; evaluation runs in
 ``with eval_params():``. An algorithm touches the network only through ``self.channel``.
 
 Algorithms that need a process that does not train (a parameter server, a gossip manager)
-will declare it in ``service_roles`` and implement ``serve``; the launcher starts those roles
-without knowing the algorithm.
+name it in :meth:`roles` and implement :meth:`serve`; the launcher starts one extra process per
+role (rank ``world_size + k``, see :class:`~dlcomm.comm.layout.ClusterLayout`) without knowing
+the algorithm. A service process builds the same model and optimizer as the workers (same
+seed, so the same initial parameters) and runs ``serve(role)`` until the workers are done.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from dlcomm.config.schema import AlgoConfig
 class Algorithm:
     name: ClassVar[str]
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
-    service_roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0) -> None:
         self.cfg = cfg
@@ -45,6 +46,11 @@ class Algorithm:
     @classmethod
     def check_config(cls, cfg: AlgoConfig) -> None:
         """Raise ``UserError`` (via ``dlcomm.config.validate.require``) for invalid knobs."""
+
+    @classmethod
+    def roles(cls, cfg: AlgoConfig) -> tuple[str, ...]:
+        """The service processes this configuration needs beside the workers (none by default)."""
+        return ()
 
     @classmethod
     def check_world(cls, cfg: AlgoConfig, nodes: int, workers_per_node: int) -> None:
@@ -86,5 +92,10 @@ class Algorithm:
     def load_state_dict(self, state: dict) -> None:
         pass
 
-    def serve(self, role: str) -> None:
+    def serve(self, role: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Run service ``role`` (one of :meth:`roles`) until the workers are done."""
         raise NotImplementedError(f"{self.name} declares no service role {role!r}")
+
+    def finish(self) -> None:
+        """After the last iteration, before the final evaluation: complete what is in flight
+        and tell the service roles and peers that this worker is done."""

@@ -232,12 +232,14 @@ class Channel:
                 now = now or perf_counter()
                 record.wall_end = now
 
-    def _record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int]) -> OpRecord:
-        self.poll()
+    def _record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int], phase: str | None = None) -> OpRecord:
+        """``phase``: given by threads other than the training loop's (a service responder)."""
+        if phase is None:
+            self.poll()
         record = OpRecord(
             kind=kind,
             group=group,
-            phase=self._phase,
+            phase=phase or self._phase,
             payload_bytes=payload_bytes,
             bytes_sent=sent[0],
             messages=sent[1],
@@ -416,18 +418,23 @@ class Channel:
         """Pickled gather for metrics and logs (not modelled, not counted in iterations)."""
         gathered = [None] * self.cluster.world_size if self.cluster.rank == dst else None
         with self.phase("metrics"):
-            dist.gather_object(obj, gathered, dst=dst)
+            dist.gather_object(obj, gathered, dst=dst, group=self._group("world"))
         return gathered
 
     def barrier(self) -> None:
-        dist.barrier()
+        """Every worker (the service roles do not take part)."""
+        dist.barrier(group=self._group("world"))
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is true on any (a MAX allreduce of one integer over
         ``world``; control traffic: not recorded, not modelled, outside the iterations)."""
-        value = torch.tensor([int(flag)], dtype=torch.int32, device=self.cluster.device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item())
+        return self.max_over_workers(float(flag)) > 0
+
+    def max_over_workers(self, value: float) -> float:
+        """The maximum of ``value`` over the workers (control traffic, as :meth:`any_rank`)."""
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.cluster.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group("world"))
+        return float(tensor.item())
 
 
 def _or(value: float, default: float) -> float:

@@ -2,9 +2,13 @@
 
 Groups, by name:
 
-* ``world``: every rank;
+* ``world``: every training worker (ranks ``0 .. world_size-1``);
+* ``job``: every process, the service roles included (the same as ``world`` when the
+  algorithm declares none);
 * ``intra``: the ranks of this rank's node (``ClusterLayout.node_ranks``);
-* ``leaders``: the first rank of every node (absent on non-leaders).
+* ``leaders``: the first rank of every node (absent on non-leaders);
+* ``control``: every process over gloo, for :mod:`dlcomm.comm.control` (the job's group
+  itself under gloo).
 
 ``torch.distributed.new_group`` must be called by every rank for every group in the same
 order, which is why all groups are created here, up front, and never lazily.
@@ -35,6 +39,10 @@ class Cluster:
         return self.layout.world_size
 
     @property
+    def role(self) -> str:
+        return self.layout.role_of(self.rank)
+
+    @property
     def node(self) -> int:
         return self.layout.node_of(self.rank)
 
@@ -63,24 +71,33 @@ class Cluster:
         device: torch.device,
         timeout_s: float = 300.0,
     ) -> "Cluster":
-        """Join the job through ``store`` and build the world, intra-node and leader groups."""
+        """Join the job through ``store`` and build the worker, intra-node and leader groups."""
         dist.init_process_group(
             backend,
             store=store,
             rank=rank,
-            world_size=layout.world_size,
+            world_size=layout.job_size,
             timeout=timedelta(seconds=timeout_s),
             device_id=device if device.type == "cuda" else None,
         )
         cluster = cls(layout=layout, rank=rank, device=device, backend=backend)
-        cluster.groups["world"] = dist.group.WORLD
-        cluster.group_ranks["world"] = list(range(layout.world_size))
+        cluster.groups["job"] = dist.group.WORLD
+        cluster.group_ranks["job"] = list(range(layout.job_size))
+        workers = list(range(layout.world_size))
+        worker_group = dist.new_group(workers) if layout.services else dist.group.WORLD
+        if rank < layout.world_size:
+            cluster.groups["world"] = worker_group
+            cluster.group_ranks["world"] = workers
         for node in range(layout.nodes):
             members = layout.node_ranks(node)
             group = dist.new_group(members)
-            if node == cluster.node:
+            if rank in members:
                 cluster.groups["intra"] = group
                 cluster.group_ranks["intra"] = members
+        # Control messages (any-source receives, answered from a thread) need gloo: NCCL has
+        # neither; with gloo the job's own group serves.
+        cluster.groups["control"] = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
+        cluster.group_ranks["control"] = list(range(layout.job_size))
         leaders = layout.leaders()
         leader_group = dist.new_group(leaders)
         if rank in leaders:

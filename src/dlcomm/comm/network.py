@@ -41,7 +41,7 @@ class NetworkModel:
     @classmethod
     def from_config(cls, cfg: Any, layout: ClusterLayout) -> "NetworkModel":
         inter = link_of(cfg.inter)
-        bandwidth = [inter.bandwidth_Bps] * layout.world_size
+        bandwidth = [inter.bandwidth_Bps] * layout.job_size  # service roles: the ordinary inter-node link
         for rank in range(min(cfg.wide_workers, layout.world_size)):
             bandwidth[rank] = cfg.wide_bandwidth_gbps * GBPS
         for rank, gbps in enumerate(cfg.worker_bandwidth_gbps):

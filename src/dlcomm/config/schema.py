@@ -25,6 +25,8 @@ class TrainConfig:
     label_smoothing: float = 0.0
     device: str = "cpu"  # cpu | cuda | auto (cuda when available)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
+    time_budget_s: float = 0.0  # stop once any worker's training clock (simulated under network.mode=simulate, else wall) reaches it; 0: off
+    eval_every_s: float = 0.0  # also evaluate every this many seconds of that clock (accuracy against time); 0: off
     target_acc: float = 0.0  # time to accuracy: first evaluation whose mean test accuracy reaches this (0-1); 0: off
     save_model: bool = False  # write each rank's final state_dict into the run directory
 

@@ -33,6 +33,8 @@ def validate_run(cfg: Any) -> None:
     require(train.eval_batch_size >= 1, "train.eval_batch_size", train.eval_batch_size, "pass a positive batch size")
     require(0.0 <= train.label_smoothing < 1.0, "train.label_smoothing", train.label_smoothing, "use a value in [0, 1)")
     require(0.0 <= train.target_acc <= 1.0, "train.target_acc", train.target_acc, "use a fraction in [0, 1], e.g. 0.85; 0 turns it off")
+    require(train.time_budget_s >= 0, "train.time_budget_s", train.time_budget_s, "use 0 (no budget) or a positive number of seconds")
+    require(train.eval_every_s >= 0, "train.eval_every_s", train.eval_every_s, "use 0 (off) or a positive number of seconds")
     require(train.device in ("cpu", "cuda", "auto"), "train.device", train.device, "use cpu, cuda or auto")
     require(train.threads_per_rank >= 0, "train.threads_per_rank", train.threads_per_rank, "use 0 (automatic) or a positive thread count")
     optim = cfg.optim

@@ -19,8 +19,8 @@ import torch.distributed as dist
 
 
 def _entry(
-    fn: Callable, rank: int, nodes: int, world: int, port: int, threads: int, network: dict | None, args: tuple,
-    results: mp.Queue,
+    fn: Callable, rank: int, nodes: int, world: int, services: tuple[str, ...], port: int, threads: int,
+    network: dict | None, args: tuple, results: mp.Queue,
 ) -> None:
     from omegaconf import OmegaConf
 
@@ -30,8 +30,9 @@ def _entry(
 
     torch.set_num_threads(threads)
     try:
-        store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
-        cluster = Cluster.connect(ClusterLayout(nodes, world // nodes), rank, store, "gloo", torch.device("cpu"))
+        layout = ClusterLayout(nodes, world // nodes, services)
+        store = dist.TCPStore("127.0.0.1", port, layout.job_size, is_master=False)
+        cluster = Cluster.connect(layout, rank, store, "gloo", torch.device("cpu"))
         try:
             channel = Channel.for_run(cluster, OmegaConf.create(network)) if network else Channel(cluster)
             results.put((rank, True, fn(cluster, channel, *args)))
@@ -43,33 +44,35 @@ def _entry(
 
 def run_ranks(
     fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300,
-    network: dict | None = None,
+    network: dict | None = None, services: tuple[str, ...] = (),
 ) -> list[Any]:
-    """``[fn(cluster_r, channel_r, *args) for r in range(world)]``, each on its own process;
-    ``network`` is a ``network`` config (as composed from ``configs/network/``), None for off."""
+    """``[fn(cluster_r, channel_r, *args) for r in range(world + len(services))]``, each on its
+    own process (ranks ``world ..`` play the ``services`` roles: ``cluster.role``); ``network``
+    is a ``network`` config (as composed from ``configs/network/``), None for off."""
     nodes = nodes or world
     if world % nodes:
         raise ValueError(f"world={world} is not a multiple of nodes={nodes}")
-    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+    job = world + len(services)
+    store = dist.TCPStore("127.0.0.1", 0, job, is_master=True, wait_for_workers=False)
     context = mp.get_context("spawn")
     results: mp.Queue = context.Queue()
     processes = [
-        context.Process(target=_entry, args=(fn, rank, nodes, world, store.port, threads, network, args, results))
-        for rank in range(world)
+        context.Process(target=_entry, args=(fn, rank, nodes, world, services, store.port, threads, network, args, results))
+        for rank in range(job)
     ]
     for process in processes:
         process.start()
     try:
         collected: dict[int, Any] = {}
-        while len(collected) < world:
+        while len(collected) < job:
             try:
                 rank, ok, value = results.get(timeout=timeout)
             except queue.Empty:
-                raise RuntimeError(f"ranks {sorted(set(range(world)) - set(collected))} gave no result in {timeout} s") from None
+                raise RuntimeError(f"ranks {sorted(set(range(job)) - set(collected))} gave no result in {timeout} s") from None
             if not ok:
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
             collected[rank] = value
-        return [collected[rank] for rank in range(world)]
+        return [collected[rank] for rank in range(job)]
     finally:
         for process in processes:
             process.join(timeout=10)

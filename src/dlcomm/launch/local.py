@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch.distributed as dist
 
@@ -37,9 +37,11 @@ class RankFailure:
     user_error: bool = False
     signalled: bool = False
     at: float = 0.0
+    role: str = "worker"
 
     def describe(self) -> str:
-        return f"rank {self.rank} {self.message}"
+        role = "" if self.role == "worker" else f" ({self.role})"
+        return f"rank {self.rank}{role} {self.message}"
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,11 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def launch_local(spec: RunSpec) -> LaunchResult:
     """Run every rank of ``spec`` as a local process; return when all finished or one failed."""
+    from dlcomm.launch.rank import job_layout
+
     cfg = spec.config
-    world = cfg["nodes"] * cfg["workers_per_node"]
+    layout = job_layout(spec.cfg())
+    world = layout.job_size  # the workers and the algorithm's service processes
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
     context = mp.get_context("spawn")
     errors: mp.Queue = context.Queue()
@@ -100,14 +105,14 @@ def launch_local(spec: RunSpec) -> LaunchResult:
         context.Process(
             target=_rank_process,
             args=(spec, rank, store.port, local_ranks, errors, os.getpid()),
-            name=f"dlcomm-rank{rank}",
+            name=f"dlcomm-{layout.role_of(rank)}{rank}",
         )
         for rank in range(world)
     ]
     try:
         for process in processes:
             process.start()
-        return _watch(processes, errors, cfg["launcher"]["teardown_grace_s"])
+        return _watch(processes, errors, cfg["launcher"]["teardown_grace_s"], [layout.role_of(r) for r in range(world)])
     except KeyboardInterrupt:
         _teardown(processes, cfg["launcher"]["teardown_grace_s"])
         return LaunchResult(interrupted=True)
@@ -115,7 +120,7 @@ def launch_local(spec: RunSpec) -> LaunchResult:
         del store
 
 
-def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float) -> LaunchResult:
+def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float, roles: list[str]) -> LaunchResult:
     failures: list[RankFailure] = []
     first_failure_at: float | None = None
     while True:
@@ -123,13 +128,13 @@ def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float) -> Lau
         for rank, process in enumerate(processes):
             code = process.exitcode
             if code not in (None, 0) and not any(f.rank == rank for f in failures):
-                failures.append(_exit_failure(rank, code))
+                failures.append(_exit_failure(rank, code, roles[rank]))
         if failures and first_failure_at is None:
             first_failure_at = time.monotonic()
         if first_failure_at is not None and time.monotonic() - first_failure_at >= _SETTLE_S:
             _teardown(processes, grace_s)
             failures.extend(_drain(errors))
-            return LaunchResult(failure=_first(failures))
+            return LaunchResult(failure=_with_role(_first(failures), roles))
         if all(process.exitcode == 0 for process in processes):
             return LaunchResult()
         time.sleep(_POLL_S)
@@ -144,11 +149,15 @@ def _drain(errors: mp.Queue) -> list[RankFailure]:
             return drained
 
 
-def _exit_failure(rank: int, code: int) -> RankFailure:
+def _exit_failure(rank: int, code: int, role: str) -> RankFailure:
     if code < 0:
         name = signal.Signals(-code).name
-        return RankFailure(rank, f"was killed by {name}", signalled=True, at=time.time())
-    return RankFailure(rank, f"exited with code {code}", at=time.time())
+        return RankFailure(rank, f"was killed by {name}", signalled=True, at=time.time(), role=role)
+    return RankFailure(rank, f"exited with code {code}", at=time.time(), role=role)
+
+
+def _with_role(failure: RankFailure, roles: list[str]) -> RankFailure:
+    return replace(failure, role=roles[failure.rank])
 
 
 def _first(failures: list[RankFailure]) -> RankFailure:

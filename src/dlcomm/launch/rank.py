@@ -52,6 +52,11 @@ def threads_per_rank(requested: int, local_ranks: int) -> int:
     return max(1, (os.cpu_count() or 1) // local_ranks)
 
 
+def job_layout(cfg) -> ClusterLayout:
+    """The workers of ``cfg`` and the service processes its algorithm needs."""
+    return ClusterLayout(cfg.nodes, cfg.workers_per_node, get_algorithm(cfg.algo.name).roles(cfg.algo))
+
+
 def run_rank(
     spec: RunSpec, rank: int, store_host: str, store_port: int, machine_rank: int, local_ranks: int,
     resumable: bool = False, warning: WarningSignal | None = None, check_every: int = 10,
@@ -62,8 +67,8 @@ def run_rank(
     ``check_every`` iterations) and resume from the run's newest checkpoint."""
     cfg = spec.cfg()
     torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
-    layout = ClusterLayout(cfg.nodes, cfg.workers_per_node)
-    store = dist.TCPStore(store_host, store_port, layout.world_size, is_master=False, timeout=timedelta(seconds=120))
+    layout = job_layout(cfg)
+    store = dist.TCPStore(store_host, store_port, layout.job_size, is_master=False, timeout=timedelta(seconds=120))
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     cluster = Cluster.connect(layout, rank, store, backend, device)
     try:
@@ -74,6 +79,9 @@ def run_rank(
         torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
         optimizer = build_optimizer(cfg.optim, model)
         algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
+        if cluster.role != "worker":
+            algorithm.serve(cluster.role, model, optimizer)
+            return {}
         algorithm.setup(model, optimizer)
         reporter = None
         if rank == 0:

@@ -36,9 +36,17 @@ EPOCH_SIM_COMM_SHARE = "epoch/sim_comm_share"  # sim_comm_exposed / sim_time
 EPOCH_COMM_MODELLED_PER_ITER = "epoch/comm_modelled_per_iter_s"
 EPOCH_SIM_TIME = "epoch/sim_time_s"  # simulated training time so far: max over ranks of their summed sim_time_s
 
+# Evaluations on the training clock (train.eval_every_s): MLflow step = iteration. The clock is
+# simulated under network.mode=simulate, else the wall time of the iterations.
+CLOCK_TIME = "clock/time_s"  # the training clock when the evaluation ran (max over workers)
+CLOCK_TEST_ACC_MEAN = "clock/test_acc_mean"
+CLOCK_TEST_ACC_AVG_MODEL = "clock/test_acc_avg_model"
+
 # Once per run.
 FINAL_TEST_ACC = "final/test_acc_mean"
 FINAL_TEST_ACC_AVG_MODEL = "final/test_acc_avg_model"
+FINAL_BEST_TEST_ACC = "final/best_test_acc_mean"  # best mean test accuracy of all evaluations (epochs and clock)
+FINAL_CLOCK_TIME = "final/clock_time_s"  # the training clock at the end (max over workers; see CLOCK_TIME)
 FINAL_TRAIN_LOSS = "final/train_loss"
 FINAL_TIME_PER_ITER = "final/time_per_iter_s"
 FINAL_COMM_SHARE = "final/comm_share"

@@ -83,6 +83,15 @@ class Rank0Reporter:
         if self.bar is not None:
             self.bar.write(_epoch_line(epoch, self.epochs, metrics))
 
+    def clock_point(self, step: int, metrics: dict[str, float]) -> None:
+        """An evaluation at a point of the training clock (``train.eval_every_s``)."""
+        self.logger.log_metrics(metrics, step=step)
+        if self.bar is not None:
+            self.bar.write(
+                f"clock {metrics[names.CLOCK_TIME]:.1f} s (step {step}): test acc {_pct(metrics[names.CLOCK_TEST_ACC_MEAN])}"
+                f" (averaged model {_pct(metrics[names.CLOCK_TEST_ACC_AVG_MODEL])})"
+            )
+
     def finish(self, summary: dict) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -150,6 +159,8 @@ def _summary_line(s: dict[str, float], spec: RunSpec) -> str:
             f" (modelled {1000 * s[names.FINAL_COMM_MODELLED_PER_ITER]:.1f} ms/iter),"
             f" training {s[names.FINAL_SIM_TIME]:.1f} s"
         )
+    if names.FINAL_BEST_TEST_ACC in s and spec.config["train"]["time_budget_s"] > 0:
+        line += f" | best test accuracy {_pct(s[names.FINAL_BEST_TEST_ACC])} within {spec.config['train']['time_budget_s']:g} s"
     target = spec.config["train"]["target_acc"]
     if target > 0:
         if names.FINAL_TIME_TO_TARGET in s:

@@ -44,6 +44,7 @@ class Reporter(Protocol):
     def start(self, total_steps: int, done_steps: int = 0, rows: list[tuple] | None = None) -> None: ...
     def iteration(self, step: int, loss: float, time_s: float) -> None: ...
     def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None: ...
+    def clock_point(self, step: int, metrics: dict[str, float]) -> None: ...
     def finish(self, metrics: dict[str, float]) -> None: ...
 
 
@@ -55,6 +56,10 @@ class TrainState:
     started: float = field(default_factory=perf_counter)
     train_wall_s: float = 0.0  # wall time of the epochs' iterations (evaluation excluded)
     reached: dict[str, float] = field(default_factory=dict)  # time to train.target_acc
+    best_acc: float = math.nan  # best mean test accuracy so far
+    next_eval_s: float = 0.0  # the training clock of the next train.eval_every_s evaluation
+    clock_s: float = 0.0  # the training clock agreed at the last check (max over workers)
+    out_of_time: bool = False  # train.time_budget_s reached
     # where the current epoch stands (for a mid-epoch checkpoint)
     epoch_batches: int = 0
     epoch_rows: list[tuple] = field(default_factory=list)
@@ -204,13 +209,14 @@ class TrainLoop:
             epoch_rows = self.state.epoch_rows
             self.state.epoch_rows, self.state.epoch_batches, self.state.epoch_wall_s = [], 0, 0.0
             self.algorithm.end_epoch(epoch)
-            finished = self.state.step >= total
+            finished = self.state.step >= total or self.state.out_of_time
             evaluate_now = finished or epoch == train.epochs - 1 or (train.eval_every > 0 and (epoch + 1) % train.eval_every == 0)
             last = self._end_epoch(epoch, epoch_rows, train_wall_s, evaluate_now)
             if finished:
                 break
             self.state.epoch = epoch + 1
             self._checkpoint()
+        self.algorithm.finish()
         summary = self._summary(last)
         peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop()), dst=0)
         if peaks is not None:
@@ -254,12 +260,48 @@ class TrainLoop:
             self.state.epoch_batches += 1
             if self.reporter:
                 self.reporter.iteration(step, loss_value, time_s)
+            if self._clock_rules() and self._check_clock(perf_counter() - epoch_start):
+                break
             if self.checkpointing is not None and self.state.step < total and self.checkpointing.stop_now(self.state.step, self.channel.any_rank):
                 self.state.epoch_wall_s = perf_counter() - epoch_start
                 self._checkpoint()
                 raise Preempted(self.state.step)
             fetch_start = perf_counter()
         self.state.epoch_wall_s = perf_counter() - epoch_start
+
+    # ---- the training clock: time budget and evaluations against time -------------------
+    def _clock_rules(self) -> bool:
+        return self.cfg.train.time_budget_s > 0 or self.cfg.train.eval_every_s > 0
+
+    def _check_clock(self, epoch_wall_s: float) -> bool:
+        """Agree on the training clock (the maximum over workers, so that all stop or evaluate
+        after the same iteration); evaluate when it passed the next ``eval_every_s`` mark;
+        true when it reached ``time_budget_s``."""
+        train = self.cfg.train
+        own = self.channel.clock.now() if self.channel.mode == "simulate" else self.state.train_wall_s + epoch_wall_s
+        self.state.clock_s = self.channel.max_over_workers(own)
+        if train.eval_every_s > 0 and self.state.clock_s >= self.state.next_eval_s:
+            while self.state.next_eval_s <= self.state.clock_s:
+                self.state.next_eval_s += train.eval_every_s
+            self._clock_evaluation()
+        if train.time_budget_s > 0 and self.state.clock_s >= train.time_budget_s:
+            self.state.out_of_time = True
+        return self.state.out_of_time
+
+    def _clock_evaluation(self) -> None:
+        with self.algorithm.eval_params():
+            result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device)
+        self._remember_best(result.test_acc_mean)
+        if self.reporter:
+            self.reporter.clock_point(self.state.step, {
+                names.CLOCK_TIME: self.state.clock_s,
+                names.CLOCK_TEST_ACC_MEAN: result.test_acc_mean,
+                names.CLOCK_TEST_ACC_AVG_MODEL: result.test_acc_avg_model,
+            })
+
+    def _remember_best(self, accuracy: float) -> None:
+        if math.isnan(self.state.best_acc) or accuracy > self.state.best_acc:
+            self.state.best_acc = accuracy
 
     def _maybe_fail(self) -> None:
         debug = self.cfg.debug
@@ -288,6 +330,7 @@ class TrainLoop:
             metrics[names.EPOCH_TEST_ACC_MEAN] = result.test_acc_mean
             metrics[names.EPOCH_TEST_ACC_AVG_MODEL] = result.test_acc_avg_model
             metrics[names.EPOCH_CONSENSUS] = result.consensus_distance
+            self._remember_best(result.test_acc_mean)
             self._check_target(metrics)
         if self.reporter:
             self.reporter.epoch(epoch + 1, metrics, all_rows)
@@ -309,6 +352,7 @@ class TrainLoop:
         summary = {
             names.FINAL_TEST_ACC: last.get(names.EPOCH_TEST_ACC_MEAN, math.nan),
             names.FINAL_TEST_ACC_AVG_MODEL: last.get(names.EPOCH_TEST_ACC_AVG_MODEL, math.nan),
+            names.FINAL_BEST_TEST_ACC: self.state.best_acc,
             names.FINAL_TRAIN_LOSS: last.get(names.EPOCH_TRAIN_LOSS, math.nan),
             names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
             names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
@@ -316,6 +360,8 @@ class TrainLoop:
             names.FINAL_TRAIN_TIME: self.state.train_wall_s,
             **self.state.reached,
         }
+        if self._clock_rules():
+            summary[names.FINAL_CLOCK_TIME] = self.state.clock_s
         if self.channel.mode != "off":
             summary[names.FINAL_SIM_TIME_PER_ITER] = overall[names.EPOCH_SIM_TIME_PER_ITER]
             summary[names.FINAL_SIM_COMM_SHARE] = overall[names.EPOCH_SIM_COMM_SHARE]

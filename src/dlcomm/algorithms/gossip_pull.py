@@ -1,0 +1,318 @@
+"""Pull-gossip SGD with overlapped, scheduled pulls (the wide-area paper, ALGORITHMS.md section 7).
+
+Every worker trains alone; every ``T = period`` local steps (a *window*) worker ``i`` pulls the
+model of a peer ``j`` and averages, ``x_i <- (x_i + x_j) / 2``. When the pull happens:
+
+* ``overlap=none``: at the window's end, ``j`` uniformly at random, a blocking pull.
+* ``overlap=naive``: the pull starts at the window's start (as soon as a peer is assigned) and
+  runs beside the ``T`` steps; the averaging at the end uses that older model.
+* ``overlap=scheduled``: the pull starts at ``max(now, end - c_ij)``, the latest start that
+  still ends by the window's end (``end`` predicted from the measured step time, ``c_ij`` the
+  pair's transfer time learnt with UPDATE_TIME), so the model averaged in is as fresh as
+  possible.
+
+Who may be pulled (both overlapped schedules): a peer is held by one puller at a time.
+
+* ``scheduler=managed``: a ``manager`` service process (never carries models) keeps the queue of
+  free workers and the ``c_ij`` (:class:`~dlcomm.algorithms.pull_schedule.PullManager`); a worker
+  sends ``(end, now)``, gets ``(j, start)``, pulls, reports the measured time.
+* ``scheduler=autonomous``: no manager. A worker picks a peer it believes free and asks it for a
+  reservation; the peer grants the first asker and refuses the others while held (its
+  responder answers one message at a time), and a refused worker picks again. Pullers tell the
+  others when a peer becomes busy or free (small messages), and learn their own ``c_ij``.
+
+A pulled worker answers from a responder thread (:mod:`dlcomm.comm.control`) while it keeps
+training: it sends its parameters as of its last completed step (the optimizer step and the
+averaging hold a lock that the snapshot waits for). A request outstanding at a window's end
+carries over to the next window; a window without a peer is not averaged.
+
+Under ``network.mode=simulate`` the requester issues the pull at the step boundary at which
+its own clock reaches the start time (within one step); the peer serves the snapshot it has
+when the request arrives, so the served model's age follows the ranks' real progress, which
+tracks their clocks while they run at similar speeds. Results therefore depend on measured
+times and are not bit-reproducible, as with any asynchronous method.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.pull_schedule import PullManager, scheduled_start, update_time
+from dlcomm.algorithms.registry import register
+from dlcomm.algorithms.segments import bind_segments, split_segments
+from dlcomm.comm.control import STOP, ControlPlane
+from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.validate import require
+
+# control message kinds
+REQUEST, ASSIGN, RELEASE, CANCEL, CANCELLED, PULL, RESERVE, GRANT, DENY, UNRESERVE, BUSY, FREE = range(12)
+
+
+@dataclass
+class GossipPullConfig(AlgoConfig):
+    name: str = "gossip_pull"
+    period: int = 16  # T: local steps per window (one pull and one averaging per window)
+    overlap: str = "scheduled"  # none | naive | scheduled
+    scheduler: str = "managed"  # managed (a manager process) | autonomous (no single point of failure)
+    theta: float = 0.1  # UPDATE_TIME threshold: a measurement within +-theta of the estimate is averaged in
+
+
+@dataclass
+class Hold:
+    """Worker ``peer`` held by this puller from ``granted`` to ``released`` (wall clock)."""
+
+    peer: int
+    granted: float
+    released: float = math.nan
+
+
+@dataclass
+class PullStats:
+    pulls: int = 0
+    skipped_windows: int = 0  # windows ended without a peer
+    conflicts: int = 0  # reservations refused (autonomous)
+    resolved: int = 0  # refusals after which this worker went on to a grant or gave the round up
+    holds: list[Hold] = field(default_factory=list)
+    staleness_steps: list[int] = field(default_factory=list)  # steps between a pull's issue and its averaging
+
+
+@register
+class GossipPull(Algorithm):
+    name = "gossip_pull"
+    Config = GossipPullConfig
+
+    @classmethod
+    def check_config(cls, cfg: GossipPullConfig) -> None:
+        require(cfg.period >= 1, "algo.period", cfg.period, "T is the number of local steps per window; pass 1 or more, e.g. 16")
+        require(cfg.overlap in ("none", "naive", "scheduled"), "algo.overlap", cfg.overlap, "use none, naive or scheduled")
+        require(cfg.scheduler in ("managed", "autonomous"), "algo.scheduler", cfg.scheduler, "use managed or autonomous")
+        require(0 <= cfg.theta < 1, "algo.theta", cfg.theta, "use a threshold in [0, 1), e.g. 0.1")
+
+    @classmethod
+    def roles(cls, cfg: GossipPullConfig) -> tuple[str, ...]:
+        return ("manager",) if cfg.scheduler == "managed" and cfg.overlap != "none" else ()
+
+    @classmethod
+    def check_world(cls, cfg: GossipPullConfig, nodes: int, workers_per_node: int) -> None:
+        require(nodes * workers_per_node >= 2, "nodes", nodes, "pull-gossip needs at least 2 workers; pass nodes=2 or more")
+
+    # ---- worker ----------------------------------------------------------------------
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().setup(model, optimizer)
+        self.flat = bind_segments(split_segments(model, 1))[0]
+        self.received = torch.empty(self.flat.shape, dtype=self.flat.dtype)
+        self.lock = threading.Lock()  # held while the parameters change
+        self.rng = random.Random(self.seed * 1_000_003 + self.cluster.rank)
+        self.others = [r for r in range(self.cluster.world_size) if r != self.cluster.rank]
+        self.manager = self.cluster.layout.service_rank("manager") if self.roles(self.cfg) else None
+        self.control = ControlPlane(self.channel)
+        self.control.start(self.others + ([self.manager] if self.manager is not None else []), self._on_message)
+        self.stats = PullStats()
+        self.step_times: list[float] = []
+        self.estimates: dict[int, float] = {}  # autonomous: this worker's own c_ij
+        self.busy: set[int] = set()  # autonomous: peers believed held
+        self.tried: set[int] = set()  # autonomous: peers that refused in this round
+        self.reserved_by: int | None = None  # autonomous: who holds this worker
+        self.reservation_lock = threading.Lock()
+        self.pending: int | None = None  # the peer asked (autonomous) or -1 (managed), until answered
+        self.assigned: tuple[int, float] | None = None  # (peer, start)
+        self.handle = None
+        self.issued_at = 0
+        self.window_end = math.nan
+        self.finishing = False
+
+    def _now(self) -> float:
+        return self.channel.clock.now()
+
+    def _step_estimate(self) -> float:
+        recent = self.step_times[-2 * self.cfg.period :]
+        return sum(recent) / len(recent) if recent else 0.0
+
+    def before_step(self, step: int) -> None:
+        self.control.check()
+        self.iteration_start = self._now()
+        if step % self.cfg.period == 0:
+            self.window_end = self.iteration_start + self.cfg.period * self._step_estimate()
+            if self.cfg.overlap != "none" and self.pending is None and self.assigned is None:
+                self._ask(step)
+        self._progress(step)
+
+    def reduce_gradients(self, step: int) -> None:
+        self.lock.acquire()  # the optimizer step follows: no snapshot until it is done
+
+    def after_step(self, step: int) -> None:
+        self.lock.release()
+        self.step_times.append(self._now() - self.iteration_start)
+        if (step + 1) % self.cfg.period:
+            self._progress(step + 1)
+            return
+        if self.cfg.overlap == "none":
+            self.assigned = (self.rng.choice(self.others), self._now())
+            self._issue(step + 1)
+        else:
+            self._progress(step + 1)
+            if self.assigned is None:
+                self.stats.skipped_windows += 1
+                return
+            if self.handle is None:
+                self._issue(step + 1)
+        peer, _ = self.assigned
+        self.handle.wait()
+        measured = self._measured(self.handle.record)
+        with self.lock, torch.no_grad():
+            self.flat.add_(self.received.to(self.flat.device)).mul_(0.5)
+        self.stats.pulls += 1
+        self.stats.staleness_steps.append(step + 1 - self.issued_at)
+        self._release(peer, measured)
+
+    def _measured(self, record) -> float:
+        if self.channel.mode != "off":
+            return record.end - record.ready
+        return record.wall_end - record.wall_start
+
+    def _ask(self, step: int) -> None:
+        """Ask for a peer for the current window (managed: the manager; autonomous: a peer)."""
+        if self.manager is not None:
+            self.pending = -1
+            self.control.send(self.manager, REQUEST, self.window_end, self._now())
+            return
+        if self.finishing:
+            return
+        with self.reservation_lock:
+            busy = set(self.busy)
+        candidates = [r for r in self.others if r not in busy and r not in self.tried]
+        if not candidates:
+            self.tried.clear()
+            return
+        self.pending = self.rng.choice(candidates)
+        self.control.send(self.pending, RESERVE)
+
+    def _progress(self, step: int) -> None:
+        """Take the answers that arrived; start an assigned pull once it is time."""
+        while (message := self.control.poll()) is not None:
+            self._answer(*message)
+        if self.cfg.overlap != "none" and self.pending is None and self.assigned is None and step % self.cfg.period:
+            self._ask(step)  # an autonomous round that found no free peer tries again
+        if self.assigned is not None and self.handle is None:
+            _, start = self.assigned
+            due = self.cfg.overlap == "naive" or self._now() + self._step_estimate() >= start
+            if due:
+                self._issue(step)
+
+    def _answer(self, src: int, message: list[float]) -> None:
+        if src < 0:  # the responder ended with an error
+            self.control.check()
+        kind = int(message[0])
+        if kind == ASSIGN:
+            self.pending, self.assigned = None, (int(message[1]), message[2])
+            self.stats.holds.append(Hold(int(message[1]), time.perf_counter()))
+        elif kind == CANCELLED:
+            self.pending = None
+        elif kind == GRANT:
+            if self.tried:
+                self.stats.resolved += 1
+            self.pending, self.tried = None, set()
+            self.assigned = (src, scheduled_start(self.window_end, self.estimates.get(src, math.inf), self._now()))
+            self.stats.holds.append(Hold(src, time.perf_counter()))
+            for peer in self.others:
+                if peer != src:
+                    self.control.send(peer, BUSY, src)
+        elif kind == DENY:
+            self.stats.conflicts += 1
+            with self.reservation_lock:
+                self.busy.add(src)
+            self.tried.add(src)
+            self.pending = None
+            self._ask(0)
+            if self.pending is None:  # nobody left to ask in this round: given up
+                self.stats.resolved += 1
+
+    def _issue(self, step: int) -> None:
+        peer, _ = self.assigned
+        self.handle = self.control.pull(peer, self.received, self._now(), PULL)
+        self.issued_at = step
+
+    def _release(self, peer: int, measured: float) -> None:
+        if self.stats.holds and self.stats.holds[-1].peer == peer:
+            self.stats.holds[-1].released = time.perf_counter()
+        if self.manager is not None:
+            self.control.send(self.manager, RELEASE, peer, measured)
+        elif self.cfg.overlap != "none":
+            if not math.isnan(measured):
+                self.estimates[peer] = update_time(self.estimates.get(peer, math.inf), measured, self.cfg.theta)
+            self.control.send(peer, UNRESERVE)
+            for other in self.others:
+                if other != peer:
+                    self.control.send(other, FREE, peer)
+        self.assigned, self.handle = None, None
+
+    def _on_message(self, src: int, message: list[float]) -> None:
+        """The responder thread: serve pulls and reservations; pass answers to the loop."""
+        kind = int(message[0])
+        if kind == PULL:
+            with self.lock:
+                snapshot = self.flat.detach().to("cpu", copy=True)
+            self.control.send_tensor(src, snapshot)
+        elif kind == RESERVE:
+            with self.reservation_lock:
+                granted = self.reserved_by is None
+                if granted:
+                    self.reserved_by = src
+            self.control.send(src, GRANT if granted else DENY)
+        elif kind == UNRESERVE:
+            with self.reservation_lock:
+                self.reserved_by = None
+        elif kind in (BUSY, FREE):
+            with self.reservation_lock:
+                (self.busy.add if kind == BUSY else self.busy.discard)(int(message[1]))
+        else:
+            self.control.inbox.put((src, message))
+
+    def finish(self) -> None:
+        """Settle what is outstanding (a pull in flight, a request unanswered), then stop."""
+        self.finishing = True
+        if self.manager is not None and self.pending is not None:
+            self.control.send(self.manager, CANCEL)
+        while self.pending is not None:  # answered for sure: by the peer asked, or the manager
+            self._answer(*self.control.inbox.get(timeout=300))
+        if self.assigned is not None:
+            peer, _ = self.assigned
+            if self.handle is not None:
+                self.handle.wait()
+            self._release(peer, math.nan)
+        self.control.close(self.others + ([self.manager] if self.manager is not None else []))
+
+    # ---- manager ---------------------------------------------------------------------
+    def serve(self, role: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """The communication manager: answer requests from the queue of free workers."""
+        control = ControlPlane(self.channel)
+        state = PullManager(self.cluster.world_size, self.cfg.theta)
+        workers = list(range(self.cluster.world_size))
+
+        def handle(src: int, message: list[float]) -> None:
+            kind = int(message[0])
+            if kind == REQUEST:
+                answers = state.request(src, message[1], message[2])
+            elif kind == RELEASE:
+                answers = state.release(src, int(message[1]), message[2])
+            elif kind == CANCEL:
+                before = len(state.waiting)
+                state.waiting = type(state.waiting)(entry for entry in state.waiting if entry[0] != src)
+                answers = []
+                if len(state.waiting) < before:
+                    control.send(src, CANCELLED)
+            else:
+                raise RuntimeError(f"the gossip manager got message kind {kind} from rank {src}")
+            for answer in answers:
+                control.send(answer.puller, ASSIGN, answer.peer, answer.start)
+
+        control.serve_forever(workers, handle)
+        for worker in workers:
+            control.send(worker, STOP)
