@@ -341,3 +341,38 @@ def hier_vs_flat_allreduce(cluster, channel, steps: int) -> float:
         hooked_step(hier_alg, hier, hier_opt, F.cross_entropy, inputs, labels, step)
         hooked_step(flat_alg, flat, flat_opt, F.cross_entropy, inputs, labels, step)
     return float((_flat(hier) - _flat(flat)).abs().max())
+
+
+def gossip_pull_run(cluster, channel, knobs: dict, steps: int, step_sleep_s: float = 0.0) -> dict:
+    """Workers: ``steps`` steps of gossip_pull on a tiny model (sleeping ``step_sleep_s`` per step
+    so that windows overlap in time), then ``finish``; the manager: ``serve``. What each saw."""
+    from dlcomm.algorithms.gossip_pull import GossipPull, GossipPullConfig
+
+    algorithm = GossipPull(GossipPullConfig(**knobs), cluster, channel, seed=3)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    if cluster.role == "manager":
+        algorithm.serve("manager", model, optimizer)
+        return {"role": "manager"}
+    algorithm.setup(model, optimizer)
+    generator = torch.Generator().manual_seed(500 + cluster.rank)
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        channel.begin_iteration()
+        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        channel.end_iteration()
+        time.sleep(step_sleep_s * (1 + cluster.rank % 3))
+    algorithm.finish()
+    stats = algorithm.stats
+    return {
+        "role": "worker",
+        "holds": [(h.peer, h.granted, h.released) for h in stats.holds],
+        "pulls": stats.pulls,
+        "skipped": stats.skipped_windows,
+        "conflicts": stats.conflicts,
+        "resolved": stats.resolved,
+        "staleness": stats.staleness_steps,
+        "pending": algorithm.pending,
+        "assigned": algorithm.assigned,
+        "reserved_by": algorithm.reserved_by,
+    }

@@ -47,7 +47,7 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pull_schedule import PullManager, scheduled_start, update_time
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.comm.control import STOP, ControlPlane
+from dlcomm.comm.control import ControlPlane
 from dlcomm.config.schema import AlgoConfig
 from dlcomm.config.validate import require
 
@@ -113,7 +113,6 @@ class GossipPull(Algorithm):
         self.others = [r for r in range(self.cluster.world_size) if r != self.cluster.rank]
         self.manager = self.cluster.layout.service_rank("manager") if self.roles(self.cfg) else None
         self.control = ControlPlane(self.channel)
-        self.control.start(self.others + ([self.manager] if self.manager is not None else []), self._on_message)
         self.stats = PullStats()
         self.step_times: list[float] = []
         self.estimates: dict[int, float] = {}  # autonomous: this worker's own c_ij
@@ -127,6 +126,7 @@ class GossipPull(Algorithm):
         self.issued_at = 0
         self.window_end = math.nan
         self.finishing = False
+        self.control.start(self.others + ([self.manager] if self.manager is not None else []), self._on_message)  # last: it uses all the above
 
     def _now(self) -> float:
         return self.channel.clock.now()
@@ -184,12 +184,13 @@ class GossipPull(Algorithm):
             self.control.send(self.manager, REQUEST, self.window_end, self._now())
             return
         if self.finishing:
+            self._end_round()
             return
         with self.reservation_lock:
             busy = set(self.busy)
         candidates = [r for r in self.others if r not in busy and r not in self.tried]
-        if not candidates:
-            self.tried.clear()
+        if not candidates:  # everybody is held: this round is given up, the next step tries again
+            self._end_round()
             return
         self.pending = self.rng.choice(candidates)
         self.control.send(self.pending, RESERVE)
@@ -216,9 +217,8 @@ class GossipPull(Algorithm):
         elif kind == CANCELLED:
             self.pending = None
         elif kind == GRANT:
-            if self.tried:
-                self.stats.resolved += 1
-            self.pending, self.tried = None, set()
+            self.pending = None
+            self._end_round()
             self.assigned = (src, scheduled_start(self.window_end, self.estimates.get(src, math.inf), self._now()))
             self.stats.holds.append(Hold(src, time.perf_counter()))
             for peer in self.others:
@@ -230,9 +230,12 @@ class GossipPull(Algorithm):
                 self.busy.add(src)
             self.tried.add(src)
             self.pending = None
-            self._ask(0)
-            if self.pending is None:  # nobody left to ask in this round: given up
-                self.stats.resolved += 1
+            self._ask(0)  # choose again
+
+    def _end_round(self) -> None:
+        """An autonomous round ended (granted, or given up): its refusals are resolved."""
+        self.stats.resolved += len(self.tried)
+        self.tried = set()
 
     def _issue(self, step: int) -> None:
         peer, _ = self.assigned
@@ -287,6 +290,9 @@ class GossipPull(Algorithm):
             if self.handle is not None:
                 self.handle.wait()
             self._release(peer, math.nan)
+        # A peer's responder answers requests after its own worker said STOP; once every worker
+        # has settled its requests (this barrier), nothing but STOP is sent between workers.
+        self.channel.barrier()
         self.control.close(self.others + ([self.manager] if self.manager is not None else []))
 
     # ---- manager ---------------------------------------------------------------------
@@ -314,5 +320,4 @@ class GossipPull(Algorithm):
                 control.send(answer.puller, ASSIGN, answer.peer, answer.start)
 
         control.serve_forever(workers, handle)
-        for worker in workers:
-            control.send(worker, STOP)
+        control.finish_serving(workers)

@@ -13,7 +13,8 @@ A control message is ``MESSAGE_SLOTS`` float64 numbers, the first being its kind
 algorithm's own codes are >= 0; :data:`STOP` is the plane's). Messages of one sender to one
 receiver arrive in the order sent, so a responder that has seen ``STOP`` from every peer
 will never receive anything again and ends: every process sends ``STOP`` to its peers when
-it is finished (:meth:`ControlPlane.close`).
+it is finished (:meth:`ControlPlane.close`), and only once nothing it asked for is still
+to be answered by a peer (a responder may answer after its own process said ``STOP``).
 
 A pull (:meth:`ControlPlane.pull`) is a control request followed by the peer's answer, a
 tensor; under a network model it is modelled as one message ``peer -> self`` starting at the
@@ -53,24 +54,37 @@ class ControlPlane:
         self._thread: threading.Thread | None = None
         self._peers: tuple[int, ...] = ()
         self._send_lock = threading.Lock()
+        self._sending: list[tuple[object, torch.Tensor]] = []
         self.failure: BaseException | None = None
 
     # ---- sending ---------------------------------------------------------------------
+    # Sends never block: a gloo send completes only once the receiver has posted its receive,
+    # and two responders each blocked sending to the other would wait forever. The message
+    # and its work are kept until the send is seen complete.
     def send(self, dst: int, kind: float, *values: float) -> None:
-        """A control message ``[kind, *values]`` to ``dst`` (blocks until it has left)."""
+        """A control message ``[kind, *values]`` to ``dst``."""
         message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64)
         message[0] = kind
         message[1 : 1 + len(values)] = torch.tensor(values, dtype=torch.float64)
         self.channel._record("control", "job", message.numel() * 8, traffic.point_to_point(message.numel() * 8), phase="control")
-        with self._send_lock:
-            dist.send(message, dst=dst, tag=CONTROL_TAG, group=self.group)
+        self._post(message, dst, CONTROL_TAG)
 
     def send_tensor(self, dst: int, tensor: torch.Tensor) -> None:
         """Answer a pull of ``dst`` with ``tensor`` (from the responder's handler)."""
         nbytes = tensor.numel() * tensor.element_size()
         self.channel._record("serve", "job", nbytes, traffic.point_to_point(nbytes), phase="serve")
+        self._post(tensor.cpu(), dst, PAYLOAD_TAG)
+
+    def _post(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
         with self._send_lock:
-            dist.send(tensor.cpu(), dst=dst, tag=PAYLOAD_TAG, group=self.group)
+            self._sending = [(work, kept) for work, kept in self._sending if not work.is_completed()]
+            self._sending.append((dist.isend(tensor, dst=dst, tag=tag, group=self.group), tensor))
+
+    def _drain_sends(self) -> None:
+        with self._send_lock:
+            sending, self._sending = self._sending, []
+        for work, _ in sending:
+            work.wait()
 
     # ---- receiving -------------------------------------------------------------------
     def start(self, peers: Sequence[int], handler: Handler | None = None) -> None:
@@ -88,6 +102,12 @@ class ControlPlane:
         self._receive(handler)
         if self.failure is not None:
             raise self.failure
+
+    def finish_serving(self, peers: Sequence[int]) -> None:
+        """A service's last words: ``STOP`` to ``peers``, and every send delivered."""
+        for peer in peers:
+            self.send(peer, STOP)
+        self._drain_sends()
 
     def _receive(self, handler: Handler) -> None:
         waiting = set(self._peers)
@@ -149,4 +169,5 @@ class ControlPlane:
             self.send(peer, STOP)
         if self._thread is not None:
             self._thread.join()
+        self._drain_sends()
         self.check()

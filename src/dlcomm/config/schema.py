@@ -37,6 +37,7 @@ class ModelConfig:
     cifar_stem: bool = False  # ResNets: 3x3 stride-1 first conv and no max-pool (32x32 inputs)
     hidden: List[int] = field(default_factory=lambda: [512, 256])  # MLP hidden widths
     dropout: float = 0.0
+    width: float = 1.0  # nin: multiplier of every hidden width (1.0: the paper's)
 
 
 @dataclass
@@ -142,7 +143,8 @@ class TrackingConfig:
 
 @dataclass
 class DebugConfig:
-    """Fault injection for tests of the launcher: rank ``fail_rank`` fails at ``fail_step``."""
+    """Fault injection for tests of the launcher: rank ``fail_rank`` fails at ``fail_step`` (a
+    service rank, which has no steps: is killed ``fail_step`` seconds after it starts)."""
 
     fail_rank: int = -1
     fail_step: int = -1

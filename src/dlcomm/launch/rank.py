@@ -80,6 +80,11 @@ def run_rank(
         optimizer = build_optimizer(cfg.optim, model)
         algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
         if cluster.role != "worker":
+            if cfg.debug.fail_rank == rank:  # a service has no steps: it dies fail_step seconds after it starts
+                import signal
+                import threading
+
+                threading.Timer(max(0, cfg.debug.fail_step), os.kill, (os.getpid(), signal.SIGKILL)).start()
             algorithm.serve(cluster.role, model, optimizer)
             return {}
         algorithm.setup(model, optimizer)
