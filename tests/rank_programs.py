@@ -376,3 +376,31 @@ def gossip_pull_run(cluster, channel, knobs: dict, steps: int, step_sleep_s: flo
         "assigned": algorithm.assigned,
         "reserved_by": algorithm.reserved_by,
     }
+
+
+def ps_run(cluster, channel, name: str, knobs: dict, steps: int) -> dict:
+    """``steps`` parameter-server steps on the tiny model; the workers report what went each way."""
+    from dlcomm.algorithms.registry import get_algorithm
+
+    cls = get_algorithm(name)
+    algorithm = cls(cls.Config(**knobs), cluster, channel, seed=3)
+    torch.manual_seed(0)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if cluster.role == "server":
+        algorithm.serve("server", model, optimizer)
+        return {"role": "server"}
+    algorithm.setup(model, optimizer)
+    generator = torch.Generator().manual_seed(700 + cluster.rank)
+    unchanged_moved = 0  # layers the server did not send back that moved on this worker anyway
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        before = [p.detach().clone() for p in model.parameters()]
+        channel.begin_iteration()
+        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        channel.end_iteration()
+        for old, new, changed in zip(before, model.parameters(), algorithm.stats.changed[-1]):
+            unchanged_moved += int(not changed and not torch.equal(old, new))
+    algorithm.finish()
+    return {"stats": algorithm.stats, "sizes": [p.numel() for p in model.parameters()],
+            "final": _flat(model).numpy().copy(), "unchanged_moved": unchanged_moved}

@@ -24,6 +24,13 @@ CASES = [
     (["network=eth_1g", "network.worker_bandwidth_gbps=[1,10]"], "give one Gb/s value per worker (4 values"),
     (["network=eth_1g", "network.mode=fast"], "network.mode=fast is invalid: use off, emulate or simulate"),
     (["train.target_acc=85"], "train.target_acc=85.0 is invalid"),
+    (["algo=gossip_pull", "algo.period=0"], "algo.period=0 is invalid: T is the number of local steps per window"),
+    (["algo=gossip_pull", "algo.overlap=late"], "algo.overlap=late is invalid: use none, naive or scheduled"),
+    (["algo=ps_layerdrop", "algo.ratio=1.0"], "algo.ratio=1.0 is invalid: R is the fraction of gradient entries dropped"),
+    (["algo=ps_layerdrop", "algo.ratio=-0.1"], "algo.ratio=-0.1 is invalid"),
+    (["algo=ps", "nodes=1"], "nodes=1 is invalid: a parameter server with one worker is plain SGD"),
+    (["algo=ps", "launcher=srun"], "launcher=srun is invalid for algo=ps: it needs the service process(es) server"),
+    (["train.time_budget_s=-5"], "train.time_budget_s=-5.0 is invalid"),
 ]
 
 

@@ -414,6 +414,30 @@ class Channel:
         handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
         return handle
 
+    def irecv_incast(self, tensors: list[torch.Tensor], srcs: list[int], group: str = "job", tag: int = 0) -> Handle:
+        """Receive ``tensors[i]`` from ``srcs[i]``, all at once (what a parameter server does);
+        under a model the whole completes at ``max(senders' start clocks) + incast`` where the
+        incast shares this rank's link (:meth:`NetworkModel.incast_s`)."""
+        sizes = [t.numel() * t.element_size() for t in tensors]
+        record = self._record("recv_incast", group, sum(sizes), (0, 0))
+        handle = Handle(self, record, tensors)
+        process_group = self._group(group)
+        if self._modelling():
+            record.start = self.clock.now()
+            record.modelled_s = self.network.incast_s(sizes, srcs, self.cluster.rank)
+            stamps = [self._clock_tensor(math.nan) for _ in srcs]
+            for stamp, src in zip(stamps, srcs):
+                handle.add_work(dist.irecv(stamp, src=src, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+
+            def resolve() -> None:
+                record.ready = max(float(stamp[0]) for stamp in stamps)
+                record.end = record.ready + record.modelled_s
+
+            handle.resolve = resolve
+        for tensor, src in zip(tensors, srcs):
+            handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
+        return handle
+
     def gather_objects(self, obj: Any, dst: int = 0) -> list[Any] | None:
         """Pickled gather for metrics and logs (not modelled, not counted in iterations)."""
         gathered = [None] * self.cluster.world_size if self.cluster.rank == dst else None

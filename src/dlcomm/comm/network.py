@@ -78,6 +78,13 @@ class NetworkModel:
     def send_s(self, nbytes: int, src: int, dst: int) -> float:
         return cost.point_to_point(nbytes, self.link(src, dst))
 
+    def incast_s(self, sizes: Sequence[int], srcs: Sequence[int], dst: int) -> float:
+        """Every ``srcs[i]`` sends ``sizes[i]`` bytes to ``dst`` at once (a parameter server's
+        gather): ``dst``'s own link is shared (:func:`dlcomm.comm.cost.ps_incast`)."""
+        links = [self.link(src, dst) for src in srcs]
+        own = self.intra.bandwidth_Bps if all(not self.is_inter(src, dst) for src in srcs) else self.worker_bandwidth_Bps[dst]
+        return cost.ps_incast(sizes, links, own)
+
     def is_inter(self, a: int, b: int) -> bool:
         return self.layout.node_of(a) != self.layout.node_of(b)
 

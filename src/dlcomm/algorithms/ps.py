@@ -1,0 +1,194 @@
+"""The synchronous parameter server (the layer-dropping paper's baseline, ALGORITHMS.md section 8).
+
+One ``server`` service process holds the master parameters and the optimizer; every iteration
+each worker sends its gradients, the server waits for all ``n``, averages,
+
+    g_l = (1/n) sum_i g_l^i,    x <- optimizer step of x with g
+
+and sends the parameters back; the workers overwrite theirs (their own optimizer never steps).
+
+The communicator is written once for both variants: what a worker sends for layer ``l`` is
+decided by a compressor over the output of a memory (``dlcomm.compress``): ``ps`` sends every
+layer's gradient as it is; ``ps_layerdrop`` sends a placeholder for the layers it drops.
+Messages: a header ``[lr, keep_1 .. keep_L]`` then the kept layers in one flat payload (a
+dropped layer costs nothing but its header slot, the paper's size-one ``[0]``); the server
+expands placeholders to zeros, and a layer no worker sent is *unchanged*: the optimizer skips it
+(no momentum, no weight decay), and the answer ``[server compute s, changed_1 .. changed_L]``
+carries only the changed layers, which the workers overwrite.
+
+The learning rate travels in the header (the workers run the schedule; the server applies
+worker 0's value), and rank 0 hands the server its initial parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.registry import register
+from dlcomm.compress import KeepAll
+from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.validate import require
+
+HEADER, PAYLOAD, REPLY_HEADER, REPLY_PAYLOAD, INITIAL = 11, 12, 13, 14, 15
+DONE = -1.0  # a header whose lr is DONE: the worker is finished
+
+
+@dataclass
+class PSConfig(AlgoConfig):
+    name: str = "ps"
+
+
+@dataclass
+class PSStats:
+    """Per iteration, on a worker: the server's compute time, bytes each way, dropped fraction."""
+
+    server_compute_s: list[float] = field(default_factory=list)
+    bytes_up: list[int] = field(default_factory=list)
+    bytes_down: list[int] = field(default_factory=list)
+    dropped: list[float] = field(default_factory=list)
+    sent: list[list[bool]] = field(default_factory=list)  # which layers this worker sent
+    changed: list[list[bool]] = field(default_factory=list)  # which layers the server sent back
+
+
+def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors in one flat buffer; one zero when there are none (gloo sends no empty message)."""
+    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.zeros(1)
+
+
+@register
+class ParameterServer(Algorithm):
+    name = "ps"
+    Config = PSConfig
+
+    @classmethod
+    def roles(cls, cfg: AlgoConfig) -> tuple[str, ...]:
+        return ("server",)
+
+    @classmethod
+    def check_world(cls, cfg: AlgoConfig, nodes: int, workers_per_node: int) -> None:
+        require(nodes * workers_per_node >= 2, "nodes", nodes,
+                "a parameter server with one worker is plain SGD; pass nodes=2 or more (the paper: 4 and 8)")
+
+    def compressor(self):
+        return KeepAll()
+
+    def memory(self, params: list[torch.Tensor]):
+        return None
+
+    # ---- worker ----------------------------------------------------------------------
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().setup(model, optimizer)
+        self.params = list(model.parameters())
+        self.server = self.cluster.layout.service_rank("server")
+        self.compress = self.compressor()
+        self.residual = self.memory(self.params)
+        self.stats = PSStats()
+        if self.cluster.rank == 0:
+            self.channel.isend(_flat([p.detach() for p in self.params]), self.server, group="job", tag=INITIAL).wait()
+
+    def reduce_gradients(self, step: int) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        tensors = self.residual.compensate(grads) if self.residual is not None else grads
+        keep = self.compress.select(tensors, step)
+        lr = self.optimizer.param_groups[0]["lr"]
+        header = torch.tensor([lr, *map(float, keep)], dtype=torch.float32, device=self.cluster.device)
+        payload = _flat([t for t, k in zip(tensors, keep) if k])
+        sends = [self.channel.isend(header, self.server, group="job", tag=HEADER),
+                 self.channel.isend(payload, self.server, group="job", tag=PAYLOAD)]
+        reply = torch.empty(len(self.params) + 1, dtype=torch.float32, device=self.cluster.device)
+        self.channel.irecv(reply, self.server, group="job", tag=REPLY_HEADER).wait()
+        changed = [bool(c) for c in reply[1:].tolist()]
+        fresh = torch.empty(max(1, sum(p.numel() for p, c in zip(self.params, changed) if c)), device=self.cluster.device)
+        self.channel.irecv(fresh, self.server, group="job", tag=REPLY_PAYLOAD).wait()
+        for handle in sends:
+            handle.wait()
+        if self.residual is not None:
+            self.residual.update(keep)
+        with torch.no_grad():
+            offset = 0
+            for param, is_changed in zip(self.params, changed):
+                if is_changed:
+                    param.copy_(fresh[offset : offset + param.numel()].view_as(param))
+                    offset += param.numel()
+        for param in self.params:
+            param.grad = None  # the server stepped: the workers' own optimizer must not
+        stats = self.stats
+        stats.server_compute_s.append(float(reply[0]))
+        stats.bytes_up.append((header.numel() + (payload.numel() if any(keep) else 0)) * 4)
+        stats.bytes_down.append((reply.numel() + (fresh.numel() if any(changed) else 0)) * 4)
+        stats.dropped.append(getattr(self.compress, "last_dropped_fraction", 0.0))
+        stats.sent.append(keep)
+        stats.changed.append(changed)
+
+    def finish(self) -> None:
+        """Tell the server this worker is done (inside an iteration, so that it is modelled as
+        the server's receives expect)."""
+        done = torch.full((len(self.params) + 1,), DONE, dtype=torch.float32, device=self.cluster.device)
+        self.channel.begin_iteration()
+        self.channel.isend(done, self.server, group="job", tag=HEADER).wait()
+        self.channel.end_iteration()
+
+    def state_dict(self) -> dict:
+        return {"memory": self.residual.state_dict()} if self.residual is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.residual is not None and "memory" in state:
+            self.residual.load_state_dict(state["memory"])
+
+    # ---- server ----------------------------------------------------------------------
+    def serve(self, role: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        channel, device = self.channel, self.cluster.device
+        params = list(model.parameters())
+        workers = list(range(self.cluster.world_size))
+        initial = _flat([p.detach() for p in params]).clone()
+        channel.irecv(initial, 0, group="job", tag=INITIAL).wait()
+        with torch.no_grad():
+            offset = 0
+            for param in params:
+                param.copy_(initial[offset : offset + param.numel()].view_as(param))
+                offset += param.numel()
+        while True:
+            channel.begin_iteration()
+            headers = [torch.empty(len(params) + 1, dtype=torch.float32, device=device) for _ in workers]
+            channel.irecv_incast(headers, workers, group="job", tag=HEADER).wait()
+            if float(headers[0][0]) == DONE:
+                channel.end_iteration()
+                return
+            keeps = [[bool(k) for k in header[1:].tolist()] for header in headers]
+            payloads = [torch.empty(max(1, sum(p.numel() for p, k in zip(params, keep) if k)), device=device) for keep in keeps]
+            channel.irecv_incast(payloads, workers, group="job", tag=PAYLOAD).wait()
+            started = channel.clock.now()
+            changed = self._apply(params, optimizer, keeps, payloads, float(headers[0][0]))
+            fresh = _flat([p.detach() for p, c in zip(params, changed) if c])
+            reply = torch.tensor([channel.clock.now() - started, *map(float, changed)], dtype=torch.float32, device=device)
+            sends = []
+            for worker in workers:
+                sends.append(channel.isend(reply, worker, group="job", tag=REPLY_HEADER))
+                sends.append(channel.isend(fresh, worker, group="job", tag=REPLY_PAYLOAD))
+            for handle in sends:
+                handle.wait()
+            channel.end_iteration()
+
+    @staticmethod
+    def _apply(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, keeps: list[list[bool]],
+               payloads: list[torch.Tensor], lr: float) -> list[bool]:
+        """Placeholders as zeros, the mean over workers, one optimizer step on the layers that
+        some worker sent; which layers changed."""
+        n = len(keeps)
+        sums = [torch.zeros_like(p) for p in params]
+        for keep, payload in zip(keeps, payloads):
+            offset = 0
+            for total, kept in zip(sums, keep):
+                if kept:
+                    total.add_(payload[offset : offset + total.numel()].view_as(total))
+                    offset += total.numel()
+        changed = [any(keep[layer] for keep in keeps) for layer in range(len(params))]
+        for param, total, is_changed in zip(params, sums, changed):
+            param.grad = total.div_(n) if is_changed else None
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        return changed
