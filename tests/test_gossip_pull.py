@@ -70,9 +70,8 @@ def _never_two_at_once(results: list[dict]) -> int:
     return sum(len(spans) for spans in by_peer.values())
 
 
-@pytest.mark.parametrize("overlap", ["scheduled", "naive"])
-def test_managed_pulls_never_hand_a_worker_to_two_pullers(overlap) -> None:
-    knobs = {"period": 2, "overlap": overlap, "scheduler": "managed"}
+def test_managed_pulls_never_hand_a_worker_to_two_pullers() -> None:
+    knobs = {"period": 2, "overlap": "scheduled", "scheduler": "managed"}
     results = run_ranks(rank_programs.gossip_pull_run, 4, knobs, 24, 0.01, services=("manager",), timeout=120)
     workers = results[:4]
     assert results[4] == {"role": "manager"}
