@@ -141,7 +141,7 @@ class GossipPull(Algorithm):
         if step % self.cfg.period == 0:
             self.window_end = self.iteration_start + self.cfg.period * self._step_estimate()
             if self.cfg.overlap != "none" and self.pending is None and self.assigned is None:
-                self._ask(step)
+                self._ask()
         self._progress(step)
 
     def reduce_gradients(self, step: int) -> None:
@@ -177,7 +177,7 @@ class GossipPull(Algorithm):
             return record.end - record.ready
         return record.wall_end - record.wall_start
 
-    def _ask(self, step: int) -> None:
+    def _ask(self) -> None:
         """Ask for a peer for the current window (managed: the manager; autonomous: a peer)."""
         if self.manager is not None:
             self.pending = -1
@@ -200,7 +200,7 @@ class GossipPull(Algorithm):
         while (message := self.control.poll()) is not None:
             self._answer(*message)
         if self.cfg.overlap != "none" and self.pending is None and self.assigned is None and step % self.cfg.period:
-            self._ask(step)  # an autonomous round that found no free peer tries again
+            self._ask()  # an autonomous round that found no free peer tries again
         if self.assigned is not None and self.handle is None:
             _, start = self.assigned
             due = self.cfg.overlap == "naive" or self._now() + self._step_estimate() >= start
@@ -230,7 +230,7 @@ class GossipPull(Algorithm):
                 self.busy.add(src)
             self.tried.add(src)
             self.pending = None
-            self._ask(0)  # choose again
+            self._ask()  # choose again
 
     def _end_round(self) -> None:
         """An autonomous round ended (granted, or given up): its refusals are resolved."""
@@ -309,10 +309,8 @@ class GossipPull(Algorithm):
             elif kind == RELEASE:
                 answers = state.release(src, int(message[1]), message[2])
             elif kind == CANCEL:
-                before = len(state.waiting)
-                state.waiting = type(state.waiting)(entry for entry in state.waiting if entry[0] != src)
                 answers = []
-                if len(state.waiting) < before:
+                if state.cancel(src):
                     control.send(src, CANCELLED)
             else:
                 raise RuntimeError(f"the gossip manager got message kind {kind} from rank {src}")

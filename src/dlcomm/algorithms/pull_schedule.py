@@ -73,6 +73,12 @@ class PullManager:
                 self.estimates[pair] = update_time(self.estimate(*pair), measured, self.theta)
         return self._assign()
 
+    def cancel(self, puller: int) -> bool:
+        """Withdraw ``puller``'s waiting request; false when it was already answered."""
+        before = len(self.waiting)
+        self.waiting = deque(entry for entry in self.waiting if entry[0] != puller)
+        return len(self.waiting) < before
+
     def _assign(self) -> list[Assignment]:
         """Serve the waiting requests in arrival order, each with the first free peer other
         than itself (a request that only its own puller could take waits; later ones may pass)."""
