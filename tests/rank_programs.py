@@ -404,3 +404,22 @@ def ps_run(cluster, channel, name: str, knobs: dict, steps: int) -> dict:
     algorithm.finish()
     return {"stats": algorithm.stats, "sizes": [p.numel() for p in model.parameters()],
             "final": _flat(model).numpy().copy(), "unchanged_moved": unchanged_moved}
+
+
+def control_quiet_spell(cluster, channel, quiet_s: float) -> tuple:
+    """Two ranks with responders; rank 1 says nothing for ``quiet_s`` seconds, then one message.
+    What rank 0 received, and whether a collective on the workers' group still works after."""
+    from dlcomm.comm.control import ControlPlane
+
+    control = ControlPlane(channel)
+    peer = 1 - cluster.rank
+    control.start([peer])
+    received = None
+    if cluster.rank == 1:
+        time.sleep(quiet_s)
+        control.send(0, 7.0, 42.0)
+    else:
+        received = control.inbox.get(timeout=60)
+    channel.barrier()
+    control.close([peer])
+    return received

@@ -155,3 +155,10 @@ def test_a_time_budget_stops_every_worker_after_the_same_step_and_logs_accuracy_
     assert len(times) >= 3 and times == sorted(times) and times[0] >= 0.0
     assert metrics["final/best_test_acc_mean"] >= metrics["final/test_acc_mean"] - 1e-12
     assert "best test accuracy" in result.stdout
+
+
+def test_a_responder_waits_out_a_quiet_spell_longer_than_the_job_timeout() -> None:
+    """Peers that evaluate for minutes send nothing meanwhile: the responder's any-source receive
+    must not time out (a timed-out gloo receive closed the pairs under the training collectives)."""
+    received, _ = run_ranks(rank_programs.control_quiet_spell, 2, 4.0, cluster_timeout_s=2.0, timeout=60)
+    assert received[0] == 1 and received[1][:2] == [7.0, 42.0]

@@ -24,6 +24,10 @@ import torch.distributed as dist
 
 from dlcomm.comm.layout import ClusterLayout
 
+# How long a control receive may wait for its next message: a dead peer is found by the launcher
+# (which ends the job), not by this timeout, so it only has to outlast any run.
+CONTROL_TIMEOUT = timedelta(days=30)
+
 
 @dataclass
 class Cluster:
@@ -95,8 +99,10 @@ class Cluster:
                 cluster.groups["intra"] = group
                 cluster.group_ranks["intra"] = members
         # Control messages (any-source receives, answered from a thread) need gloo: NCCL has
-        # neither; with gloo the job's own group serves.
-        cluster.groups["control"] = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
+        # neither. A group of their own, because a responder legitimately waits for the next
+        # message as long as its peers evaluate: on the job's group a receive that outlasted the
+        # job's timeout closed the gloo pairs under the training collectives too.
+        cluster.groups["control"] = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         cluster.group_ranks["control"] = list(range(layout.job_size))
         leaders = layout.leaders()
         leader_group = dist.new_group(leaders)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 def _entry(
     fn: Callable, rank: int, nodes: int, world: int, services: tuple[str, ...], port: int, threads: int,
-    network: dict | None, args: tuple, results: mp.Queue,
+    network: dict | None, timeout_s: float, args: tuple, results: mp.Queue,
 ) -> None:
     from omegaconf import OmegaConf
 
@@ -32,7 +32,7 @@ def _entry(
     try:
         layout = ClusterLayout(nodes, world // nodes, services)
         store = dist.TCPStore("127.0.0.1", port, layout.job_size, is_master=False)
-        cluster = Cluster.connect(layout, rank, store, "gloo", torch.device("cpu"))
+        cluster = Cluster.connect(layout, rank, store, "gloo", torch.device("cpu"), timeout_s=timeout_s)
         try:
             channel = Channel.for_run(cluster, OmegaConf.create(network)) if network else Channel(cluster)
             results.put((rank, True, fn(cluster, channel, *args)))
@@ -44,11 +44,12 @@ def _entry(
 
 def run_ranks(
     fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300,
-    network: dict | None = None, services: tuple[str, ...] = (),
+    network: dict | None = None, services: tuple[str, ...] = (), cluster_timeout_s: float = 300.0,
 ) -> list[Any]:
     """``[fn(cluster_r, channel_r, *args) for r in range(world + len(services))]``, each on its
     own process (ranks ``world ..`` play the ``services`` roles: ``cluster.role``); ``network``
-    is a ``network`` config (as composed from ``configs/network/``), None for off."""
+    is a ``network`` config (as composed from ``configs/network/``), None for off;
+    ``cluster_timeout_s`` is the process groups' timeout (gloo ends an operation that waits longer)."""
     nodes = nodes or world
     if world % nodes:
         raise ValueError(f"world={world} is not a multiple of nodes={nodes}")
@@ -57,7 +58,7 @@ def run_ranks(
     context = mp.get_context("spawn")
     results: mp.Queue = context.Queue()
     processes = [
-        context.Process(target=_entry, args=(fn, rank, nodes, world, services, store.port, threads, network, args, results))
+        context.Process(target=_entry, args=(fn, rank, nodes, world, services, store.port, threads, network, cluster_timeout_s, args, results))
         for rank in range(job)
     ]
     for process in processes:
