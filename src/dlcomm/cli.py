@@ -18,6 +18,8 @@ _EPILOG = """examples:
   dlcomm sweep export -m seed=1,2,3 > sweep.txt  one line per run, for slurm/array.sbatch
   dlcomm topology compare=crossover,sgp nodes=16 steps=20   mixing of gossip topologies (Fig. 6)
   dlcomm config algo=local_sgd                   print the composed configuration
+  dlcomm report experiment=sesgd_fig5            tables and plots into results/sesgd_fig5/
+  dlcomm report --all tracking.uri=sqlite:///elsewhere.db   every experiment of another store
 """
 
 
@@ -39,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*")
     topology = sub.add_parser("topology", help="mixing analysis of gossip topologies (lambda_2, imbalance): table + plot")
     topology.add_argument("settings", nargs="*", help="topology=crossover compare=crossover,sgp nodes=16 steps=20 trials=20")
+    report = sub.add_parser("report", help="tables (md, csv, tex) and plots of an experiment's runs, into results/<experiment>/")
+    report.add_argument("--all", action="store_true", help="every experiment of the store that has finished runs")
+    report.add_argument("settings", nargs="*", help="experiment=<name> [tracking.uri=sqlite:///...] [out=<folder>]")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
@@ -61,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export_sweep(args.overrides)
         if args.command == "topology":
             return _topology(args.settings)
+        if args.command == "report":
+            return _report(args.settings, args.all)
         if args.multirun:
             from dlcomm.run import run_sweep
 
@@ -92,6 +99,34 @@ def _topology(arguments: list[str]) -> int:
     print(table.to_string(index=False, float_format=lambda value: f"{value:.4g}"))
     csv, png = write(table, settings, results_dir() / "topology")
     print(f"wrote {csv} and {png}")
+    return 0
+
+
+def _report(settings: list[str], every: bool) -> int:
+    from pathlib import Path
+
+    from dlcomm.paths import results_dir
+    from dlcomm.report.build import write_report
+    from dlcomm.report.runs import check_store, experiment_names
+    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+
+    known = {"experiment": "", "tracking.uri": "", "out": ""}
+    for word in settings:
+        key, sep, value = word.partition("=")
+        if not sep or key not in known:
+            raise UserError(f"{word!r} is not a report setting: pass experiment=<name>, tracking.uri=<uri> or out=<folder>")
+        known[key] = value
+    uri = resolve_tracking_uri(known["tracking.uri"])
+    check_store(uri)
+    if every == bool(known["experiment"]):
+        raise UserError("name one experiment (experiment=<name>) or pass --all")
+    experiments = experiment_names(uri) if every else [known["experiment"]]
+    if not experiments:
+        raise UserError(f"the store {uri} has no finished run: train first (dlcomm train experiment=<name>)")
+    root = Path(known["out"]) if known["out"] else results_dir()
+    for experiment in experiments:
+        written = write_report(experiment, uri, root / experiment)
+        print(f"{experiment}: wrote {', '.join(str(path) for path in written)}")
     return 0
 
 

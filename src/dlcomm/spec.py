@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from dlcomm.paths import project_root
 
 # Keys that say where and how a run is recorded or launched, not what it computes.
-_NOT_HASHED = ("tracking", "launcher", "debug")
+_NOT_HASHED = ("tracking", "launcher", "debug", "report")
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,15 @@ class TrackingConfig:
 
 
 @dataclass
+class ReportConfig:
+    """How ``dlcomm report`` reads this experiment's runs (changes nothing in training)."""
+
+    # The method speedups and MA-acceleration are measured against: an algorithm name, or
+    # words that all appear in a method's label ("gossip_pull overlap=none").
+    baseline: str = "allreduce"
+
+
+@dataclass
 class DebugConfig:
     """Fault injection for tests of the launcher: rank ``fail_rank`` fails at ``fail_step`` (a
     service rank, which has no steps: is killed ``fail_step`` seconds after it starts)."""
@@ -164,6 +173,7 @@ class RunConfig:
     launcher: LauncherConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 
 

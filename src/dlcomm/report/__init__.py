@@ -1,0 +1,1 @@
+"""``dlcomm report``: the papers' tables and figures from the runs MLflow recorded."""

@@ -1,0 +1,70 @@
+"""Which runs are compared with which: groups of runs that share everything but the method and
+the seed.
+
+A run's configuration splits three ways:
+
+* the **method**: ``algo.name`` and the ``algo.*`` knobs that vary among the experiment's runs
+  of that algorithm (``gossip_pull overlap=scheduled scheduler=managed``);
+* the **seed**, over which a method's runs are averaged;
+* everything else, the **setting** (model, dataset, world size, network, optimizer, ...). Runs
+  are only ever compared or averaged within one setting: a table never mixes datasets, models
+  or world sizes. Keys that say how a run was recorded, launched or measured (``tracking.*``,
+  ``launcher.*``, ``debug.*``, ``report.*``, evaluation cadence, data paths, threads) are not
+  part of the setting.
+
+When one (setting, method, seed) was run more than once, the latest run counts.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+PARAM = "params."
+# Prefixes and keys that do not change what a run computes.
+NOT_SETTING_PREFIXES = ("tracking.", "launcher.", "debug.", "report.", "sweep.", "algo.")
+NOT_SETTING_KEYS = frozenset({
+    "seed", "train.eval_every", "train.eval_every_s", "train.eval_batch_size", "train.save_model",
+    "train.target_acc", "train.threads_per_rank", "dataset.root", "dataset.train_dir", "dataset.val_dir",
+    "dataset.loader_workers", "train.device",
+})
+
+
+def _setting_keys(runs: pd.DataFrame) -> list[str]:
+    keys = [column[len(PARAM):] for column in runs.columns if column.startswith(PARAM)]
+    return sorted(k for k in keys if k not in NOT_SETTING_KEYS and not k.startswith(NOT_SETTING_PREFIXES))
+
+
+def _varying(frame: pd.DataFrame, keys: list[str]) -> list[str]:
+    return [k for k in keys if frame[PARAM + k].fillna("").nunique() > 1]
+
+
+def method_labels(runs: pd.DataFrame) -> pd.Series:
+    """``algo.name`` plus ``key=value`` for each ``algo.*`` knob that varies among that
+    algorithm's runs."""
+    labels = pd.Series("", index=runs.index, dtype=object)
+    for name, frame in runs.groupby(PARAM + "algo.name"):
+        knobs = sorted(c[len(PARAM):] for c in frame.columns if c.startswith(PARAM + "algo.") and c != PARAM + "algo.name")
+        varying = _varying(frame, knobs)
+        for index, row in frame.iterrows():
+            words = [str(name)] + [f"{k[len('algo.'):]}={row[PARAM + k]}" for k in varying]
+            labels[index] = " ".join(words)
+    return labels
+
+
+def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``runs`` with columns ``setting`` (a label of the keys that differ between settings,
+    "all" when there is one), ``method`` and ``seed``, one run per (setting, method, seed);
+    and the setting keys that vary (the axes a plot may use: ``nodes``, ``network.inter.latency_ms``)."""
+    runs = runs.copy()
+    keys = _setting_keys(runs)
+    varying = _varying(runs, keys)
+    runs["setting"] = runs.apply(lambda row: " ".join(f"{k}={row[PARAM + k]}" for k in varying) or "all", axis=1)
+    runs["method"] = method_labels(runs)
+    runs["seed"] = runs[PARAM + "seed"].astype(int)
+    runs = runs.sort_values("start_time").groupby(["setting", "method", "seed"], as_index=False).tail(1)
+    return runs.sort_values(["setting", "method", "seed"]).reset_index(drop=True), varying
+
+
+def matches(method: str, baseline: str) -> bool:
+    """Whether ``method`` is the baseline: every word of ``baseline`` is a word of its label."""
+    return set(baseline.split()) <= set(method.split())

@@ -1,0 +1,62 @@
+"""The finished runs of an experiment, read from MLflow into one pandas row per run.
+
+Only runs that finished count (FAILED and KILLED runs have partial metrics) and never a sweep's
+parent run (it carries no metrics). Reading never creates a store: a missing SQLite file is
+the user's mistake (a wrong ``tracking.uri``, or nothing trained yet), said in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dlcomm.errors import UserError
+
+
+def check_store(uri: str) -> None:
+    """Raise a one-line UserError when ``uri`` names a SQLite store that does not exist."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise UserError(
+            f"no MLflow store at {uri}: train first (dlcomm train experiment=<name>) or pass "
+            "tracking.uri=<the store your runs went to>"
+        )
+
+
+def experiment_names(uri: str) -> list[str]:
+    """Names of the store's experiments that hold at least one finished run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    names = []
+    for experiment in client.search_experiments():
+        if client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'", max_results=1):
+            names.append(experiment.name)
+    return sorted(names)
+
+
+def load_runs(uri: str, experiment: str) -> pd.DataFrame:
+    """One row per finished, non-parent run of ``experiment``: ``run_id``, ``start_time`` and
+    the ``params.*``, ``metrics.*`` (last values) and ``tags.*`` columns of MLflow."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        raise UserError(f"the store {uri} has no experiment {experiment!r}: run its sweep first "
+                        f"(the command is in configs/experiment/{experiment}.yaml), or see `dlcomm report --all`")
+    runs = mlflow.search_runs(experiment_names=[experiment], filter_string="attributes.status = 'FINISHED'")
+    if "tags.sweep" in runs.columns:
+        runs = runs[runs["tags.sweep"].fillna("") != "true"]
+    if runs.empty:
+        raise UserError(f"experiment {experiment!r} in {uri} has no finished run: train it first")
+    return runs.reset_index(drop=True)
+
+
+def metric_history(uri: str, run_id: str, key: str) -> pd.Series:
+    """``key``'s values by MLflow step (the last value logged at each step)."""
+    from mlflow.tracking import MlflowClient
+
+    points = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
+    series = pd.Series({point.step: point.value for point in sorted(points, key=lambda p: (p.step, p.timestamp))},
+                       dtype=float)
+    return series.sort_index()

@@ -1,0 +1,153 @@
+"""The papers' table: per setting and method, accuracy over seeds, time per iteration, speedup
+and MA-acceleration.
+
+For the runs of one method (one per seed), with ``m`` the mean and ``s`` the sample standard
+deviation over seeds (0 for one seed):
+
+* ``final_acc`` / ``best_acc``: ``final/test_acc_mean`` and ``final/best_test_acc_mean``, in %;
+* wall time per iteration ``t`` (``final/time_per_iter_s``) split as compute ``t (1 - c)`` and
+  exposed communication ``t c`` with ``c = final/comm_share``, in ms; the same on the modelled
+  cluster from ``final/sim_time_per_iter_s`` and ``final/sim_comm_share``, and the cost model's
+  communication per iteration ``final/comm_modelled_per_iter_s`` (computed, not measured);
+* ``speedup = t_baseline / t_method`` with the simulated times when every run of the setting
+  has them, else the wall times (column ``speedup_clock``);
+* ``ma_acceleration`` (the node-based paper's Table III): with ``A`` the best accuracy of the
+  baseline's seed-mean accuracy curve, reached at ``x_b``, and ``x_m`` the first point at which
+  the method's curve reaches ``A``: ``x_b / x_m`` (> 1: the method gets there sooner; empty
+  when it never does). ``x`` is the epoch, or the training clock for runs evaluated on the
+  clock (``train.eval_every_s``).
+
+Columns measured by a clock (they change from one repetition to the next) are listed in
+:data:`MEASURED`; every other column repeats exactly for the same configuration and seed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from dlcomm.metrics import names
+from dlcomm.report.groups import matches
+
+METRIC = "metrics."
+MEASURED = (
+    "wall_ms_per_iter", "wall_compute_ms", "wall_comm_exposed_ms",
+    "sim_ms_per_iter", "sim_compute_ms", "sim_comm_exposed_ms", "speedup",
+)
+Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
+
+
+def _metric(frame: pd.DataFrame, key: str) -> pd.Series:
+    column = METRIC + key
+    return frame[column].astype(float) if column in frame.columns else pd.Series(np.nan, index=frame.index)
+
+
+def _mean_std(values: pd.Series) -> tuple[float, float]:
+    values = values.dropna()
+    if values.empty:
+        return math.nan, math.nan
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def method_row(frame: pd.DataFrame) -> dict:
+    """The numbers of one method in one setting (``frame``: its runs, one per seed)."""
+    row: dict = {"seeds": len(frame)}
+    for name, key in (("final_acc", names.FINAL_TEST_ACC), ("best_acc", names.FINAL_BEST_TEST_ACC)):
+        mean, std = _mean_std(100 * _metric(frame, key))
+        row[f"{name}_mean"], row[f"{name}_std"] = mean, std
+    wall, share = _metric(frame, names.FINAL_TIME_PER_ITER), _metric(frame, names.FINAL_COMM_SHARE)
+    row["wall_ms_per_iter"] = 1e3 * wall.mean()
+    row["wall_compute_ms"] = 1e3 * (wall * (1 - share)).mean()
+    row["wall_comm_exposed_ms"] = 1e3 * (wall * share).mean()
+    sim, sim_share = _metric(frame, names.FINAL_SIM_TIME_PER_ITER), _metric(frame, names.FINAL_SIM_COMM_SHARE)
+    row["sim_ms_per_iter"] = 1e3 * sim.mean()
+    row["sim_compute_ms"] = 1e3 * (sim * (1 - sim_share)).mean()
+    row["sim_comm_exposed_ms"] = 1e3 * (sim * sim_share).mean()
+    row["comm_modelled_ms"] = 1e3 * _metric(frame, names.FINAL_COMM_MODELLED_PER_ITER).mean()
+    row["steps"] = _metric(frame, names.FINAL_STEPS).mean()
+    row["runs"] = " ".join(frame["run_id"])
+    row["commits"] = " ".join(sorted(set(frame.get("tags.git_commit", pd.Series(["unknown"])).fillna("unknown").str[:10])))
+    return row
+
+
+def first_reaching(curve: pd.Series, level: float) -> float:
+    """The first ``x`` (index) at which ``curve`` reaches ``level``; nan if never."""
+    reached = curve[curve >= level - 1e-12]
+    return float(reached.index[0]) if not reached.empty else math.nan
+
+
+def ma_acceleration(baseline: pd.Series, method: pd.Series) -> float:
+    """``x_b / x_m``: when the baseline reaches its best, over when the method first reaches it."""
+    if baseline.empty or method.empty:
+        return math.nan
+    best = baseline.max()
+    x_base, x_method = first_reaching(baseline, best), first_reaching(method, best)
+    return x_base / x_method if x_method > 0 else math.nan
+
+
+def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame:
+    """One row per (setting, method) from :func:`dlcomm.report.groups.assign`'s runs.
+    ``curves(frame)`` gives a method's seed-mean accuracy curve and its axis name."""
+    rows = []
+    for setting, in_setting in runs.groupby("setting", sort=True):
+        methods = {method: frame for method, frame in in_setting.groupby("method", sort=True)}
+        base = next((m for m in methods if matches(m, baseline)), None)
+        simulated = _metric(in_setting, names.FINAL_SIM_TIME_PER_ITER).notna().all()
+        clock = "simulated" if simulated else "wall"
+        base_curve = curves(methods[base]) if base else None
+        for method, frame in methods.items():
+            row = {"setting": setting, "method": method, "baseline": base or "", **method_row(frame)}
+            if base:
+                time_key = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
+                base_time = method_row(methods[base])[time_key]
+                row["speedup"], row["speedup_clock"] = base_time / row[time_key], clock
+                curve = curves(frame)
+                row["ma_acceleration"] = (
+                    ma_acceleration(base_curve[1], curve[1]) if base_curve and curve and curve[0] == base_curve[0]
+                    else math.nan
+                )
+                row["ma_axis"] = base_curve[0] if base_curve else ""
+            else:
+                row["speedup"], row["speedup_clock"], row["ma_acceleration"], row["ma_axis"] = math.nan, "", math.nan, ""
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pm(mean: float, std: float, digits: int = 2) -> str:
+    if math.isnan(mean):
+        return ""
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _num(value: float, digits: int = 1) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def presentable(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as people read it: mean ± std, ms with one decimal, columns that say their unit."""
+    out = pd.DataFrame({
+        "setting": table["setting"],
+        "method": table["method"],
+        "seeds": table["seeds"],
+        "final acc %": [_pm(m, s) for m, s in zip(table["final_acc_mean"], table["final_acc_std"])],
+        "best acc %": [_pm(m, s) for m, s in zip(table["best_acc_mean"], table["best_acc_std"])],
+        "steps": [_num(v, 0) for v in table["steps"]],
+        "wall ms/iter (compute + comm)": [
+            f"{_num(t)} ({_num(c)} + {_num(e)})" for t, c, e in
+            zip(table["wall_ms_per_iter"], table["wall_compute_ms"], table["wall_comm_exposed_ms"])
+        ],
+    })
+    if table["sim_ms_per_iter"].notna().any():
+        out["simulated ms/iter (compute + comm)"] = [
+            f"{_num(t)} ({_num(c)} + {_num(e)})" if not math.isnan(t) else ""
+            for t, c, e in zip(table["sim_ms_per_iter"], table["sim_compute_ms"], table["sim_comm_exposed_ms"])
+        ]
+        out["modelled comm ms/iter"] = [_num(v, 2) for v in table["comm_modelled_ms"]]
+    out["speedup"] = [_num(v, 2) for v in table["speedup"]]
+    out["MA-acceleration"] = [_num(v, 2) for v in table["ma_acceleration"]]
+    if (out["setting"] == "all").all():
+        out = out.drop(columns="setting")
+    return out

@@ -1,0 +1,125 @@
+"""``dlcomm report``: grouping, the table's arithmetic against hand-computed numbers, the files it
+writes from real runs, and its one-line errors."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from conftest import FAST, mlflow_run, run_cli
+from dlcomm.report.groups import assign, matches
+from dlcomm.report.table import ma_acceleration, summarise
+
+
+def _run(run_id: str, start: int, algo: str, seed: int, acc: float, t: float, share: float, **params: str) -> dict:
+    row = {
+        "run_id": run_id, "start_time": pd.Timestamp(start, unit="s"),
+        "params.algo.name": algo, "params.seed": str(seed), "params.nodes": "4", "params.model.name": "small_cnn",
+        "params.dataset.name": "fashion_mnist", "params.train.eval_every": "1", "params.tracking.experiment": "x",
+        "metrics.final/test_acc_mean": acc, "metrics.final/best_test_acc_mean": acc,
+        "metrics.final/time_per_iter_s": t, "metrics.final/comm_share": share, "metrics.final/steps": 100.0,
+        "tags.git_commit": "abcdef0123456789",
+    }
+    row.update({f"params.{key}": value for key, value in params.items()})
+    return row
+
+
+def _runs() -> pd.DataFrame:
+    return pd.DataFrame([
+        _run("a0", 1, "allreduce", 0, 0.80, 0.200, 0.5, **{"algo.bucket_mb": "25"}),
+        _run("a1", 2, "allreduce", 1, 0.82, 0.220, 0.5, **{"algo.bucket_mb": "25"}),
+        _run("l0", 3, "local_sgd", 0, 0.78, 0.100, 0.2, **{"algo.period": "4"}),
+        _run("l1", 4, "local_sgd", 1, 0.70, 0.120, 0.2, **{"algo.period": "4"}),
+        _run("l1-again", 9, "local_sgd", 1, 0.74, 0.110, 0.2, **{"algo.period": "4"}),  # rerun: the latest counts
+        _run("p8", 5, "local_sgd", 0, 0.60, 0.090, 0.1, **{"algo.period": "8"}),
+        _run("big", 6, "allreduce", 0, 0.50, 0.400, 0.5, **{"algo.bucket_mb": "25", "nodes": "8"}),
+        _run("eval", 7, "allreduce", 2, 0.84, 0.240, 0.5, **{"algo.bucket_mb": "25", "train.eval_every": "5"}),
+    ])
+
+
+def test_runs_are_grouped_by_setting_and_labelled_by_method() -> None:
+    runs, varying = assign(_runs())
+    assert varying == ["nodes"]  # evaluation cadence is not a setting; the algorithm's knobs are the method
+    by_setting = {setting: sorted(frame["run_id"]) for setting, frame in runs.groupby("setting")}
+    assert by_setting == {"nodes=4": ["a0", "a1", "eval", "l0", "l1-again", "p8"], "nodes=8": ["big"]}
+    assert sorted(runs["method"].unique()) == ["allreduce", "local_sgd period=4", "local_sgd period=8"]
+    assert matches("gossip_pull overlap=none scheduler=managed", "overlap=none")
+    assert not matches("gossip_pull overlap=naive scheduler=managed", "overlap=none")
+
+
+def test_table_numbers_match_hand_computation() -> None:
+    runs, _ = assign(_runs())
+    table = summarise(runs, "allreduce", lambda frame: None).set_index(["setting", "method"])
+    base = table.loc[("nodes=4", "allreduce")]
+    assert base["seeds"] == 3
+    assert base["final_acc_mean"] == pytest.approx(82.0)
+    assert base["final_acc_std"] == pytest.approx(2.0)  # sample std of 80, 82, 84
+    assert base["wall_ms_per_iter"] == pytest.approx(220.0)
+    assert base["wall_compute_ms"] + base["wall_comm_exposed_ms"] == pytest.approx(base["wall_ms_per_iter"])
+    local = table.loc[("nodes=4", "local_sgd period=4")]
+    assert local["final_acc_mean"] == pytest.approx(76.0) and local["runs"] == "l0 l1-again"
+    assert local["wall_comm_exposed_ms"] == pytest.approx(0.2 * 105.0)
+    assert local["speedup"] == pytest.approx(220.0 / 105.0) and local["speedup_clock"] == "wall"
+    assert table.loc[("nodes=8", "allreduce")]["speedup"] == pytest.approx(1.0)
+    assert table.loc[("nodes=8", "allreduce")]["final_acc_std"] == 0.0  # one seed
+    assert local["commits"] == "abcdef0123"
+
+
+def test_ma_acceleration_is_when_the_baseline_peaks_over_when_the_method_gets_there() -> None:
+    baseline = pd.Series([0.50, 0.70, 0.80, 0.79], index=[1, 2, 3, 4])
+    faster = pd.Series([0.60, 0.80, 0.85, 0.86], index=[1, 2, 3, 4])
+    never = pd.Series([0.40, 0.50, 0.60, 0.70], index=[1, 2, 3, 4])
+    assert ma_acceleration(baseline, faster) == pytest.approx(1.5)
+    assert ma_acceleration(baseline, baseline) == pytest.approx(1.0)
+    assert math.isnan(ma_acceleration(baseline, never))
+
+
+def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
+    args = ["train", *FAST, "train.max_steps=12", "train.epochs=2", "nodes=2", "tracking.experiment=rep",
+            "network=eth_1g", "network.mode=simulate"]
+    runs = [run_cli(home, *args, f"algo={algo}", f"seed={seed}") for algo in ("allreduce", "local_sgd") for seed in (1, 2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    done = run_cli(home, "report", "experiment=rep")
+    assert done.returncode == 0, done.stderr
+    folder = home / "results" / "rep"
+    table = pd.read_csv(folder / "table.csv").set_index("method")
+    metrics = {r.run_id: mlflow_run(r).data.metrics for r in runs}
+    for method, members in (("allreduce", runs[:2]), ("local_sgd", runs[2:])):
+        accs = [100 * metrics[r.run_id]["final/test_acc_mean"] for r in members]
+        assert table.loc[method, "final_acc_mean"] == pytest.approx(sum(accs) / 2, abs=1e-4)
+        assert set(table.loc[method, "runs"].split()) == {r.run_id for r in members}
+        sims = [metrics[r.run_id]["final/sim_time_per_iter_s"] for r in members]
+        assert table.loc[method, "sim_ms_per_iter"] == pytest.approx(1e3 * sum(sims) / 2, rel=1e-4)
+    assert table.loc["allreduce", "speedup"] == pytest.approx(1.0)
+    assert table.loc["local_sgd", "speedup_clock"] == "simulated"
+    # Local-SGD (period 2) communicates half as often: the cost model's share per iteration halves
+    assert table.loc["local_sgd", "comm_modelled_ms"] == pytest.approx(table.loc["allreduce", "comm_modelled_ms"] / 2, rel=1e-4)
+    markdown = (folder / "table.md").read_text()
+    assert "| allreduce" in markdown and all(r.run_id in markdown for r in runs)
+    assert "\\begin{tabular}" in (folder / "table.tex").read_text()
+    for figure in ("accuracy.png", "time_per_iteration.png"):
+        assert (folder / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_errors_are_one_line(home) -> None:
+    missing = run_cli(home, "report", "experiment=rep")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "no MLflow store at" in missing.stderr and "Traceback" not in missing.stderr
+    other = run_cli(home, "report", "--all", f"tracking.uri=sqlite:///{home}/nothing.db")
+    assert other.returncode == 2 and "no MLflow store" in other.stderr
+    assert not (home / "nothing.db").exists()  # reading never creates a store
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{home}/empty.db").search_experiments()  # a store with no run
+    empty = run_cli(home, "report", "--all", f"tracking.uri=sqlite:///{home}/empty.db")
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "has no finished run" in empty.stderr
+    trained = run_cli(home, "train", *FAST, "train.max_steps=2", "nodes=1")
+    assert trained.returncode == 0, trained.stderr
+    unknown = run_cli(home, "report", "experiment=nonesuch")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "no experiment 'nonesuch'" in unknown.stderr
+    neither = run_cli(home, "report")
+    assert neither.returncode == 2 and "experiment=<name>" in neither.stderr
+    bad = run_cli(home, "report", "experiment=dlcomm", "colour=blue")
+    assert bad.returncode == 2 and "'colour=blue' is not a report setting" in bad.stderr
