@@ -378,8 +378,9 @@ def gossip_pull_run(cluster, channel, knobs: dict, steps: int, step_sleep_s: flo
     }
 
 
-def ps_run(cluster, channel, name: str, knobs: dict, steps: int) -> dict:
-    """``steps`` parameter-server steps on the tiny model; the workers report what went each way."""
+def ps_run(cluster, channel, name: str, knobs: dict, steps: int, pause_s: float = 0.0) -> dict:
+    """``steps`` parameter-server steps on the tiny model; the workers report what went each way.
+    Workers pause ``pause_s`` seconds after the first step (as if evaluating)."""
     from dlcomm.algorithms.registry import get_algorithm
 
     cls = get_algorithm(name)
@@ -401,6 +402,8 @@ def ps_run(cluster, channel, name: str, knobs: dict, steps: int) -> dict:
         channel.end_iteration()
         for old, new, changed in zip(before, model.parameters(), algorithm.stats.changed[-1]):
             unchanged_moved += int(not changed and not torch.equal(old, new))
+        if step == 0:
+            time.sleep(pause_s)
     algorithm.finish()
     return {"stats": algorithm.stats, "sizes": [p.numel() for p in model.parameters()],
             "final": _flat(model).numpy().copy(), "unchanged_moved": unchanged_moved}

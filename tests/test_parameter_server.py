@@ -98,3 +98,12 @@ def test_layerdrop_with_r_zero_is_the_plain_parameter_server_exactly() -> None:
     zero = run_ranks(rank_programs.ps_run, 2, "ps_layerdrop", {"ratio": 0.0}, 6, services=("server",), timeout=120)
     assert np.array_equal(plain[0]["final"], zero[0]["final"])
     assert all(all(sent) for sent in zero[0]["stats"].sent)
+
+
+def test_the_server_waits_out_workers_that_pause_longer_than_the_job_timeout() -> None:
+    """Workers evaluating a large model send nothing for minutes: the server's receive must not
+    time out (it did, after 300 s, in a ResNet-50 run)."""
+    results = run_ranks(rank_programs.ps_run, 2, "ps", {}, 3, 4.0, services=("server",), cluster_timeout_s=2.0,
+                        timeout=120)
+    assert results[2] == {"role": "server"}
+    assert all(len(r["stats"].changed) == 3 for r in results[:2])

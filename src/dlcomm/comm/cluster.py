@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from dlcomm.comm.layout import ClusterLayout
 
-# How long a control receive may wait for its next message: a dead peer is found by the launcher
-# (which ends the job), not by this timeout, so it only has to outlast any run.
+# How long a service or a control receive may wait for its next message: a dead peer is found by
+# the launcher (which ends the job), not by this timeout, so it only has to outlast any run.
 CONTROL_TIMEOUT = timedelta(days=30)
 
 
@@ -76,25 +76,29 @@ class Cluster:
         timeout_s: float = 300.0,
     ) -> "Cluster":
         """Join the job through ``store`` and build the worker, intra-node and leader groups."""
+        timeout = timedelta(seconds=timeout_s)
+        # A service (parameter server, manager) waits for the workers' next message for as long
+        # as they evaluate, which may outlast any timeout: the job's group (workers <-> services)
+        # then waits without one, the workers' own group keeps it.
         dist.init_process_group(
             backend,
             store=store,
             rank=rank,
             world_size=layout.job_size,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=CONTROL_TIMEOUT if layout.services else timeout,
             device_id=device if device.type == "cuda" else None,
         )
         cluster = cls(layout=layout, rank=rank, device=device, backend=backend)
         cluster.groups["job"] = dist.group.WORLD
         cluster.group_ranks["job"] = list(range(layout.job_size))
         workers = list(range(layout.world_size))
-        worker_group = dist.new_group(workers) if layout.services else dist.group.WORLD
+        worker_group = dist.new_group(workers, timeout=timeout) if layout.services else dist.group.WORLD
         if rank < layout.world_size:
             cluster.groups["world"] = worker_group
             cluster.group_ranks["world"] = workers
         for node in range(layout.nodes):
             members = layout.node_ranks(node)
-            group = dist.new_group(members)
+            group = dist.new_group(members, timeout=timeout)
             if rank in members:
                 cluster.groups["intra"] = group
                 cluster.group_ranks["intra"] = members
@@ -105,7 +109,7 @@ class Cluster:
         cluster.groups["control"] = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         cluster.group_ranks["control"] = list(range(layout.job_size))
         leaders = layout.leaders()
-        leader_group = dist.new_group(leaders)
+        leader_group = dist.new_group(leaders, timeout=timeout)
         if rank in leaders:
             cluster.groups["leaders"] = leader_group
             cluster.group_ranks["leaders"] = leaders
