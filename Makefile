@@ -37,3 +37,41 @@ test: setup
 
 clean-results:
 	rm -rf results/mlflow.db results/mlartifacts results/runs
+
+# ---- reproduce a paper: its scaled-down runs on this machine, then `dlcomm report` --------------
+# Each writes results/<experiment>/ (table.md, table.csv, table.tex, PNGs); results/README.md sets
+# them beside the papers' numbers. Times are for a 2-core machine.
+DLCOMM := $(VENV)/bin/dlcomm
+.PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-node-based reproduce-wan-gossip
+
+# SESGD (Fig. 5 at three latencies; Table 2 at one seed, one epoch): about 20 minutes
+reproduce-sesgd: setup
+	$(DLCOMM) train -m experiment=sesgd_fig5 algo=allreduce,sesgd algo.bucket_mb=0 network.inter.latency_ms=0.1,1,5
+	$(DLCOMM) train -m experiment=sesgd_table2 algo=allreduce,node_based,local_sgd seed=0 train.epochs=1
+	$(DLCOMM) train -m experiment=sesgd_table2 algo=sesgd,local_sesgd algo.groups=2 seed=0 train.epochs=1
+	$(DLCOMM) report experiment=sesgd_fig5
+	$(DLCOMM) report experiment=sesgd_table2
+
+# Layer dropping (Table 1 at both network settings, ResNet-50, a few steps): about 15 minutes
+reproduce-layerdrop: setup
+	$(DLCOMM) train -m experiment=layerdrop_1g algo=ps,ps_layerdrop seed=1
+	$(DLCOMM) train -m experiment=layerdrop_56g algo=ps,ps_layerdrop seed=1
+	$(DLCOMM) report experiment=layerdrop_1g
+	$(DLCOMM) report experiment=layerdrop_56g
+
+# Crossover-SGD (Fig. 6 mixing; Figs. 8-9 accuracy at 16 workers, one seed): about 40 minutes
+reproduce-crossover: setup
+	$(DLCOMM) topology compare=crossover,sgp nodes=16 steps=20
+	$(DLCOMM) train -m experiment=crossover_fmnist algo=crossover,sgp,allreduce seed=0
+	$(DLCOMM) report experiment=crossover_fmnist
+
+# Node-based averaging (Table III: clusters 2x2 and 4x2, two seeds): about 30 minutes
+reproduce-node-based: setup
+	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based,allreduce nodes=2,4 workers_per_node=2 seed=0,1
+	$(DLCOMM) report experiment=node_based_table3
+
+# Wide-area pull-gossip (Table 3 setting, 2 wide workers, 25 simulated s, two seeds): about 65 minutes
+reproduce-wan-gossip: setup
+	$(DLCOMM) train -m experiment=wan_gossip_fmnist algo.overlap=none seed=1,2
+	$(DLCOMM) train -m experiment=wan_gossip_fmnist algo.overlap=naive,scheduled algo.scheduler=managed,autonomous seed=1,2
+	$(DLCOMM) report experiment=wan_gossip_fmnist

@@ -31,6 +31,7 @@ CASES = [
     (["algo=ps", "nodes=1"], "nodes=1 is invalid: a parameter server with one worker is plain SGD"),
     (["algo=ps", "launcher=srun"], "launcher=srun is invalid for algo=ps: it needs the service process(es) server"),
     (["train.time_budget_s=-5"], "train.time_budget_s=-5.0 is invalid"),
+    (["train.eval_size=-1"], "train.eval_size=-1 is invalid"),
 ]
 
 

@@ -163,3 +163,14 @@ def test_two_runs_at_once_do_not_collide(home) -> None:
     ]
     outputs = [process.communicate(timeout=240) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
+
+
+def test_eval_size_evaluates_the_first_images_only(home) -> None:
+    """train.eval_size=100: accuracies are counts out of 100 (the whole synthetic test set is 512);
+    the mean over two replicas, out of 200."""
+    result = run_cli(home, "train", *FAST, "train.max_steps=5", "nodes=2", "algo=local_sgd", "train.eval_size=100")
+    assert result.returncode == 0, result.stderr
+    metrics = mlflow_run(result).data.metrics
+    for key, out_of in (("final/test_acc_mean", 200), ("final/test_acc_avg_model", 100)):
+        assert abs(metrics[key] * out_of - round(metrics[key] * out_of)) < 1e-9, (key, metrics[key])
+    assert mlflow_run(result).data.params["train.eval_size"] == "100"

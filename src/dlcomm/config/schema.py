@@ -22,6 +22,7 @@ class TrainConfig:
     comm_interval: int = 1  # micro-batches accumulated per optimizer step and communication round
     eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
     eval_batch_size: int = 256
+    eval_size: int = 0  # evaluate on the first N test images; 0: the whole test set
     label_smoothing: float = 0.0
     device: str = "cpu"  # cpu | cuda | auto (cuda when available)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks

@@ -290,7 +290,8 @@ class TrainLoop:
 
     def _clock_evaluation(self) -> None:
         with self.algorithm.eval_params():
-            result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device)
+            result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device,
+                                  self.cfg.train.eval_size)
         self._remember_best(result.test_acc_mean)
         if self.reporter:
             self.reporter.clock_point(self.state.step, {
@@ -314,7 +315,8 @@ class TrainLoop:
         result: EvalResult | None = None
         if evaluate_now:
             with self.algorithm.eval_params():
-                result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device)
+                result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device,
+                                  self.cfg.train.eval_size)
         gathered = self.channel.gather_objects(rows, dst=0)
         if gathered is None:
             return {}
