@@ -107,3 +107,29 @@ def test_the_server_waits_out_workers_that_pause_longer_than_the_job_timeout() -
                         timeout=120)
     assert results[2] == {"role": "server"}
     assert all(len(r["stats"].changed) == 3 for r in results[:2])
+
+
+def test_the_parameter_server_takes_the_steps_of_sgd_on_the_mean_gradient() -> None:
+    """ps with 2 workers = one SGD-with-momentum optimizer stepping on the workers' mean gradient
+    (computed here in one process on the same batches), up to float rounding."""
+    import torch
+    import torch.nn.functional as F
+
+    steps = 5
+    results = run_ranks(rank_programs.ps_run, 2, "ps", {}, steps, services=("server",), timeout=120)
+    model = rank_programs._model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    generators = [torch.Generator().manual_seed(700 + rank) for rank in range(2)]
+    for _ in range(steps):
+        grads = []
+        for generator in generators:
+            inputs, labels = rank_programs._batch(generator)
+            model.zero_grad()
+            F.cross_entropy(model(inputs), labels).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for param, *per_worker in zip(model.parameters(), *grads):
+            param.grad = sum(per_worker) / 2
+        optimizer.step()
+    reference = rank_programs._flat(model).numpy()
+    for worker in results[:2]:
+        assert abs(worker["final"] - reference).max() < 1e-5
