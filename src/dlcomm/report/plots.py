@@ -64,14 +64,14 @@ def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
     prefix = "sim" if simulated else "wall"
     several = table["setting"].nunique() > 1
     labels = [_label(s, m, several) for s, m in zip(table["setting"], table["method"])]
-    figure, axis = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2), 4.2))
+    figure, axis = plt.subplots(figsize=(max(6.5, 0.9 * len(labels) + 3.5), 4.6))
     positions = range(len(labels))
     compute, comm = table[f"{prefix}_compute_ms"], table[f"{prefix}_comm_exposed_ms"]
     axis.bar(positions, compute, label="compute")
     axis.bar(positions, comm, bottom=compute, label="exposed communication")
     axis.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=7)
     axis.set(ylabel=f"{'simulated' if simulated else 'wall'} ms per iteration", title=title)
-    axis.legend()
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     axis.grid(axis="y", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
