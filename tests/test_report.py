@@ -123,3 +123,15 @@ def test_report_errors_are_one_line(home) -> None:
     assert neither.returncode == 2 and "experiment=<name>" in neither.stderr
     bad = run_cli(home, "report", "experiment=dlcomm", "colour=blue")
     assert bad.returncode == 2 and "'colour=blue' is not a report setting" in bad.stderr
+
+
+def test_plots_against_a_setting_key(tmp_path) -> None:
+    from dlcomm.report import plots
+
+    runs, _ = assign(_runs())
+    table = summarise(runs, "allreduce", lambda frame: None)
+    runs = runs.assign(world=runs["params.nodes"].astype(float))
+    path = plots.against(table, runs, "world", "workers", "speedup", "speedup", tmp_path / "s.png", "t")
+    assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
+    one = runs[runs["params.nodes"] == "4"]
+    assert plots.against(table[table["setting"] == "nodes=4"], one, "world", "w", "speedup", "s", tmp_path / "n.png", "t") is None

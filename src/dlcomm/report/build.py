@@ -125,7 +125,8 @@ def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     for key in axes:
         if key.endswith("latency_ms"):
             time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
-            figures.append(plots.against(table, runs, params[key], "latency ms", time_column.replace("_", " "),
+            y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
+            figures.append(plots.against(table, runs, params[key], key, time_column, y_label,
                                          folder / "time_vs_latency.png", experiment))
     figures = [figure for figure in figures if figure is not None]
     markdown, csv, tex = folder / "table.md", folder / "table.csv", folder / "table.tex"
