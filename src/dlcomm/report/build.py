@@ -114,7 +114,6 @@ def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     histories = Histories(uri)
     table = summarise(runs, baseline, lambda frame: histories.curve(frame, "ma"))
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
     figures = [plots.accuracy(runs, histories.curve, folder / "accuracy.png", experiment),
                plots.time_breakdown(table, folder / "time_per_iteration.png", experiment)]
     params = {key: "params." + key for key in axes}
@@ -133,11 +132,4 @@ def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     markdown.write_text(_markdown(experiment, uri, table, baseline, figures))
     table.to_csv(csv, index=False, float_format="%.6g")
     tex.write_text(_latex(table))
-    written += [markdown, csv, tex, *figures]
-    return written
-
-
-def check_experiment_name(name: str) -> str:
-    if not name or "/" in name:
-        raise UserError(f"experiment={name!r} is not an experiment name: pass experiment=<name> or --all")
-    return name
+    return [markdown, csv, tex, *figures]

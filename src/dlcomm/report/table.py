@@ -98,11 +98,11 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
         simulated = _metric(in_setting, names.FINAL_SIM_TIME_PER_ITER).notna().all()
         clock = "simulated" if simulated else "wall"
         base_curve = curves(methods[base]) if base else None
+        time_key = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
+        base_time = method_row(methods[base])[time_key] if base else math.nan
         for method, frame in methods.items():
             row = {"setting": setting, "method": method, "baseline": base or "", **method_row(frame)}
             if base:
-                time_key = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
-                base_time = method_row(methods[base])[time_key]
                 row["speedup"], row["speedup_clock"] = base_time / row[time_key], clock
                 curve = curves(frame)
                 row["ma_acceleration"] = (
