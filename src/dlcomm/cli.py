@@ -103,30 +103,10 @@ def _topology(arguments: list[str]) -> int:
 
 
 def _report(settings: list[str], every: bool) -> int:
-    from pathlib import Path
+    from dlcomm.report.build import run_report
 
-    from dlcomm.paths import results_dir
-    from dlcomm.report.build import write_report
-    from dlcomm.report.runs import check_store, experiment_names
-    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
-
-    known = {"experiment": "", "tracking.uri": "", "out": ""}
-    for word in settings:
-        key, sep, value = word.partition("=")
-        if not sep or key not in known:
-            raise UserError(f"{word!r} is not a report setting: pass experiment=<name>, tracking.uri=<uri> or out=<folder>")
-        known[key] = value
-    uri = resolve_tracking_uri(known["tracking.uri"])
-    check_store(uri)
-    if every == bool(known["experiment"]):
-        raise UserError("name one experiment (experiment=<name>) or pass --all")
-    experiments = experiment_names(uri) if every else [known["experiment"]]
-    if not experiments:
-        raise UserError(f"the store {uri} has no finished run: train first (dlcomm train experiment=<name>)")
-    root = Path(known["out"]) if known["out"] else results_dir()
-    for experiment in experiments:
-        written = write_report(experiment, uri, root / experiment)
-        print(f"{experiment}: wrote {', '.join(str(path) for path in written)}")
+    for line in run_report(settings, every):
+        print(line)
     return 0
 
 

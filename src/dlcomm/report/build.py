@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -133,3 +134,29 @@ def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     table.to_csv(csv, index=False, float_format="%.6g")
     tex.write_text(_latex(table))
     return [markdown, csv, tex, *figures]
+
+
+def run_report(settings: list[str], every: bool) -> Iterator[str]:
+    """``dlcomm report``'s work: ``settings`` are ``key=value`` words (experiment, tracking.uri,
+    out); ``every``: all experiments of the store. Yields a line as each experiment is reported."""
+    from dlcomm.paths import results_dir
+    from dlcomm.report.runs import check_store, experiment_names
+    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+
+    known = {"experiment": "", "tracking.uri": "", "out": ""}
+    for word in settings:
+        key, sep, value = word.partition("=")
+        if not sep or key not in known:
+            raise UserError(f"{word!r} is not a report setting: pass experiment=<name>, tracking.uri=<uri> or out=<folder>")
+        known[key] = value
+    uri = resolve_tracking_uri(known["tracking.uri"])
+    check_store(uri)
+    if every == bool(known["experiment"]):
+        raise UserError("name one experiment (experiment=<name>) or pass --all")
+    experiments = experiment_names(uri) if every else [known["experiment"]]
+    if not experiments:
+        raise UserError(f"the store {uri} has no finished run: train first (dlcomm train experiment=<name>)")
+    root = Path(known["out"]) if known["out"] else results_dir()
+    for experiment in experiments:
+        written = write_report(experiment, uri, root / experiment)
+        yield f"{experiment}: wrote {', '.join(str(path) for path in written)}"
