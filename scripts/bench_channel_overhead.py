@@ -34,7 +34,7 @@ from dlcomm.algorithms.buckets import make_buckets
 from dlcomm.config.schema import ModelConfig
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
-from dlcomm.train.loop import hooked_step
+from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 VARIANTS = ("bare", "channel")
 SHAPES = {"small_cnn": (1, 28, 28), "resnet18": (3, 32, 32)}
@@ -69,7 +69,7 @@ def _bench_rank(cluster, channel, model_name: str, batch: int, iters: int, block
 
     def channel_step(step, x, y):
         channel.begin_iteration()
-        hooked_step(algorithm, model, optimizer, F.cross_entropy, x, y, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, x, y, step)
         channel.end_iteration()
 
     steppers["channel"] = channel_step

@@ -25,7 +25,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
@@ -34,7 +33,7 @@ from dlcomm.config.compose import compose
 from dlcomm.config.schema import ModelConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
-from dlcomm.train.loop import hooked_step
+from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 CONFIGS = {
     "ring/layer": ("allreduce", {"bucket_mb": 0.0}),
@@ -65,7 +64,7 @@ def _rank(cluster, channel, name: str, knobs: dict, networks: list[dict], iters:
         times = []
         for i in range(iters + 1):  # the first iteration of each latency is a warm-up
             channel.begin_iteration()
-            hooked_step(algorithm, model, optimizer, F.cross_entropy, x, y, step)
+            hooked_step(algorithm, model, optimizer, cross_entropy_loss, x, y, step)
             stats = channel.end_iteration()
             step += 1
             if i:

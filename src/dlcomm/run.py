@@ -21,6 +21,9 @@ def check_runnable(cfg: DictConfig) -> None:
     from dlcomm.data import check_dataset, dataset_shape
     from dlcomm.models import check_model_fits
 
+    from dlcomm.tasks import check_task
+
+    check_task(cfg)
     check_dataset(cfg.dataset)
     shape, classes = dataset_shape(cfg.dataset)
     try:
@@ -30,6 +33,12 @@ def check_runnable(cfg: DictConfig) -> None:
     from dlcomm.algorithms.registry import get_algorithm
 
     roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
+    loss_scaling = cfg.train.amp and (cfg.train.amp_dtype == "fp16" or (cfg.train.amp_dtype == "auto" and cfg.train.device != "cpu"))
+    if roles and loss_scaling:
+        raise UserError(
+            f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "
+            "workers' scaled gradients; pass train.amp_dtype=bf16 (no scaling)"
+        )
     if roles and cfg.launcher.name != "local":
         raise UserError(
             f"launcher={cfg.launcher.name} is invalid for algo={cfg.algo.name}: it needs the service process(es) "

@@ -24,6 +24,8 @@ class TrainConfig:
     eval_batch_size: int = 256
     eval_size: int = 0  # evaluate on the first N test images; 0: the whole test set
     label_smoothing: float = 0.0
+    amp: bool = False  # mixed precision: autocast forward, see dlcomm.train.precision
+    amp_dtype: str = "auto"  # auto (bf16 on CPU, fp16 with loss scaling on CUDA) | bf16 | fp16
     device: str = "cpu"  # cpu | cuda | auto (cuda when available)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
     time_budget_s: float = 0.0  # stop once any worker's training clock (simulated under network.mode=simulate, else wall) reaches it; 0: off
@@ -39,6 +41,16 @@ class ModelConfig:
     hidden: List[int] = field(default_factory=lambda: [512, 256])  # MLP hidden widths
     dropout: float = 0.0
     width: float = 1.0  # nin: multiplier of every hidden width (1.0: the paper's)
+    # vit_s / vit_b (timm VisionTransformer); configs/model/vit_*.yaml set the paper's Table II sizes
+    embed_dim: int = 384  # token width D
+    depth: int = 12  # transformer blocks
+    num_heads: int = 12  # attention heads (embed_dim must be a multiple)
+    patch_size: int = 16  # p x p patches; sides not a multiple of p are zero-padded up to one
+    mlp_ratio: float = 4.0  # block MLP hidden width = int(embed_dim * mlp_ratio)
+    # rnn / lstm / gru over image rows
+    hidden_size: int = 128  # units of the recurrent layer
+    # acgan (task=gan)
+    latent_dim: int = 128  # the generator's noise dimension
 
 
 @dataclass
@@ -60,7 +72,7 @@ class DatasetConfig:
 
 @dataclass
 class OptimConfig:
-    name: str = MISSING  # sgd | adam | adamw | lars
+    name: str = MISSING  # sgd | adam | adamw | adabelief | angulargrad | lars
     lr: float = 0.05
     momentum: float = 0.0
     nesterov: bool = False
@@ -74,6 +86,20 @@ class OptimConfig:
     min_lr: float = 0.0  # cosine floor
     trust_coefficient: float = 0.001  # lars: the layer-wise trust coefficient (the Crossover paper: 0.0025)
     exclude_bias_and_norm: bool = True  # lars: 1-d tensors (biases, norm scales) neither adapted nor decayed
+    decoupled_weight_decay: bool = False  # adabelief: AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
+    rectify: bool = False  # adabelief: RAdam's variance rectification
+    method: str = "cos"  # angulargrad: cos | tan (the angular coefficient's function)
+
+
+@dataclass
+class TaskConfig:
+    """What is trained (dlcomm.tasks): classification, or the GAN (model=acgan)."""
+
+    name: str = "classification"  # classification | gan
+    # gan only
+    generator_lr: float = 0.0  # the generator's learning rate; 0: optim.lr
+    discriminator_lr: float = 0.0  # the discriminator's; 0: optim.lr
+    samples_per_class: int = 10  # columns of the logged grid of generated images (one row per class)
 
 
 @dataclass
@@ -167,6 +193,7 @@ class RunConfig:
     workers_per_node: int = 1
     seed: int = 0
     algo: Any = MISSING
+    task: TaskConfig = MISSING
     model: ModelConfig = MISSING
     dataset: DatasetConfig = MISSING
     optim: OptimConfig = MISSING
@@ -182,6 +209,7 @@ def register_schemas() -> None:
     """Put every schema in the ConfigStore under the names the YAML defaults lists use."""
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="task", name="task_schema", node=TaskConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
     cs.store(group="optim", name="optim_schema", node=OptimConfig)

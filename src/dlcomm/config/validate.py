@@ -38,11 +38,20 @@ def validate_run(cfg: Any) -> None:
     require(train.eval_every_s >= 0, "train.eval_every_s", train.eval_every_s, "use 0 (off) or a positive number of seconds")
     require(train.device in ("cpu", "cuda", "auto"), "train.device", train.device, "use cpu, cuda or auto")
     require(train.threads_per_rank >= 0, "train.threads_per_rank", train.threads_per_rank, "use 0 (automatic) or a positive thread count")
+    require(train.amp_dtype in ("auto", "bf16", "fp16"), "train.amp_dtype", train.amp_dtype, "use auto, bf16 or fp16")
     optim = cfg.optim
+    from dlcomm.train.optim import OPTIMIZER_NAMES
+
+    require(optim.name in OPTIMIZER_NAMES, "optim", optim.name, f"choose one of {', '.join(OPTIMIZER_NAMES)}")
     require(optim.lr > 0, "optim.lr", optim.lr, "the learning rate must be positive")
+    require(optim.method in ("cos", "tan"), "optim.method", optim.method, "angulargrad's coefficient: use cos or tan")
     require(optim.schedule in ("constant", "cosine", "multistep"), "optim.schedule", optim.schedule, "use constant, cosine or multistep")
     require(optim.warmup_epochs >= 0, "optim.warmup_epochs", optim.warmup_epochs, "use 0 (no warm-up) or a positive number of epochs")
     require(cfg.launcher.backend in ("auto", "gloo", "nccl"), "launcher.backend", cfg.launcher.backend, "use auto, gloo or nccl")
+    task = cfg.task
+    require(task.generator_lr >= 0 and task.discriminator_lr >= 0, "task.generator_lr/discriminator_lr",
+            f"{task.generator_lr}/{task.discriminator_lr}", "use 0 (optim.lr) or a positive learning rate")
+    require(task.samples_per_class >= 1, "task.samples_per_class", task.samples_per_class, "pass a positive number of columns")
     if cfg.launcher.name in ("slurm", "srun"):
         validate_slurm(cfg.launcher)
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)

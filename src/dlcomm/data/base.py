@@ -23,6 +23,10 @@ class ImageClassificationData(ABC):
     num_classes: int
     train_size: int
     test_size: int
+    # Per channel: batches hold (pixel - mean) / std for pixels in [0, 1]; None when the inputs
+    # are not normalised pixels (synthetic data). Generators use it to produce the same range.
+    pixel_mean: Optional[Tuple[float, ...]] = None
+    pixel_std: Optional[Tuple[float, ...]] = None
 
     @abstractmethod
     def train_batches(self, indices: torch.Tensor, batch_size: int, seed: int) -> Iterator[Batch]:
@@ -101,6 +105,7 @@ class InMemoryImageData(ImageClassificationData):
         self.train_size = len(self.train_labels)
         self.test_size = len(self.test_labels)
         self.normalize = Normalizer(mean, std)
+        self.pixel_mean, self.pixel_std = tuple(mean), tuple(std)
         self.augment = augment
 
     def train_batches(self, indices: torch.Tensor, batch_size: int, seed: int) -> Iterator[Batch]:

@@ -78,6 +78,7 @@ class ImageFolderData(ImageClassificationData):
             transform=transforms.Compose([*test_tf, transforms.ToTensor(), normalize]),
         )
         self.input_shape = (3, image_size, image_size)
+        self.pixel_mean, self.pixel_std = IMAGENET_MEAN, IMAGENET_STD
         self.num_classes = len(self.train_set.classes)
         self.train_size = len(self.train_set)
         self.test_size = len(self.test_set)

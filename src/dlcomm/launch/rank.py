@@ -20,11 +20,12 @@ from dlcomm.comm.channel import Channel
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
 from dlcomm.data import build_dataset
-from dlcomm.models import build_model
 from dlcomm.spec import RunSpec
+from dlcomm.tasks import build_task
 from dlcomm.train.checkpoint import Checkpointing, WarningSignal
 from dlcomm.train.loop import TrainLoop, plan_steps
 from dlcomm.train.optim import build_optimizer, build_scheduler
+from dlcomm.train.precision import Precision
 
 
 def resolve_device(device: str, backend: str, machine_rank: int, local_ranks: int) -> tuple[torch.device, str]:
@@ -74,10 +75,11 @@ def run_rank(
     try:
         channel = Channel.for_run(cluster, cfg.network)
         data = build_dataset(cfg.dataset)
+        task = build_task(cfg)
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+        model = task.build_model(cfg.model, data).to(device)
         torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
-        optimizer = build_optimizer(cfg.optim, model)
+        optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
         algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
         if cluster.role != "worker":
             if cfg.debug.fail_rank == rank:  # a service has no steps: it dies fail_step seconds after it starts
@@ -97,7 +99,9 @@ def run_rank(
         algorithm.plan(per_epoch, total)
         scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
         checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None
-        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing).run()
+        precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
+        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing,
+                            task, precision).run()
         if cfg.train.save_model:
             torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
         channel.barrier()

@@ -35,6 +35,15 @@ EPOCH_SIM_COMM_EXPOSED_PER_ITER = "epoch/sim_comm_exposed_per_iter_s"
 EPOCH_SIM_COMM_SHARE = "epoch/sim_comm_share"  # sim_comm_exposed / sim_time
 EPOCH_COMM_MODELLED_PER_ITER = "epoch/comm_modelled_per_iter_s"
 EPOCH_SIM_TIME = "epoch/sim_time_s"  # simulated training time so far: max over ranks of their summed sim_time_s
+# The task's parts of the loss (dlcomm.tasks), mean over workers and the epoch's iterations:
+EPOCH_GAN_D_LOSS = "epoch/gan_d_loss"  # task=gan: the discriminator's loss L_D
+EPOCH_GAN_G_LOSS = "epoch/gan_g_loss"  # task=gan: the generator's loss L_G
+
+
+def epoch_part(name: str) -> str:
+    """The per-epoch metric of the task's loss part ``name``."""
+    return f"epoch/{name}"
+
 
 # Evaluations on the training clock (train.eval_every_s): MLflow step = iteration. The clock is
 # simulated under network.mode=simulate, else the wall time of the iterations.

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from torch import nn
 
 from dlcomm.errors import UserError
-from dlcomm.models import small, torchvision_models
+from dlcomm.models import gan, recurrent, small, torchvision_models, vit
 
 Builder = Callable[[Any, Tuple[int, int, int], int], nn.Module]
 
@@ -28,6 +28,12 @@ _BUILDERS: Dict[str, Builder] = {
     "vgg16": torchvision_models.build_vgg16,
     "densenet121": torchvision_models.build_densenet121,
     "shufflenet_v2": torchvision_models.build_shufflenet_v2,
+    "vit_s": vit.build_vit_s,
+    "vit_b": vit.build_vit_b,
+    "rnn": recurrent.build_rnn,
+    "lstm": recurrent.build_lstm,
+    "gru": recurrent.build_gru,
+    "acgan": gan.build_acgan,  # task=gan's generator + discriminator; as a model, the discriminator's label logits
 }
 
 

@@ -230,5 +230,6 @@ class RunLogger:
         for start in range(0, len(batch), _METRICS_PER_BATCH):
             retrying(self.client.log_batch, self.run_id, metrics=batch[start : start + _METRICS_PER_BATCH])
 
-    def log_artifact(self, path: Path) -> None:
-        retrying(self.client.log_artifact, self.run_id, str(path))
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        """Upload ``path`` into the run's artifacts (under ``folder`` when given)."""
+        retrying(self.client.log_artifact, self.run_id, str(path), folder)

@@ -92,6 +92,20 @@ class Rank0Reporter:
                 f" (averaged model {_pct(metrics[names.CLOCK_TEST_ACC_AVG_MODEL])})"
             )
 
+    def images(self, epoch: int, images: dict) -> None:
+        """Image grids (float tensors (C, H, W), values in [0, 1]) as PNG artifacts
+        ``<name>/epoch_<epoch>.png`` (e.g. a GAN's generated samples)."""
+        from torchvision.utils import save_image
+
+        for name, grid in images.items():
+            folder = self.run_dir / name
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"epoch_{epoch:03d}.png"
+            save_image(grid, path)
+            self.logger.log_artifact(path, name)
+        if self.bar is not None:
+            self.bar.write(f"epoch {epoch}: wrote {', '.join(f'{name}/epoch_{epoch:03d}.png' for name in images)} (MLflow artifacts)")
+
     def finish(self, summary: dict) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -128,6 +142,8 @@ def _pct(value: float | None) -> str:
 
 def _epoch_line(epoch: int, epochs: int, m: dict[str, float]) -> str:
     line = f"epoch {epoch}/{epochs}: train loss {m[names.EPOCH_TRAIN_LOSS]:.4f}"
+    if names.EPOCH_GAN_D_LOSS in m:
+        line += f" (discriminator {m[names.EPOCH_GAN_D_LOSS]:.4f}, generator {m[names.EPOCH_GAN_G_LOSS]:.4f})"
     if names.EPOCH_TEST_ACC_MEAN in m:
         line += (
             f", test acc {_pct(m[names.EPOCH_TEST_ACC_MEAN])} (averaged model {_pct(m[names.EPOCH_TEST_ACC_AVG_MODEL])},"

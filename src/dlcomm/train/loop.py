@@ -24,7 +24,7 @@ import os
 import signal
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -36,6 +36,7 @@ from dlcomm.metrics import names
 from dlcomm.train.checkpoint import Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
+from dlcomm.train.precision import FULL, Precision
 
 
 class Reporter(Protocol):
@@ -45,6 +46,7 @@ class Reporter(Protocol):
     def iteration(self, step: int, loss: float, time_s: float) -> None: ...
     def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None: ...
     def clock_point(self, step: int, metrics: dict[str, float]) -> None: ...
+    def images(self, epoch: int, images: dict[str, torch.Tensor]) -> None: ...
     def finish(self, metrics: dict[str, float]) -> None: ...
 
 
@@ -66,17 +68,24 @@ class TrainState:
     epoch_wall_s: float = 0.0
 
 
+LossFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 def hooked_step(
     algorithm: Algorithm,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    criterion: Any,
+    loss_fn: LossFn,
     inputs: torch.Tensor,
     labels: torch.Tensor,
     step: int,
     micro_batches: int = 1,
+    precision: Precision = FULL,
 ) -> torch.Tensor:
     """One optimizer step with the algorithm's hooks in their documented order; the loss.
+
+    ``loss_fn(model, inputs, labels)`` is the task's loss (:mod:`dlcomm.tasks`); it runs under
+    ``precision``'s autocast, whose backward and step replace the plain ones (loss scaling).
 
     ``micro_batches = c > 1`` (``train.comm_interval``): the batch is cut into ``c`` equal
     micro-batches whose gradients accumulate, each loss scaled by ``1/c`` so the gradient is the
@@ -87,20 +96,27 @@ def hooked_step(
     optimizer.zero_grad(set_to_none=True)
     if micro_batches == 1:
         algorithm.accumulating = False
-        loss = criterion(model(inputs), labels)
-        loss.backward()
+        with precision.autocast():
+            loss = loss_fn(model, inputs, labels)
+        precision.backward(loss)
     else:
         total = torch.zeros(())
         for index, (part, part_labels) in enumerate(zip(inputs.chunk(micro_batches), labels.chunk(micro_batches))):
             algorithm.accumulating = index < micro_batches - 1
-            part_loss = criterion(model(part), part_labels)
-            (part_loss / micro_batches).backward()
-            total += part_loss.detach().cpu()
+            with precision.autocast():
+                part_loss = loss_fn(model, part, part_labels)
+            precision.backward(part_loss / micro_batches)
+            total += part_loss.detach().float().cpu()
         loss = total / micro_batches
     algorithm.reduce_gradients(step)
-    optimizer.step()
+    precision.step(optimizer)
     algorithm.after_step(step)
     return loss
+
+
+def cross_entropy_loss(model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The classification loss as a ``loss_fn`` (for benchmarks that train without a task)."""
+    return torch.nn.functional.cross_entropy(model(inputs), labels)
 
 
 def step_batch(train: Any) -> int:
@@ -129,6 +145,8 @@ class TrainLoop:
         data: Any,
         reporter: Reporter | None,
         checkpointing: Checkpointing | None = None,
+        task: Any = None,
+        precision: Precision = FULL,
     ) -> None:
         self.cfg = cfg
         self.channel = channel
@@ -140,7 +158,12 @@ class TrainLoop:
         self.data = data
         self.reporter = reporter
         self.device = self.cluster.device
-        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
+        if task is None:
+            from dlcomm.tasks.classification import Classification
+
+            task = Classification(cfg.train.label_smoothing)
+        self.task = task
+        self.precision = precision
         self.state = TrainState()
         self.memory = PssMonitor()
         self.checkpointing = checkpointing
@@ -158,6 +181,7 @@ class TrainLoop:
             "algorithm": self.algorithm.state_dict(),
             "loop": loop,
             "torch_rng": torch.get_rng_state(),
+            "precision": self.precision.state_dict(),
         }
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
@@ -168,6 +192,7 @@ class TrainLoop:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.algorithm.load_state_dict(state["algorithm"])
+        self.precision.load_state_dict(state.get("precision", {}))
         loop = dict(state["loop"])
         elapsed = loop.pop("elapsed_s")
         self.state = TrainState(**loop, started=perf_counter() - elapsed)
@@ -242,8 +267,8 @@ class TrainLoop:
             step = self.state.step
             start = perf_counter()
             self.channel.begin_iteration()
-            loss = hooked_step(self.algorithm, self.model, self.optimizer, self.criterion, inputs, labels, step,
-                               self.cfg.train.comm_interval)
+            loss = hooked_step(self.algorithm, self.model, self.optimizer, self.task.loss, inputs, labels, step,
+                               self.cfg.train.comm_interval, self.precision)
             self.scheduler.step()
             comm = self.channel.end_iteration()
             time_s = perf_counter() - start
@@ -313,15 +338,20 @@ class TrainLoop:
 
     def _end_epoch(self, epoch: int, rows: list[tuple], train_wall_s: float, evaluate_now: bool) -> dict[str, float]:
         result: EvalResult | None = None
+        images: dict[str, torch.Tensor] = {}
         if evaluate_now:
             with self.algorithm.eval_params():
                 result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device,
                                   self.cfg.train.eval_size)
-        gathered = self.channel.gather_objects(rows, dst=0)
+                if self.reporter:
+                    images = self.task.samples(self.model)
+        gathered = self.channel.gather_objects((rows, self.task.take_epoch_losses()), dst=0)
         if gathered is None:
             return {}
-        all_rows = [row for rank_rows in gathered for row in rank_rows]
+        all_rows = [row for rank_rows, _ in gathered for row in rank_rows]
         metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s)
+        for name in gathered[0][1]:  # the task's loss parts: mean over workers
+            metrics[names.epoch_part(name)] = sum(parts[name] for _, parts in gathered) / len(gathered)
         metrics[names.EPOCH_WALL] = perf_counter() - self.state.started
         self.state.rows.extend(all_rows)
         self.state.train_wall_s += train_wall_s
@@ -336,6 +366,8 @@ class TrainLoop:
             self._check_target(metrics)
         if self.reporter:
             self.reporter.epoch(epoch + 1, metrics, all_rows)
+            if images:
+                self.reporter.images(epoch + 1, images)
         return metrics
 
     def _check_target(self, metrics: dict[str, float]) -> None:

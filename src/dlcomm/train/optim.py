@@ -1,5 +1,10 @@
 """Optimizers and learning-rate schedules.
 
+Where a maintained package has the optimizer it is used: ``sgd``, ``adam``, ``adamw`` from torch;
+``adabelief`` (Zhuang et al., NeurIPS 2020: Adam whose second moment tracks ``(g - m)^2``, the
+"belief" in the gradient, instead of ``g^2``) and ``lars`` from timm. ``angulargrad`` (Roy et al.,
+2021) is in no maintained package and lives in :mod:`dlcomm.train.angulargrad`.
+
 ``lars`` is timm's ``Lars`` (SGD with momentum and a layer-wise trust ratio): for each adapted
 tensor ``w`` with gradient ``g``, ``g <- (g + wd * w) * trust * ||w|| / (||g|| + wd * ||w|| + eps)``,
 then the momentum step with ``lr``. With ``exclude_bias_and_norm`` (the Crossover paper's
@@ -22,25 +27,41 @@ from typing import Any
 import torch
 
 
-def build_optimizer(cfg: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
+OPTIMIZER_NAMES = ("sgd", "adam", "adamw", "adabelief", "angulargrad", "lars")
+
+
+def build_optimizer(cfg: Any, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    """The optimizer ``cfg.name`` over parameter ``groups`` (``[{"params": [...], ...}]``, as a
+    task gives them; a group's own keys, e.g. its ``lr``, win over ``cfg``'s)."""
     if cfg.name == "sgd":
         return torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
+            groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
         )
     if cfg.name == "lars":
         from timm.optim import Lars
 
-        excluded = [p for p in params if cfg.exclude_bias_and_norm and p.ndim <= 1]
-        adapted = [p for p in params if not (cfg.exclude_bias_and_norm and p.ndim <= 1)]
-        groups = [{"params": adapted, "always_adapt": True}]
-        if excluded:
-            groups.append({"params": excluded, "weight_decay": 0.0, "always_adapt": False})
-        return Lars(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
+        split = []
+        for group in groups:
+            adapted = [p for p in group["params"] if not (cfg.exclude_bias_and_norm and p.ndim <= 1)]
+            excluded = [p for p in group["params"] if cfg.exclude_bias_and_norm and p.ndim <= 1]
+            split.append({**group, "params": adapted, "always_adapt": True})
+            if excluded:
+                split.append({**group, "params": excluded, "weight_decay": 0.0, "always_adapt": False})
+        return Lars(split, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
                     trust_coeff=cfg.trust_coefficient, eps=cfg.eps)
     if cfg.name in ("adam", "adamw"):
         kind = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
-        return kind(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+        return kind(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if cfg.name == "adabelief":
+        from timm.optim import AdaBelief
+
+        return AdaBelief(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                         decoupled_decay=cfg.decoupled_weight_decay, rectify=cfg.rectify, degenerated_to_sgd=False)
+    if cfg.name == "angulargrad":
+        from dlcomm.train.angulargrad import AngularGrad
+
+        return AngularGrad(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                           method=cfg.method)
     raise ValueError(f"unknown optimizer {cfg.name!r}")
 
 
