@@ -59,7 +59,7 @@ reproduce-layerdrop: setup
 	$(DLCOMM) report experiment=layerdrop_1g
 	$(DLCOMM) report experiment=layerdrop_56g
 
-# Crossover-SGD (Fig. 6 mixing; Figs. 8-9 accuracy at 16 workers, one seed): about 40 minutes
+# Crossover-SGD (Fig. 6 mixing; Fig. 9 accuracy at 16 workers, one seed): about 40 minutes (3 runs of 11-13 min)
 reproduce-crossover: setup
 	$(DLCOMM) topology compare=crossover,sgp nodes=16 steps=20
 	$(DLCOMM) train -m experiment=crossover_fmnist algo=crossover,sgp,allreduce seed=0
