@@ -65,7 +65,7 @@ reproduce-crossover: setup
 	$(DLCOMM) train -m experiment=crossover_fmnist algo=crossover,sgp,allreduce seed=0
 	$(DLCOMM) report experiment=crossover_fmnist
 
-# Node-based averaging (Table III: clusters 2x2 and 4x2, two seeds): about 30 minutes
+# Node-based averaging (Table III: clusters 2x2 and 4x2, two seeds): about 10 minutes
 reproduce-node-based: setup
 	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based,allreduce nodes=2,4 workers_per_node=2 seed=0,1
 	$(DLCOMM) report experiment=node_based_table3

@@ -51,10 +51,12 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def git_commit() -> str:
+    """The commit of the code that runs: its source checkout when dlcomm is installed from one
+    (editable), else the project root's (``DLCOMM_HOME`` may point at another checkout)."""
+    code = Path(__file__).resolve().parents[2]
+    where = code if (code / ".git").exists() else project_root()
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=project_root(), capture_output=True, text=True, timeout=10
-        )
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 else "unknown"
