@@ -32,7 +32,7 @@ from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.config.schema import ModelConfig
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
-from dlcomm.train.loop import hooked_step
+from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 VARIANTS = ("ddp", "ours overlap=false", "ours overlap=true")
 
@@ -61,7 +61,7 @@ def _bench_rank(cluster, channel, batch: int, iters: int, block: int, warmup: in
 
         def ours_step(step, x, y, model=model, optimizer=optimizer, algorithm=algorithm):
             channel.begin_iteration()
-            hooked_step(algorithm, model, optimizer, F.cross_entropy, x, y, step)
+            hooked_step(algorithm, model, optimizer, cross_entropy_loss, x, y, step)
             channel.end_iteration()
 
         steppers[f"ours overlap={str(overlap).lower()}"] = ours_step

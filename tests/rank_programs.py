@@ -12,7 +12,7 @@ from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
 from dlcomm.config.schema import ModelConfig
 from dlcomm.models import build_model
-from dlcomm.train.loop import hooked_step
+from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 SHAPE = (1, 16, 16)
 
@@ -45,7 +45,7 @@ def allreduce_vs_ddp(cluster, channel, overlap: bool, bucket_mb: float, steps: i
     generator = torch.Generator().manual_seed(100 + cluster.rank)
     for step in range(steps):
         inputs, labels = _batch(generator, 8 * micro_batches)
-        hooked_step(algorithm, ours, ours_opt, F.cross_entropy, inputs, labels, step, micro_batches)
+        hooked_step(algorithm, ours, ours_opt, cross_entropy_loss, inputs, labels, step, micro_batches)
         ddp_opt.zero_grad(set_to_none=True)
         parts = list(zip(inputs.chunk(micro_batches), labels.chunk(micro_batches)))
         with ddp.no_sync():
@@ -73,7 +73,7 @@ def local_sgd_vs_averager(cluster, channel, period: int, steps: int) -> tuple[fl
     trajectory = []
     for step in range(steps):
         inputs, labels = _batch(generator)
-        hooked_step(algorithm, ours, ours_opt, F.cross_entropy, inputs, labels, step)
+        hooked_step(algorithm, ours, ours_opt, cross_entropy_loss, inputs, labels, step)
         trajectory.append(_flat(ours).numpy().copy())  # numpy: pickled by value across processes
         ref_opt.zero_grad(set_to_none=True)
         F.cross_entropy(reference(inputs), labels).backward()
@@ -231,7 +231,7 @@ def gossip_step_keeps_the_mean(cluster, channel, name: str, knobs: dict, steps: 
     states = [_flat(model).numpy().copy()]
     for step in range(steps):
         inputs, labels = _batch(generator)
-        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         states.append(_flat(model).numpy().copy())
     return states
 
@@ -252,7 +252,7 @@ def sgp_push_sum(cluster, channel, steps: int) -> list:
         history.append((z * algorithm.weight, algorithm.weight, z))
         if step < steps:
             inputs, labels = _batch(generator)
-            hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+            hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
     return history
 
 
@@ -266,7 +266,7 @@ def crossover_hier_steps(cluster, channel, steps: int) -> list:
     states = []
     for step in range(steps):
         inputs, labels = _batch(generator)
-        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         states.append(_flat(model).numpy().copy())
     return states
 
@@ -297,7 +297,7 @@ def node_based_steps(cluster, channel, k_prime: int, per_epoch: int, epochs: int
         for _ in range(per_epoch):
             inputs, labels = _batch(generator)
             channel.begin_iteration()
-            hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+            hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
             records = channel.end_iteration().records
             count += sum(1 for r in records if r.kind == "allreduce" and r.group == "world") > 0
             state = torch.cat([_flat(model)] + [b.reshape(-1).float() for b in model.buffers() if b.is_floating_point()])
@@ -317,7 +317,7 @@ def sesgd_steps(cluster, channel, name: str, knobs: dict, steps: int) -> dict:
     states, groups = [], []
     for step in range(steps):
         inputs, labels = _batch(generator)
-        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         states.append(_flat(model).numpy().copy())
         groups.append(algorithm.group(step))
     return {"states": states, "groups": groups}
@@ -338,8 +338,8 @@ def hier_vs_flat_allreduce(cluster, channel, steps: int) -> float:
     generator = torch.Generator().manual_seed(900 + cluster.rank)
     for step in range(steps):
         inputs, labels = _batch(generator)
-        hooked_step(hier_alg, hier, hier_opt, F.cross_entropy, inputs, labels, step)
-        hooked_step(flat_alg, flat, flat_opt, F.cross_entropy, inputs, labels, step)
+        hooked_step(hier_alg, hier, hier_opt, cross_entropy_loss, inputs, labels, step)
+        hooked_step(flat_alg, flat, flat_opt, cross_entropy_loss, inputs, labels, step)
     return float((_flat(hier) - _flat(flat)).abs().max())
 
 
@@ -359,7 +359,7 @@ def gossip_pull_run(cluster, channel, knobs: dict, steps: int, step_sleep_s: flo
     for step in range(steps):
         inputs, labels = _batch(generator)
         channel.begin_iteration()
-        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         channel.end_iteration()
         time.sleep(step_sleep_s * (1 + cluster.rank % 3))
     algorithm.finish()
@@ -398,7 +398,7 @@ def ps_run(cluster, channel, name: str, knobs: dict, steps: int, pause_s: float 
         inputs, labels = _batch(generator)
         before = [p.detach().clone() for p in model.parameters()]
         channel.begin_iteration()
-        hooked_step(algorithm, model, optimizer, F.cross_entropy, inputs, labels, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         channel.end_iteration()
         for old, new, changed in zip(before, model.parameters(), algorithm.stats.changed[-1]):
             unchanged_moved += int(not changed and not torch.equal(old, new))

@@ -34,11 +34,20 @@ def test_constant_is_one() -> None:
     assert {lr_factor(cfg, step, 7, 70) for step in range(70)} == {1.0}
 
 
-@pytest.mark.parametrize("name,kind", [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def _kinds():
+    from timm.optim import AdaBelief
+
+    from dlcomm.train.angulargrad import AngularGrad
+
+    return [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW),
+            ("adabelief", AdaBelief), ("angulargrad", AngularGrad)]
+
+
+@pytest.mark.parametrize("name,kind", _kinds())
 def test_optimizers_get_their_settings(name, kind) -> None:
     model = torch.nn.Linear(3, 2)
     cfg = OptimConfig(name=name, lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.001)
-    optimizer = build_optimizer(cfg, model)
+    optimizer = build_optimizer(cfg, [{"params": list(model.parameters())}])
     assert isinstance(optimizer, kind)
     group = optimizer.param_groups[0]
     assert group["lr"] == 0.02 and group["weight_decay"] == 0.001
@@ -115,7 +124,7 @@ def test_lars_step_matches_the_trust_ratio_by_hand() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     cfg = OptimConfig(name="lars", lr=0.5, momentum=0.0, weight_decay=0.01, trust_coefficient=0.0025)
-    optimizer = build_optimizer(cfg, model)
+    optimizer = build_optimizer(cfg, [{"params": list(model.parameters())}])
     model(torch.randn(8, 4)).pow(2).mean().backward()
     w, g = model.weight.detach().clone(), model.weight.grad.clone()
     b, gb = model.bias.detach().clone(), model.bias.grad.clone()
@@ -128,7 +137,7 @@ def test_lars_step_matches_the_trust_ratio_by_hand() -> None:
 def test_micro_batches_accumulate_to_the_full_batch_gradient() -> None:
     """comm_interval = c: c micro-batches of B give the step of one batch of c*B (no BatchNorm here)."""
     from dlcomm.algorithms.base import Algorithm
-    from dlcomm.train.loop import hooked_step
+    from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
     torch.manual_seed(0)
     inputs, labels = torch.randn(24, 5), torch.randint(0, 3, (24,))
@@ -139,7 +148,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient() -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         algorithm = Algorithm.__new__(Algorithm)
         algorithm.accumulating = False
-        loss = hooked_step(algorithm, model, optimizer, torch.nn.functional.cross_entropy, inputs, labels, 0, micro_batches)
+        loss = hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, 0, micro_batches)
         results.append((float(loss), torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
     assert results[0][0] == pytest.approx(results[1][0], abs=1e-6)
     assert torch.allclose(results[0][1], results[1][1], atol=1e-6)
