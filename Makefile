@@ -52,7 +52,7 @@ reproduce-sesgd: setup
 	$(DLCOMM) report experiment=sesgd_fig5
 	$(DLCOMM) report experiment=sesgd_table2
 
-# Layer dropping (Table 1 at both network settings, ResNet-50, a few steps): about 15 minutes
+# Layer dropping (Table 1 at both network settings, ResNet-50, a few steps): about 25 minutes
 reproduce-layerdrop: setup
 	$(DLCOMM) train -m experiment=layerdrop_1g algo=ps,ps_layerdrop seed=1
 	$(DLCOMM) train -m experiment=layerdrop_56g algo=ps,ps_layerdrop seed=1
