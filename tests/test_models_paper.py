@@ -90,7 +90,7 @@ def train_jobs(cluster, channel, jobs: list) -> dict:
         per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
         algorithm.plan(per_epoch, total)
         scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
-        loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, task=task)
+        loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, None, task)
         summary = loop.run()
         inputs, labels = data.samples("train", torch.arange(128))
         model.eval()

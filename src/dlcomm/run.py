@@ -33,8 +33,7 @@ def check_runnable(cfg: DictConfig) -> None:
     from dlcomm.algorithms.registry import get_algorithm
 
     roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
-    loss_scaling = cfg.train.amp and (cfg.train.amp_dtype == "fp16" or (cfg.train.amp_dtype == "auto" and cfg.train.device != "cpu"))
-    if roles and loss_scaling:
+    if roles and _scales_loss_here(cfg.train):
         raise UserError(
             f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "
             "workers' scaled gradients; pass train.amp_dtype=bf16 (no scaling)"
@@ -60,6 +59,17 @@ def check_runnable(cfg: DictConfig) -> None:
                 f"nodes*workers_per_node={world} is invalid with train.device=cuda: the local launcher gives each "
                 f"rank its own GPU and {gpus} are visible; use at most {gpus} ranks or train.device=cpu"
             )
+
+
+def _scales_loss_here(train) -> bool:
+    """Whether ``train.amp`` uses fp16 loss scaling on the device the local launcher will pick
+    (services, the only reason to ask, run under launcher=local only)."""
+    import torch
+
+    from dlcomm.train.precision import scales_loss
+
+    cuda = train.device == "cuda" or (train.device == "auto" and torch.cuda.is_available())
+    return scales_loss(train.amp, train.amp_dtype, torch.device("cuda" if cuda else "cpu"))
 
 
 def prepare_run(overrides: list[str]) -> RunSpec:

@@ -36,6 +36,7 @@ from dlcomm.metrics import names
 from dlcomm.train.checkpoint import Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
+from dlcomm.tasks import Task
 from dlcomm.train.precision import FULL, Precision
 
 
@@ -144,8 +145,8 @@ class TrainLoop:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         data: Any,
         reporter: Reporter | None,
-        checkpointing: Checkpointing | None = None,
-        task: Any = None,
+        checkpointing: Checkpointing | None,
+        task: Task,
         precision: Precision = FULL,
     ) -> None:
         self.cfg = cfg
@@ -158,11 +159,7 @@ class TrainLoop:
         self.data = data
         self.reporter = reporter
         self.device = self.cluster.device
-        if task is None:
-            from dlcomm.tasks.classification import Classification
-
-            task = Classification(cfg.train.label_smoothing)
-        self.task = task
+        self.task = task  # dlcomm.tasks: the loss, its parts per epoch, images to log
         self.precision = precision
         self.state = TrainState()
         self.memory = PssMonitor()

@@ -31,6 +31,11 @@ def amp_dtype(requested: str, device: torch.device) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[requested]
 
 
+def scales_loss(enabled: bool, requested_dtype: str, device: torch.device) -> bool:
+    """Whether ``train.amp`` on ``device`` uses dynamic loss scaling (float16 autocast)."""
+    return enabled and amp_dtype(requested_dtype, device) == torch.float16
+
+
 class Precision:
     """Autocast, backward and step for one rank: full precision when ``enabled`` is false."""
 
@@ -38,8 +43,7 @@ class Precision:
         self.enabled = enabled
         self.device = device
         self.dtype = amp_dtype(requested_dtype, device) if enabled else torch.float32
-        scaling = enabled and self.dtype == torch.float16
-        self.scaler = torch.amp.GradScaler(device.type) if scaling else None
+        self.scaler = torch.amp.GradScaler(device.type) if scales_loss(enabled, requested_dtype, device) else None
 
     def autocast(self) -> ContextManager[Any]:
         if not self.enabled:
