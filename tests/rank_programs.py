@@ -271,13 +271,13 @@ def crossover_hier_steps(cluster, channel, steps: int) -> list:
     return states
 
 
-def crossover_destinations(cluster, channel, steps: int, segments: int) -> list:
-    """The destination lists this rank computes alone for every step and segment."""
+def crossover_sources(cluster, channel, steps: int, segments: int) -> list:
+    """The source lists this rank computes alone for every step and segment."""
     from dlcomm.algorithms.crossover import CrossoverGossip
 
     gossip = CrossoverGossip(channel, [torch.zeros(1)] * segments, list(range(cluster.world_size)), cluster.rank,
                              fair=True, seed=11)
-    return [gossip.destinations(step, k) for step in range(steps) for k in range(segments)]
+    return [gossip.sources(step, k) for step in range(steps) for k in range(segments)]
 
 
 # ---- group schemes -------------------------------------------------------------------------

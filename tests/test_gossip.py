@@ -70,6 +70,6 @@ def test_crossover_hier_non_leaders_equal_their_leader_after_every_step() -> Non
 
 
 def test_every_rank_computes_the_same_fair_topology() -> None:
-    lists = run_ranks(rank_programs.crossover_destinations, 4, 50, 3)
+    lists = run_ranks(rank_programs.crossover_sources, 4, 50, 3)
     assert all(per_rank == lists[0] for per_rank in lists)
-    assert len({tuple(dest) for dest in lists[0]}) > 1  # it changes with the step and segment
+    assert len({tuple(src) for src in lists[0]}) > 1  # it changes with the step and segment

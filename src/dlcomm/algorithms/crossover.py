@@ -3,17 +3,18 @@ random topology with fair peer selection.
 
 The parameters are split into ``segments`` (see :mod:`dlcomm.algorithms.segments`; 0 = the
 model's top-level blocks). At iteration ``t``, for every segment ``k``, every rank computes the
-same destination list ``dest = fair_random_permutation(n, seed, t, k)`` (a permutation with no
-fixed point, :mod:`dlcomm.topology.graphs`), so each rank sends its segment to one peer and
-receives one. After the optimizer step all segments' sends and receives are posted at once,
-then all are awaited, then
+same source list ``src = fair_random_sources(n, seed, t, k)`` (:mod:`dlcomm.topology.graphs`:
+``src[i]`` is the rank ``i`` receives from, drawn as the authors' ``select_layer`` draws it), so
+each rank receives segment ``k`` from ``src[i]`` and sends it to the rank that drew it. After the
+optimizer step all segments' sends and receives are posted at once, then all are awaited, then
 
     x_i^(k) <- (x_i^(k) + x_{src_k(i)}^(k)) / 2          for every segment k
 
-(doubly stochastic: the mean over workers is kept). Ablations: ``fair=false`` draws each
-destination uniformly among the others, independently; a rank then averages itself with all
-``m`` copies it received, ``x <- (x + sum r) / (1 + m)`` (row stochastic only), and keeps ``x``
-when it got none. ``segmentwise=false`` makes the whole model one segment.
+(doubly stochastic for the fair draw, a permutation: the mean over workers is kept). Ablations:
+``fair=false`` draws each source uniformly among the others, independently (the authors'
+unfair variant: every rank still receives exactly one copy and averages with it, a rank sends to
+every rank that drew it, none or several; row stochastic only). ``segmentwise=false`` makes the
+whole model one segment.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.config.schema import AlgoConfig
 from dlcomm.config.validate import require
-from dlcomm.topology.graphs import fair_random_permutation, random_destinations
+from dlcomm.topology.graphs import fair_random_sources, random_sources, receivers_of
 
 
 @dataclass
@@ -49,37 +50,26 @@ class CrossoverGossip:
         self.channel, self.buffers, self.members, self.fair, self.seed = channel, buffers, members, fair, seed
         self.me = members.index(rank)
         self.scratch = [torch.empty_like(b) for b in buffers]
-        self.extra: list[list[torch.Tensor]] = [[] for _ in buffers]  # unfair: more copies than one
 
-    def destinations(self, step: int, segment: int) -> list[int]:
-        n = len(self.members)
-        draw = fair_random_permutation if self.fair else random_destinations
-        return draw(n, self.seed, step, segment)
+    def sources(self, step: int, segment: int) -> list[int]:
+        """``src[i]``: the member position that position ``i`` receives ``segment`` from."""
+        draw = fair_random_sources if self.fair else random_sources
+        return draw(len(self.members), self.seed, step, segment)
 
     def round(self, step: int, group: str = "world") -> None:
-        n = len(self.members)
-        if n == 1:
+        if len(self.members) == 1:
             return
-        handles, senders_of = [], []
+        handles = []
         for k, buffer in enumerate(self.buffers):
-            dest = self.destinations(step, k)
-            senders = [j for j, d in enumerate(dest) if d == self.me]
-            senders_of.append(senders)
-            handles.append(self.channel.isend(buffer, self.members[dest[self.me]], group=group, tag=k))
-            while len(self.extra[k]) < len(senders) - 1:
-                self.extra[k].append(torch.empty_like(buffer))
-            targets = [self.scratch[k]] + self.extra[k]
-            for target, sender in zip(targets, senders):
-                handles.append(self.channel.irecv(target, self.members[sender], group=group, tag=k))
+            src = self.sources(step, k)
+            for receiver in receivers_of(self.me, src):
+                handles.append(self.channel.isend(buffer, self.members[receiver], group=group, tag=k))
+            handles.append(self.channel.irecv(self.scratch[k], self.members[src[self.me]], group=group, tag=k))
         for handle in handles:
             handle.wait()
         with torch.no_grad():
-            for k, (buffer, senders) in enumerate(zip(self.buffers, senders_of)):
-                if not senders:
-                    continue
-                for target in ([self.scratch[k]] + self.extra[k])[: len(senders)]:
-                    buffer.add_(target)
-                buffer.div_(1 + len(senders))
+            for buffer, received in zip(self.buffers, self.scratch):
+                buffer.add_(received).mul_(0.5)
 
 
 @register

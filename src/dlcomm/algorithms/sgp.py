@@ -3,8 +3,9 @@ iteration on the time-varying directed exponential graph.
 
 Push-sum: worker ``i`` keeps a numerator ``x_i`` and a weight ``w_i`` (1 at the start); the
 de-biased parameters ``z_i = x_i / w_i`` are what the gradient is computed at and what is
-evaluated. At iteration ``t``, with ``hop = hops[t mod len(hops)]`` (see
-:func:`dlcomm.topology.graphs.exponential_hops`; ``cycle=power2`` for ``2^(t mod log2 n)``):
+evaluated. At iteration ``t``, with ``hop = hops[t mod len(hops)]`` from SGP's phone book as its
+reference code runs it, duplicate hops included (:func:`dlcomm.topology.graphs.exponential_hops`;
+``cycle=unique`` drops the duplicates, ``cycle=power2`` uses ``2^(t mod log2 n)``):
 
     x_i <- x_i - eta * g_i(z_i)                      the optimizer steps the numerator
     (x_i, w_i) <- (x_i, w_i) / 2;  send the other half to  i + hop
@@ -32,14 +33,14 @@ from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.config.schema import AlgoConfig
 from dlcomm.config.validate import require
-from dlcomm.topology.graphs import exponential_hop
+from dlcomm.topology.graphs import EXPONENTIAL_CYCLES, exponential_hop
 
 
 @dataclass
 class SGPConfig(AlgoConfig):
     name: str = "sgp"
     overlap: bool = False  # consume messages one iteration late (staleness 1)
-    cycle: str = "sgp"  # sgp: hops +1 -1 +2 -2 ... (SGP's reference graph); power2: 2^(t mod log2 n)
+    cycle: str = "sgp"  # sgp: SGP's phone book +1 -1 +2 -2 ... as its code runs it (duplicates kept); unique; power2
 
 
 @register
@@ -49,7 +50,8 @@ class SGP(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: SGPConfig) -> None:
-        require(cfg.cycle in ("sgp", "power2"), "algo.cycle", cfg.cycle, "use sgp (the reference graph) or power2")
+        require(cfg.cycle in EXPONENTIAL_CYCLES, "algo.cycle", cfg.cycle,
+                "use sgp (the reference code's schedule), unique (its hops once each) or power2")
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)

@@ -4,10 +4,11 @@ the mixing matrices. No communication here; the gossip algorithms and ``dlcomm t
 from dlcomm.topology.graphs import (
     directed_exponential_peer,
     exponential_hops,
-    fair_random_permutation,
+    fair_random_sources,
     group_of,
     groups,
-    random_destinations,
+    random_sources,
+    receivers_of,
     shuffled_groups,
     ring_neighbours,
 )
@@ -15,10 +16,11 @@ from dlcomm.topology.graphs import (
 __all__ = [
     "directed_exponential_peer",
     "exponential_hops",
-    "fair_random_permutation",
+    "fair_random_sources",
     "group_of",
     "groups",
-    "random_destinations",
+    "random_sources",
+    "receivers_of",
     "shuffled_groups",
     "ring_neighbours",
 ]

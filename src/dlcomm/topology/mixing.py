@@ -5,11 +5,11 @@ and the first ``k`` steps mix as ``P_k = W_k ... W_1``.
 
 * ring (D-PSGD): ``W[i, i] = W[i, i-1] = W[i, i+1] = 1/3`` (for ``n = 2`` both neighbours are the
   other rank: ``2/3``); doubly stochastic.
-* one peer per rank with halves (SGP's push-sum with one out-peer, fair random crossover): rank
-  ``i`` keeps half and gets half of its in-peer's, ``W[i, i] = W[i, src(i)] = 1/2``; doubly
-  stochastic because ``src`` is a permutation.
-* random without fairness: rank ``i`` averages itself with the ``m_i`` copies it received,
-  ``W[i, i] = W[i, j] = 1 / (1 + m_i)`` for each sender ``j``; row stochastic only.
+* one source per rank with halves (SGP's push-sum with one out-peer, Crossover-SGD's random
+  topologies): rank ``i`` keeps half and takes half of its source's, ``W[i, i] = W[i, src(i)] = 1/2``;
+  doubly stochastic when ``src`` is a permutation (SGP, fair crossover), row stochastic only when
+  sources repeat (crossover without fairness: a rank drawn by several is in several rows, one
+  drawn by none in its own only).
 
 ``lambda_2(P)``: the second largest singular value of ``P`` (how far ``k`` steps are from exact
 averaging; 0 when ``P = J = 11^T / n``). The imbalance factor: the variance of the entries of
@@ -22,12 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from dlcomm.topology.graphs import (
-    exponential_hop,
-    fair_random_permutation,
-    random_destinations,
-    ring_neighbours,
-)
+from dlcomm.topology.graphs import exponential_hop, fair_random_sources, random_sources, ring_neighbours
 
 
 def ring_matrix(n: int) -> np.ndarray:
@@ -39,30 +34,28 @@ def ring_matrix(n: int) -> np.ndarray:
     return w
 
 
-def receive_matrix(dest: list[int]) -> np.ndarray:
-    """Every rank averages itself with what it received (equal weights); ``dest[i]``: where rank ``i`` sent."""
-    n = len(dest)
-    received = [[i] for i in range(n)]
-    for sender, target in enumerate(dest):
-        received[target].append(sender)
+def pull_matrix(src: list[int]) -> np.ndarray:
+    """Every rank averages itself with the one copy it received: ``src[i]`` is where rank ``i`` received from."""
+    n = len(src)
     w = np.zeros((n, n))
-    for i, sources in enumerate(received):
-        for j in sources:
-            w[i, j] += 1.0 / len(sources)
+    for i, j in enumerate(src):
+        w[i, i] += 0.5
+        w[i, j] += 0.5
     return w
 
 
 def exponential_matrix(n: int, step: int, cycle: str = "sgp") -> np.ndarray:
     hop = exponential_hop(step, n, cycle)
-    return receive_matrix([(i + hop) % n for i in range(n)])
+    return pull_matrix([(i - hop) % n for i in range(n)])
 
 
 TOPOLOGIES: dict[str, Callable[[int, int, int], np.ndarray]] = {
     "ring": lambda n, seed, step: ring_matrix(n),
     "sgp": lambda n, seed, step: exponential_matrix(n, step, "sgp"),
+    "sgp_unique": lambda n, seed, step: exponential_matrix(n, step, "unique"),
     "sgp_power2": lambda n, seed, step: exponential_matrix(n, step, "power2"),
-    "crossover": lambda n, seed, step: receive_matrix(fair_random_permutation(n, seed, step)),
-    "crossover_unfair": lambda n, seed, step: receive_matrix(random_destinations(n, seed, step)),
+    "crossover": lambda n, seed, step: pull_matrix(fair_random_sources(n, seed, step)),
+    "crossover_unfair": lambda n, seed, step: pull_matrix(random_sources(n, seed, step)),
 }
 RANDOM = ("crossover", "crossover_unfair")
 
