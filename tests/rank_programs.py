@@ -426,3 +426,44 @@ def control_quiet_spell(cluster, channel, quiet_s: float) -> tuple:
     channel.barrier()
     control.close([peer])
     return received
+
+
+# ---- modelled communication per iteration, every algorithm -----------------------------------
+
+def _mlp() -> torch.nn.Module:
+    """Two linear layers: parameter tensors of 96, 6, 24 and 4 floats (segments of 408 and 112 bytes)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4))
+
+
+def modelled_comm_per_step(cluster, channel, cases: list) -> list[dict]:
+    """For each ``(name, knobs, steps)`` in turn, on the same ranks: ``steps`` steps of algorithm
+    ``name`` on the two-layer model, and the Channel's modelled communication of each iteration
+    on this rank (workers; a service role serves)."""
+    from dlcomm.algorithms.registry import get_algorithm
+
+    results = []
+    for name, knobs, steps in cases:
+        cls = get_algorithm(name)
+        algorithm = cls(cls.Config(**knobs), cluster, channel, seed=9)
+        model = _mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        if cluster.role != "worker":
+            algorithm.serve(cluster.role, model, optimizer)
+            results.append({"role": cluster.role})
+            continue
+        algorithm.plan(steps_per_epoch=steps, total_steps=steps)
+        algorithm.setup(model, optimizer)
+        generator = torch.Generator().manual_seed(800 + cluster.rank)
+        modelled = []
+        for step in range(steps):
+            inputs, labels = torch.randn(8, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator)
+            channel.begin_iteration()
+            hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
+            modelled.append(channel.end_iteration().modelled_s)
+        algorithm.finish()
+        channel.barrier()  # nothing of this algorithm still in flight when the next one starts
+        stats = getattr(algorithm, "stats", None)
+        results.append({"role": "worker", "modelled": modelled, "leader": cluster.is_leader,
+                        "sent": getattr(stats, "sent", None)})
+    return results

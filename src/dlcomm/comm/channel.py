@@ -22,6 +22,10 @@ Network model (``network.mode``, see :mod:`dlcomm.comm.network` and :mod:`dlcomm
     rank leave one after the other; the receiver's clock becomes
     ``max(own, sender's start + modelled)``.
 
+  An iteration's ``modelled_s`` sums the modelled durations of the collectives this rank joined
+  and of the messages it sent: a point-to-point message counts once, at its sender, as its bytes
+  do (a pull, :mod:`dlcomm.comm.control`, is counted by the puller: its answer is not modelled).
+
 Operations issued outside an iteration (initial broadcast, evaluation, metric gathering) are
 recorded under their own phase, never modelled and never counted in an iteration.
 """
@@ -65,6 +69,9 @@ class OpRecord:
     modelled_s: float = math.nan  # modelled duration, from dlcomm.comm.cost
     exposed_s: float = 0.0  # clock time spent in wait()
     overran: bool = False  # the real transfer finished after the modelled end (emulate)
+    # False for a receive: a message's modelled duration counts once in IterationComm.modelled_s,
+    # at its sender (as its bytes do); the receive uses it only to advance its own clock.
+    counts_modelled: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class IterationComm:
     clock_time_s: float  # the iteration's duration
     clock_exposed_s: float  # time spent waiting for communication
     clock_busy_s: float  # union of the operations' [start, end]
-    modelled_s: float  # sum of the operations' modelled durations
+    modelled_s: float  # sum of the modelled durations of the collectives joined and messages sent
     overruns: int  # operations whose real transfer outlasted the model (emulate)
     records: tuple[OpRecord, ...] = ()  # the iteration's operations, in issue order
 
@@ -212,7 +219,7 @@ class Channel:
             clock_time_s=clock_end - self._iteration_start if modelled else nan,
             clock_exposed_s=sum(op.exposed_s for op in ops) if modelled else nan,
             clock_busy_s=_union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
-            modelled_s=sum(op.modelled_s for op in ops) if modelled else nan,
+            modelled_s=sum(op.modelled_s for op in ops if op.counts_modelled) if modelled else nan,
             overruns=sum(op.overran for op in ops),
             records=tuple(ops),
         )
@@ -398,6 +405,7 @@ class Channel:
         at ``max(own clock, sender's start + modelled)``."""
         nbytes = tensor.numel() * tensor.element_size()
         record = self._record("recv", group, nbytes, (0, 0))
+        record.counts_modelled = False
         handle = Handle(self, record, tensor)
         process_group = self._group(group)
         if self._modelling():
@@ -420,6 +428,7 @@ class Channel:
         incast shares this rank's link (:meth:`NetworkModel.incast_s`)."""
         sizes = [t.numel() * t.element_size() for t in tensors]
         record = self._record("recv_incast", group, sum(sizes), (0, 0))
+        record.counts_modelled = False
         handle = Handle(self, record, tensors)
         process_group = self._group(group)
         if self._modelling():

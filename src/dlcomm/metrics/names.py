@@ -14,7 +14,7 @@ ITER_SIM_TIME = "iter/sim_time_s"  # the iteration's time on the modelled cluste
 ITER_SIM_COMPUTE = "iter/sim_compute_s"  # sim_time_s minus sim_comm_exposed_s
 ITER_SIM_COMM_EXPOSED = "iter/sim_comm_exposed_s"  # waiting for modelled communication
 ITER_SIM_COMM_BUSY = "iter/sim_comm_busy_s"  # union of the operations' modelled [start, end]
-ITER_COMM_MODELLED = "iter/comm_modelled_s"  # sum of the operations' modelled durations (cost model)
+ITER_COMM_MODELLED = "iter/comm_modelled_s"  # cost-model durations of the collectives joined and messages sent
 ITER_LOSS = "iter/train_loss"  # mean training loss of the iteration over ranks
 ITER_LR = "iter/lr"
 
