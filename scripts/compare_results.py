@@ -33,6 +33,8 @@ def compare(old: Path, new: Path) -> list[str]:
     for column in keep:
         left, right = a[column], b[column]
         same = (left == right) | (left.isna() & right.isna())
+        if column.endswith("_std") and "seeds" in a.columns:  # one seed: 0 in tables written before it became empty (n/a)
+            same |= (a["seeds"] == 1) & (left.fillna(0) == 0) & (right.fillna(0) == 0)
         for index in same[~same].index[:3]:
             problems.append(f"{a.loc[index, 'method']} {column}: {left[index]} against {right[index]}")
     return problems

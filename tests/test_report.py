@@ -10,7 +10,8 @@ import pytest
 
 from conftest import FAST, mlflow_run, run_cli
 from dlcomm.report.groups import assign, matches
-from dlcomm.report.table import ma_acceleration, summarise
+from dlcomm.report.build import _latex
+from dlcomm.report.table import ma_acceleration, presentable, summarise
 
 
 def _run(run_id: str, start: int, algo: str, seed: int, acc: float, t: float, share: float, **params: str) -> dict:
@@ -63,8 +64,26 @@ def test_table_numbers_match_hand_computation() -> None:
     assert local["wall_comm_exposed_ms"] == pytest.approx(0.2 * 105.0)
     assert local["speedup"] == pytest.approx(220.0 / 105.0) and local["speedup_clock"] == "wall"
     assert table.loc[("nodes=8", "allreduce")]["speedup"] == pytest.approx(1.0)
-    assert table.loc[("nodes=8", "allreduce")]["final_acc_std"] == 0.0  # one seed
+    assert math.isnan(table.loc[("nodes=8", "allreduce")]["final_acc_std"])  # one seed: no spread, not 0
     assert local["commits"] == "abcdef0123"
+
+
+def test_one_seed_prints_n_a_and_two_seeds_a_number_in_every_format(tmp_path) -> None:
+    runs, _ = assign(_runs())
+    table = summarise(runs, "allreduce", lambda frame: None)
+    shown = presentable(table).set_index(["setting", "method"])
+    assert shown.loc[("nodes=8", "allreduce"), "final acc %"] == "50.00 ± n/a"  # one seed
+    assert shown.loc[("nodes=8", "allreduce"), "best acc %"] == "50.00 ± n/a"
+    assert shown.loc[("nodes=4", "allreduce"), "final acc %"] == "82.00 ± 2.00"  # three seeds
+    assert shown.loc[("nodes=4", "local_sgd period=4"), "final acc %"] == "76.00 ± 2.83"  # two seeds
+    assert "± 0.00" not in presentable(table).to_markdown(index=False)
+    tex = _latex(table)
+    assert r"50.00 $\pm$ n/a" in tex and r"82.00 $\pm$ 2.00" in tex
+    table.to_csv(tmp_path / "table.csv", index=False, float_format="%.6g")  # as write_report writes it
+    csv = pd.read_csv(tmp_path / "table.csv").set_index(["setting", "method"])
+    assert math.isnan(csv.loc[("nodes=8", "allreduce"), "final_acc_std"])  # empty, not 0
+    assert csv.loc[("nodes=4", "allreduce"), "final_acc_std"] == pytest.approx(2.0)
+    assert csv.loc[("nodes=8", "allreduce"), "final_acc_mean"] == pytest.approx(50.0)
 
 
 def test_ma_acceleration_is_when_the_baseline_peaks_over_when_the_method_gets_there() -> None:
@@ -86,6 +105,7 @@ def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
     folder = home / "results" / "rep"
     table = pd.read_csv(folder / "table.csv").set_index("method")
     metrics = {r.run_id: mlflow_run(r).data.metrics for r in runs}
+    assert all(mlflow_run(r).data.tags["driver_pid"].isdigit() for r in runs)  # what `dlcomm runs reap` checks
     for method, members in (("allreduce", runs[:2]), ("local_sgd", runs[2:])):
         accs = [100 * metrics[r.run_id]["final/test_acc_mean"] for r in members]
         assert table.loc[method, "final_acc_mean"] == pytest.approx(sum(accs) / 2, abs=1e-4)
@@ -98,6 +118,7 @@ def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
     assert table.loc["local_sgd", "comm_modelled_ms"] == pytest.approx(table.loc["allreduce", "comm_modelled_ms"] / 2, rel=1e-4)
     markdown = (folder / "table.md").read_text()
     assert "| allreduce" in markdown and all(r.run_id in markdown for r in runs)
+    assert "± n/a" not in markdown and "± " in markdown  # two seeds each: a spread to show
     assert "\\begin{tabular}" in (folder / "table.tex").read_text()
     for figure in ("accuracy.png", "time_per_iteration.png"):
         assert (folder / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,6 +20,7 @@ _EPILOG = """examples:
   dlcomm config algo=local_sgd                   print the composed configuration
   dlcomm report experiment=sesgd_fig5            tables and plots into results/sesgd_fig5/
   dlcomm report --all tracking.uri=sqlite:///elsewhere.db   every experiment of another store
+  dlcomm runs reap                               close lost runs (RUNNING, job or driver gone) as FAILED
 """
 
 
@@ -44,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="tables (md, csv, tex) and plots of an experiment's runs, into results/<experiment>/")
     report.add_argument("--all", action="store_true", help="every experiment of the store that has finished runs")
     report.add_argument("settings", nargs="*", help="experiment=<name> [tracking.uri=sqlite:///...] [out=<folder>]")
+    runs = sub.add_parser("runs", help="run tools: `runs reap` closes lost runs (RUNNING, their SLURM job or driver gone) as FAILED")
+    runs.add_argument("action", choices=["reap"])
+    runs.add_argument("--dry-run", action="store_true", help="list the lost runs, close nothing")
+    runs.add_argument("settings", nargs="*", help="[experiment=<name>] [tracking.uri=sqlite:///...]")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
@@ -68,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _topology(args.settings)
         if args.command == "report":
             return _report(args.settings, args.all)
+        if args.command == "runs":
+            return _runs(args.settings, args.dry_run)
         if args.multirun:
             from dlcomm.run import run_sweep
 
@@ -106,6 +113,14 @@ def _report(settings: list[str], every: bool) -> int:
     from dlcomm.report.build import run_report
 
     for line in run_report(settings, every):
+        print(line)
+    return 0
+
+
+def _runs(settings: list[str], dry_run: bool) -> int:
+    from dlcomm.tracking.reap import reap
+
+    for line in reap(settings, dry_run):
         print(line)
     return 0
 

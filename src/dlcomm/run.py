@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -178,7 +179,7 @@ def run_slurm(spec: RunSpec) -> int:
     """Open the MLflow run and submit its SLURM job; return at once (or wait, ``launcher.wait``).
     The ranks close the run (FINISHED or FAILED)."""
     from dlcomm.launch.slurm import submit
-    from dlcomm.tracking.mlflow_run import close_run, open_run
+    from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
 
     run_id = open_run(spec)
     spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
@@ -189,6 +190,7 @@ def run_slurm(spec: RunSpec) -> int:
         close_run(spec.tracking_uri, run_id, "FAILED")
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
         raise UserError(f"sbatch refused the job ({first_line}); check launcher.partition, launcher.account and launcher.time_min") from None
+    set_tags(spec.tracking_uri, run_id, {"slurm_job_id": job.job_id})  # `dlcomm runs reap` asks squeue for it
     print(f"submitted SLURM job {job.job_id} for mlflow run {run_id}", flush=True)
     print(f"  logs: {job.paths.stdout} and {job.paths.stderr}", flush=True)
     if not spec.config["launcher"]["wait"]:
@@ -224,8 +226,10 @@ def run_local(spec: RunSpec) -> int:
     from dlcomm.launch.local import launch_local
     from dlcomm.tracking.mlflow_run import close_run, open_run
 
-    run_id = open_run(spec, {"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)}
-                      if spec.parent_run_id else None)
+    tags = {"driver_pid": str(os.getpid())}  # this process closes the run: `dlcomm runs reap` checks it lives
+    if spec.parent_run_id:
+        tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
+    run_id = open_run(spec, tags)
     spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     result = None

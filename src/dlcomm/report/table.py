@@ -2,7 +2,8 @@
 and MA-acceleration.
 
 For the runs of one method (one per seed), with ``m`` the mean and ``s`` the sample standard
-deviation over seeds (0 for one seed):
+deviation over seeds (undefined for one seed: empty in ``table.csv``, ``n/a`` in ``table.md``
+and ``table.tex``, never ``0``):
 
 * ``final_acc`` / ``best_acc``: ``final/test_acc_mean`` and ``final/best_test_acc_mean``, in %;
 * wall time per iteration ``t`` (``final/time_per_iter_s``) split as compute ``t (1 - c)`` and
@@ -46,10 +47,12 @@ def _metric(frame: pd.DataFrame, key: str) -> pd.Series:
 
 
 def _mean_std(values: pd.Series) -> tuple[float, float]:
+    """Mean and sample standard deviation; the deviation is nan below two values (one seed
+    says nothing about the spread)."""
     values = values.dropna()
     if values.empty:
         return math.nan, math.nan
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan
 
 
 def method_row(frame: pd.DataFrame) -> dict:
@@ -117,9 +120,10 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
 
 
 def _pm(mean: float, std: float, digits: int = 2) -> str:
+    """``mean ± std``; ``mean ± n/a`` when there is no spread to show (one seed)."""
     if math.isnan(mean):
         return ""
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return f"{mean:.{digits}f} ± " + ("n/a" if math.isnan(std) else f"{std:.{digits}f}")
 
 
 def _num(value: float, digits: int = 1) -> str:
@@ -127,7 +131,7 @@ def _num(value: float, digits: int = 1) -> str:
 
 
 def presentable(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as people read it: mean ± std, ms with one decimal, columns that say their unit."""
+    """The table as people read it: mean ± std (``n/a`` for one seed), ms with one decimal, columns that say their unit."""
     out = pd.DataFrame({
         "setting": table["setting"],
         "method": table["method"],

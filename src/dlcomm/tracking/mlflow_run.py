@@ -16,6 +16,7 @@ filesystems whose locking is unreliable, point ``tracking.uri`` at an ``mlflow s
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -127,7 +128,8 @@ def _log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
 
 def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     """Create the run (status RUNNING) with its tags and params; return its id.
-    ``extra_tags`` adds, e.g., ``mlflow.parentRunId`` for a sweep's element."""
+    ``extra_tags`` adds, e.g., ``mlflow.parentRunId`` for a sweep's element, ``driver_pid``
+    for a local run, ``slurm_job_id`` for a run opened inside its SLURM job."""
     cfg = spec.config
     client = _user_client(spec.tracking_uri)
     experiment_id = _experiment_id(client, cfg["tracking"]["experiment"], spec.tracking_uri)
@@ -155,10 +157,13 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
 
 
 def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, launcher: str) -> str:
-    """The sweep's parent run (RUNNING): its overrides and element count as params."""
+    """The sweep's parent run (RUNNING): its overrides and element count as params; a local
+    sweep's parent also records its driver's pid (tag ``driver_pid``)."""
     client = _user_client(uri)
     experiment_id = _experiment_id(client, experiment, uri)
     tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "hostname": socket.gethostname()}
+    if launcher == "local":  # this process runs the elements and ends the parent: `dlcomm runs reap` checks it lives
+        tags["driver_pid"] = str(os.getpid())
     run = retrying(client.create_run, experiment_id, run_name=f"sweep-{size}", tags=tags)
     _log_params(client, run.info.run_id, {"sweep.overrides": " ".join(overrides)[:6000], "sweep.size": str(size)})
     return run.info.run_id

@@ -1,0 +1,76 @@
+"""``dlcomm runs reap``: close the lost runs (:mod:`dlcomm.tracking.lost`) as FAILED.
+
+Each lost run gets status FAILED and its reason in the tag ``error`` (``lost while RUNNING:
+SLURM job 1234_0 is no longer in squeue; closed by dlcomm runs reap``); a sweep's parent ends
+once its last child has (FAILED, since a child failed). A run's status is read again just before
+it is closed, so a run that ended by itself meanwhile is left as it ended. Nothing is guessed:
+when SLURM runs are RUNNING and ``squeue`` cannot answer, nothing is closed and the command
+stops with one line (exit 2).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from dlcomm.errors import UserError
+from dlcomm.tracking.lost import Census, Verdict, pid_alive, survey
+
+SETTINGS = ("experiment", "tracking.uri")
+
+
+def parse_settings(words: list[str]) -> dict[str, str]:
+    """``key=value`` words -> settings (``experiment``, ``tracking.uri``); anything else is a
+    one-line :class:`UserError`."""
+    known = dict.fromkeys(SETTINGS, "")
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or key not in known:
+            raise UserError(f"{word!r} is not a reap setting: pass experiment=<name> and/or tracking.uri=<uri>")
+        known[key] = value
+    return known
+
+
+def _error_tag(verdict: Verdict) -> str:
+    return f"lost while RUNNING: {verdict.reason}; closed by dlcomm runs reap"
+
+
+def close_lost(uri: str, found: Census) -> list[Verdict]:
+    """Close ``found.lost`` as FAILED (children before sweep parents); return those closed
+    (a run that is no longer RUNNING when its turn comes is skipped)."""
+    from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run, run_status
+
+    closed = []
+    for verdict in sorted(found.lost, key=lambda v: v.run.is_sweep):
+        run = verdict.run
+        if run_status(uri, run.run_id) != "RUNNING":
+            continue
+        close_run(uri, run.run_id, "FAILED", _error_tag(verdict))
+        closed.append(verdict)
+        if run.parent_id:
+            close_parent_if_done(uri, run.parent_id)
+    return closed
+
+
+def reap(settings: list[str], dry_run: bool = False, queue: Callable[[], set[str]] | None = None,
+         alive: Callable[[int], bool] = pid_alive, host: str = "") -> Iterator[str]:
+    """``dlcomm runs reap``'s work; yields the lines to print. ``queue``, ``alive`` and
+    ``host`` replace ``squeue``, the pid check and this host's name (tests)."""
+    from dlcomm.report.runs import check_store
+    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+
+    known = parse_settings(settings)
+    uri = resolve_tracking_uri(known["tracking.uri"])
+    check_store(uri)
+    try:
+        found = survey(uri, known["experiment"], queue=queue, strict=True, alive=alive, host=host)
+    except UserError as error:
+        raise UserError(f"{error}; nothing was closed") from None
+    closed = found.lost if dry_run else close_lost(uri, found)
+    verb = "would close" if dry_run else "closed"
+    for verdict in closed:
+        yield f"{verb} {verdict.run.run_id} (experiment {verdict.run.experiment}) as FAILED: {verdict.reason}"
+    for reason, ids in found.unchecked_by_reason().items():
+        yield f"left {len(ids)} RUNNING run(s) as they are, cannot tell whether lost ({reason}): {' '.join(ids)}"
+    total = len(found.lost) + len(found.unchecked) + len(found.alive)
+    yield (f"{verb} {len(closed)} lost run(s) as FAILED, of {total} RUNNING run(s) in {uri}" if closed
+           else f"no lost run among {total} RUNNING run(s) in {uri}")
