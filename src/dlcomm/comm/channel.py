@@ -47,8 +47,8 @@ from dlcomm.comm import traffic
 from dlcomm.comm.clock import VirtualClock, WallClock, compute_timer
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.network import NetworkModel
+from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
 
-CLOCK_TAG_OFFSET = 1 << 20  # tag of the clock message that precedes a payload sent with tag t
 
 
 @dataclass(slots=True)
@@ -163,11 +163,9 @@ class Channel:
         self._iteration_ops: list[OpRecord] = []
         self._iteration_start = math.nan
         self._lock = threading.Lock()
-        # Modelled link occupancy: collectives per group, sends per (inter|intra) outbound link.
-        self._group_free: dict[str, float] = defaultdict(float)
-        self._send_free: dict[bool, float] = defaultdict(float)
         self._unresolved: dict[str, deque[Handle]] = defaultdict(deque)
         self._in_flight: deque[tuple[Any, OpRecord]] = deque()
+        self._modelled = ModelledTiming(self) if network is not None else None
 
     @classmethod
     def for_run(cls, cluster: Cluster, network_cfg: Any) -> "Channel":
@@ -239,8 +237,10 @@ class Channel:
                 now = now or perf_counter()
                 record.wall_end = now
 
-    def _record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int], phase: str | None = None) -> OpRecord:
-        """``phase``: given by threads other than the training loop's (a service responder)."""
+    def record(self, kind: str, group: str, payload_bytes: int, sent: tuple[int, int], phase: str | None = None) -> OpRecord:
+        """Count an operation (``sent``: this rank's bytes and messages) under the current phase,
+        in the iteration's records when training; ``phase``: given by threads other than the
+        training loop's (a service responder), which are never part of an iteration."""
         if phase is None:
             self.poll()
         record = OpRecord(
@@ -261,8 +261,10 @@ class Channel:
                 self._iteration_ops.append(record)
         return record
 
-    def _modelling(self) -> bool:
-        return self.network is not None and self._phase == "train"
+    def _timing(self) -> Timing:
+        """The modelled clock for operations inside an iteration under a network model; outside
+        (setup, evaluation, metrics) or under ``off`` operations are only recorded."""
+        return self._modelled if self._modelled is not None and self._phase == "train" else UNMODELLED
 
     # ---- groups ----------------------------------------------------------------------
     def group_size(self, group: str = "world") -> int:
@@ -279,27 +281,6 @@ class Channel:
     @staticmethod
     def _finish(handle: Handle, async_op: bool) -> Any:
         return handle if async_op else handle.wait()
-
-    # ---- the model's bookkeeping -----------------------------------------------------
-    def _clock_tensor(self, value: float) -> torch.Tensor:
-        return torch.tensor([value], dtype=torch.float64, device=self.cluster.device)
-
-    def _model_collective(self, handle: Handle, group: str, modelled_s: Callable[[], float]) -> None:
-        """Entry clocks max-reduced over the group; resolved in issue order per group."""
-        record = handle.record
-        record.start = self.clock.now()
-        record.modelled_s = modelled_s()
-        entry = self._clock_tensor(record.start)
-        handle.exchange = dist.all_reduce(entry, op=dist.ReduceOp.MAX, group=self._group(group), async_op=True)
-        handle.add_work(handle.exchange)
-
-        def resolve() -> None:
-            record.ready = max(float(entry[0]), self._group_free[group])
-            record.end = record.ready + record.modelled_s
-            self._group_free[group] = record.end
-
-        handle.resolve = resolve
-        self._unresolved[group].append(handle)
 
     def resolve_through(self, handle: Handle) -> None:
         """Resolve ``handle`` and, first, every operation issued before it on its group."""
@@ -322,10 +303,9 @@ class Channel:
         self, kind: str, group: str, tensor: torch.Tensor, sent: tuple[int, int], modelled_s: Callable[[], float],
         launch: Callable[[], Any], result: Any = None, divisor: int = 1,
     ) -> Handle:
-        record = self._record(kind, group, tensor.numel() * tensor.element_size(), sent)
+        record = self.record(kind, group, tensor.numel() * tensor.element_size(), sent)
         handle = Handle(self, record, tensor if result is None else result, divisor)
-        if self._modelling():
-            self._model_collective(handle, group, modelled_s)
+        self._timing().collective(handle, group, modelled_s)
         handle.add_work(launch(), payload=True)
         return handle
 
@@ -383,20 +363,10 @@ class Channel:
         """Send ``tensor`` to global rank ``dst``; under a model it leaves when this rank's
         outbound link is free and its start clock travels ahead of it."""
         nbytes = tensor.numel() * tensor.element_size()
-        record = self._record("send", group, nbytes, traffic.point_to_point(nbytes))
+        record = self.record("send", group, nbytes, traffic.point_to_point(nbytes))
         handle = Handle(self, record, tensor)
         process_group = self._group(group)
-        if self._modelling():
-            inter = self.network.is_inter(self.cluster.rank, dst)
-            record.start = self.clock.now()
-            record.modelled_s = self.network.send_s(nbytes, self.cluster.rank, dst)
-            record.ready = max(record.start, self._send_free[inter])
-            record.end = record.ready + record.modelled_s
-            self._send_free[inter] = record.end
-            stamp = self._clock_tensor(record.ready)
-            handle.add_work(dist.isend(stamp, dst=dst, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
-            handle.resolve = lambda: None
-            handle.resolved = True
+        self._timing().send(handle, dst, nbytes, process_group, tag)
         handle.add_work(dist.isend(tensor, dst=dst, group=process_group, tag=tag), payload=True)
         return handle
 
@@ -404,21 +374,12 @@ class Channel:
         """Receive into ``tensor`` from global rank ``src``; under a model the receive completes
         at ``max(own clock, sender's start + modelled)``."""
         nbytes = tensor.numel() * tensor.element_size()
-        record = self._record("recv", group, nbytes, (0, 0))
+        record = self.record("recv", group, nbytes, (0, 0))
         record.counts_modelled = False
         handle = Handle(self, record, tensor)
         process_group = self._group(group)
-        if self._modelling():
-            record.start = self.clock.now()
-            record.modelled_s = self.network.send_s(nbytes, src, self.cluster.rank)
-            stamp = self._clock_tensor(math.nan)
-            handle.add_work(dist.irecv(stamp, src=src, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
-
-            def resolve() -> None:
-                record.ready = float(stamp[0])
-                record.end = record.ready + record.modelled_s
-
-            handle.resolve = resolve
+        self._timing().receive(handle, [src], lambda: self.network.send_s(nbytes, src, self.cluster.rank),
+                               process_group, tag)
         handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
         return handle
 
@@ -427,24 +388,25 @@ class Channel:
         under a model the whole completes at ``max(senders' start clocks) + incast`` where the
         incast shares this rank's link (:meth:`NetworkModel.incast_s`)."""
         sizes = [t.numel() * t.element_size() for t in tensors]
-        record = self._record("recv_incast", group, sum(sizes), (0, 0))
+        record = self.record("recv_incast", group, sum(sizes), (0, 0))
         record.counts_modelled = False
         handle = Handle(self, record, tensors)
         process_group = self._group(group)
-        if self._modelling():
-            record.start = self.clock.now()
-            record.modelled_s = self.network.incast_s(sizes, srcs, self.cluster.rank)
-            stamps = [self._clock_tensor(math.nan) for _ in srcs]
-            for stamp, src in zip(stamps, srcs):
-                handle.add_work(dist.irecv(stamp, src=src, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
-
-            def resolve() -> None:
-                record.ready = max(float(stamp[0]) for stamp in stamps)
-                record.end = record.ready + record.modelled_s
-
-            handle.resolve = resolve
+        self._timing().receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank),
+                               process_group, tag)
         for tensor, src in zip(tensors, srcs):
             handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
+        return handle
+
+    def expect(self, kind: str, tensor: torch.Tensor, src: int, start: float, group: str = "world") -> Handle:
+        """A message ``src -> this rank`` that travels outside the Channel's primitives (the
+        answer to a pull, :mod:`dlcomm.comm.control`): recorded as ``kind`` and, under a model,
+        completing at ``max(start, now) + modelled`` on this rank's clock (``start`` nan: now). It
+        counts in the modelled communication here, since its sender does not model it. The caller
+        adds the transfer's work (``handle.add_work(work, payload=True)``)."""
+        nbytes = tensor.numel() * tensor.element_size()
+        handle = Handle(self, self.record(kind, group, nbytes, (0, 0)), tensor)
+        self._timing().arrival(handle, start, lambda: self.network.send_s(nbytes, src, self.cluster.rank))
         return handle
 
     def gather_objects(self, obj: Any, dst: int = 0) -> list[Any] | None:

@@ -24,7 +24,6 @@ messages are counted (bytes, messages) but not modelled: a few bytes beside the 
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 from typing import Callable, Sequence
@@ -66,13 +65,13 @@ class ControlPlane:
         message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64)
         message[0] = kind
         message[1 : 1 + len(values)] = torch.tensor(values, dtype=torch.float64)
-        self.channel._record("control", "job", message.numel() * 8, traffic.point_to_point(message.numel() * 8), phase="control")
+        self.channel.record("control", "job", message.numel() * 8, traffic.point_to_point(message.numel() * 8), phase="control")
         self._post(message, dst, CONTROL_TAG)
 
     def send_tensor(self, dst: int, tensor: torch.Tensor) -> None:
         """Answer a pull of ``dst`` with ``tensor`` (from the responder's handler)."""
         nbytes = tensor.numel() * tensor.element_size()
-        self.channel._record("serve", "job", nbytes, traffic.point_to_point(nbytes), phase="serve")
+        self.channel.record("serve", "job", nbytes, traffic.point_to_point(nbytes), phase="serve")
         self._post(tensor.cpu(), dst, PAYLOAD_TAG)
 
     def _post(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
@@ -143,21 +142,9 @@ class ControlPlane:
     def pull(self, src: int, into: torch.Tensor, start: float, kind: float, *values: float) -> Handle:
         """Ask ``src`` (message ``[kind, *values]``) for a tensor and receive it into ``into``;
         modelled as ``src -> self`` starting at ``start`` on this rank's clock."""
-        channel = self.channel
-        nbytes = into.numel() * into.element_size()
-        record = channel._record("pull", "world", nbytes, (0, 0))
-        handle = Handle(channel, record, into)
-        if channel._modelling():
-            record.start = channel.clock.now()
-            record.modelled_s = channel.network.send_s(nbytes, src, self.rank)
-            record.ready = max(start, record.start) if not math.isnan(start) else record.start
-
-            def resolve() -> None:
-                record.end = record.ready + record.modelled_s
-
-            handle.resolve = resolve
         if into.device.type != "cpu":
             raise ValueError("pull into a CPU tensor: the control plane runs over gloo")
+        handle = self.channel.expect("pull", into, src, start)
         handle.add_work(dist.irecv(into, src=src, tag=PAYLOAD_TAG, group=self.group), payload=True)
         self.send(src, kind, *values)
         return handle

@@ -1,0 +1,122 @@
+"""The modelled clock's part of every Channel primitive, in one place.
+
+:class:`Timing` models nothing (``network.mode=off``, or an operation outside an iteration);
+:class:`ModelledTiming` gives every operation a modelled ``[ready, end]`` on the run's clock
+(wall clock under ``emulate``, a per-rank virtual clock under ``simulate``) and makes the
+clocks travel with the data, as :mod:`dlcomm.comm.channel` describes. The Channel picks one per
+operation and calls it from each primitive; nothing else touches the modelled fields of an
+:class:`~dlcomm.comm.channel.OpRecord`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from dlcomm.comm.channel import Channel, Handle, OpRecord
+
+CLOCK_TAG_OFFSET = 1 << 20  # tag of the clock message that precedes a payload sent with tag t
+
+
+class Timing:
+    """The modelled clock's part of each primitive; this base models nothing (``network.mode=off``,
+    or an operation outside an iteration): the operation is only recorded."""
+
+    def collective(self, handle: "Handle", group: str, modelled_s: Callable[[], float]) -> None:
+        pass
+
+    def send(self, handle: "Handle", dst: int, nbytes: int, process_group: Any, tag: int) -> None:
+        pass
+
+    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], process_group: Any, tag: int) -> None:
+        pass
+
+    def arrival(self, handle: "Handle", start: float, modelled_s: Callable[[], float]) -> None:
+        pass
+
+
+UNMODELLED = Timing()
+
+
+class ModelledTiming(Timing):
+    """Every operation gets a modelled ``[ready, end]`` on the run's clock (see the module
+    docstring): a collective ends at ``max(entry clocks, group free) + modelled``, a send leaves
+    when this rank's outbound link is free, a receive ends at ``sender's ready + modelled``
+    (the latest sender's for an incast), an arrival at ``max(start, now) + modelled``."""
+
+    def __init__(self, channel: "Channel") -> None:
+        self.channel = channel
+        self.group_free: dict[str, float] = defaultdict(float)  # collectives run one after the other per group
+        self.send_free: dict[bool, float] = defaultdict(float)  # sends leave one after the other per link class
+
+    @property
+    def clock(self) -> Any:  # read at each use: a test may give the Channel another clock
+        return self.channel.clock
+
+    @property
+    def network(self) -> Any:
+        return self.channel.network
+
+    def _stamp(self, value: float) -> torch.Tensor:
+        return torch.tensor([value], dtype=torch.float64, device=self.channel.cluster.device)
+
+    def _enter(self, record: "OpRecord", modelled_s: float) -> None:
+        record.start = self.clock.now()
+        record.modelled_s = modelled_s
+
+    def collective(self, handle: "Handle", group: str, modelled_s: Callable[[], float]) -> None:
+        """Entry clocks max-reduced over the group (a one-number allreduce beside the payload);
+        resolved in issue order per group (:meth:`Channel.resolve_through`)."""
+        record = handle.record
+        self._enter(record, modelled_s())
+        entry = self._stamp(record.start)
+        handle.exchange = dist.all_reduce(entry, op=dist.ReduceOp.MAX, group=self.channel._group(group), async_op=True)
+        handle.add_work(handle.exchange)
+
+        def resolve() -> None:
+            record.ready = max(float(entry[0]), self.group_free[group])
+            record.end = record.ready + record.modelled_s
+            self.group_free[group] = record.end
+
+        handle.resolve = resolve
+        self.channel._unresolved[group].append(handle)
+
+    def send(self, handle: "Handle", dst: int, nbytes: int, process_group: Any, tag: int) -> None:
+        """The start clock travels ahead of the payload (tag + CLOCK_TAG_OFFSET)."""
+        record, rank = handle.record, self.channel.cluster.rank
+        self._enter(record, self.network.send_s(nbytes, rank, dst))
+        inter = self.network.is_inter(rank, dst)
+        record.ready = max(record.start, self.send_free[inter])
+        record.end = record.ready + record.modelled_s
+        self.send_free[inter] = record.end
+        handle.add_work(dist.isend(self._stamp(record.ready), dst=dst, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+        handle.resolve = lambda: None
+        handle.resolved = True
+
+    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], process_group: Any, tag: int) -> None:
+        record = handle.record
+        self._enter(record, modelled_s())
+        stamps = [self._stamp(math.nan) for _ in srcs]
+        for stamp, src in zip(stamps, srcs):
+            handle.add_work(dist.irecv(stamp, src=src, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+
+        def resolve() -> None:
+            record.ready = max(float(stamp[0]) for stamp in stamps)
+            record.end = record.ready + record.modelled_s
+
+        handle.resolve = resolve
+
+    def arrival(self, handle: "Handle", start: float, modelled_s: Callable[[], float]) -> None:
+        record = handle.record
+        self._enter(record, modelled_s())
+        record.ready = record.start if math.isnan(start) else max(start, record.start)
+
+        def resolve() -> None:
+            record.end = record.ready + record.modelled_s
+
+        handle.resolve = resolve
