@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
-from dlcomm.config.schema import ModelConfig
+from dlcomm.config.schema import ResNetConfig
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -41,7 +41,7 @@ def _bench_rank(cluster, channel, batch: int, iters: int, block: int, warmup: in
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
-    base = build_model(ModelConfig(name="resnet18", cifar_stem=True), (3, 32, 32), 10)
+    base = build_model(ResNetConfig(name="resnet18", cifar_stem=True), (3, 32, 32), 10)
     steppers = {}
 
     ddp = DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=bucket_mb)

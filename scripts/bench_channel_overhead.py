@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.buckets import make_buckets
-from dlcomm.config.schema import ModelConfig
+from dlcomm.config.choices import schema_of
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -43,7 +43,7 @@ SHAPES = {"small_cnn": (1, 28, 28), "resnet18": (3, 32, 32)}
 def _bench_rank(cluster, channel, model_name: str, batch: int, iters: int, block: int, warmup: int, bucket_mb: float):
     torch.manual_seed(0)
     shape = SHAPES[model_name]
-    base = build_model(ModelConfig(name=model_name), shape, 10)
+    base = build_model(schema_of("model", model_name)(name=model_name), shape, 10)
     steppers = {}
 
     bare_model = copy.deepcopy(base)

@@ -29,8 +29,8 @@ import torch
 from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
-from dlcomm.config.compose import compose
-from dlcomm.config.schema import ModelConfig
+from dlcomm.compose import compose
+from dlcomm.config.schema import ResNetConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -44,7 +44,7 @@ PAPER = {  # Table 1, seconds per iteration: worker, PS, communication, total
 
 def _rank(cluster, channel, name: str, knobs: dict, steps: int, batch: int, size: int) -> dict:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name="resnet50"), (3, size, size), 1000)
+    model = build_model(ResNetConfig(name="resnet50"), (3, size, size), 1000)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     cls = get_algorithm(name)
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=0)

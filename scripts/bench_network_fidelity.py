@@ -37,8 +37,8 @@ from omegaconf import OmegaConf
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
-from dlcomm.config.compose import compose
-from dlcomm.config.schema import ModelConfig
+from dlcomm.compose import compose
+from dlcomm.config.schema import MLPConfig, ResNetConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -46,8 +46,8 @@ from dlcomm.train.loop import cross_entropy_loss, hooked_step
 # "resnet18-mlp": an MLP 3072 -> 3640 -> 10 with ResNet-18's parameter count (11.22 M vs 11.18 M),
 # hence the same traffic, but a tenth of its compute: the communication is what is measured.
 MODELS = {
-    "resnet18-mlp": ModelConfig(name="mlp", hidden=[3640]),
-    "resnet18": ModelConfig(name="resnet18"),
+    "resnet18-mlp": MLPConfig(name="mlp", hidden=[3640]),
+    "resnet18": ResNetConfig(name="resnet18"),
 }
 # One fused bucket (64 MiB) for the whole model: a second, tiny bucket would be modelled in
 # microseconds, which 8 processes on 2 cores cannot keep up with (see docs/benchmarks.md).

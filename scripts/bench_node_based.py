@@ -26,8 +26,8 @@ import torch
 from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
-from dlcomm.config.compose import compose
-from dlcomm.config.schema import ModelConfig
+from dlcomm.compose import compose
+from dlcomm.config.schema import ResNetConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -38,7 +38,7 @@ ALGORITHMS = ["allreduce", "allreduce_hier", "node_based"]
 
 def _rank(cluster, channel, name: str, per_epoch: int, batch: int) -> float:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name="resnet18", cifar_stem=True), (3, 32, 32), 10)
+    model = build_model(ResNetConfig(name="resnet18", cifar_stem=True), (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     cls = get_algorithm(name)
     knobs = {"k_prime": per_epoch} if name == "node_based" else {}

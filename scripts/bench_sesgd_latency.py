@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.comm.network import NetworkModel
-from dlcomm.config.compose import compose
+from dlcomm.compose import compose
 from dlcomm.config.schema import ModelConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model

@@ -32,6 +32,13 @@ CASES = [
     (["algo=ps", "launcher=srun"], "launcher=srun is invalid for algo=ps: it needs the service process(es) server"),
     (["train.time_budget_s=-5"], "train.time_budget_s=-5.0 is invalid"),
     (["train.eval_size=-1"], "train.eval_size=-1 is invalid"),
+    # another choice's knob: one line naming the choices that have it
+    (["model.embed_dim=8"], "model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s"),
+    (["+model.embed_dim=8"], "model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s"),
+    (["optim.betas=[0.5,0.9]"], "optim.betas is not a knob of optim=sgd; it belongs to optim=adabelief, adam, adamw, angulargrad"),
+    (["optim=adam", "optim.momentum=0.5"], "optim.momentum is not a knob of optim=adam; it belongs to optim=lars, sgd"),
+    (["dataset.shape=[1,8,8]"], "dataset.shape is not a knob of dataset=fashion_mnist; it belongs to dataset=synthetic"),
+    (["optim=nope"], "Available options in 'optim': adabelief, adam, adamw, angulargrad, lars, sgd"),
 ]
 
 
@@ -58,3 +65,18 @@ def test_config_composes_from_any_directory(home) -> None:
     assert result.returncode == 0, result.stderr
     assert "period: 4" in result.stdout and "nodes: 8" in result.stdout
     assert "root: /usr/share/datasets/fashion-mnist" in result.stdout
+
+
+def test_config_shows_the_chosen_model_optimizer_and_dataset_knobs_only(home) -> None:
+    result = run_cli(home, "config")
+    assert result.returncode == 0, result.stderr
+    sections = {}
+    for block in result.stdout.split("\n"):
+        if block and not block.startswith(" "):
+            current = sections.setdefault(block.rstrip(":"), [])
+        elif block.strip():
+            current.append(block.strip().split(":")[0])
+    assert sections["model"] == ["name"]
+    assert sections["optim"] == ["name", "lr", "weight_decay", "schedule", "milestones", "gamma", "warmup_epochs",
+                                 "min_lr", "momentum", "nesterov"]
+    assert sections["dataset"] == ["name", "root"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dlcomm.config.schema import DatasetConfig
+from dlcomm.config.schema import CifarConfig, DatasetConfig, IdxDatasetConfig, ImageFolderConfig, SyntheticConfig
 from dlcomm.data import (
     ImageClassificationData,
     build_dataset,
@@ -73,7 +73,7 @@ def test_partition_rejects_bad_rank():
     reason="needs Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist)",
 )
 def test_fashion_mnist_loads_from_the_debian_package():
-    cfg = DatasetConfig(name="fashion_mnist")
+    cfg = IdxDatasetConfig(name="fashion_mnist")
     check_dataset(cfg)
     assert dataset_shape(cfg) == ((1, 28, 28), 10)
     data = build_dataset(cfg)
@@ -113,7 +113,7 @@ def test_mnist_reads_uncompressed_idx_files_in_a_torchvision_raw_folder(tmp_path
     _write_idx(raw / "train-labels-idx1-ubyte", train_y, compress=True)
     _write_idx(raw / "t10k-images-idx3-ubyte", test_x, compress=False)
     _write_idx(raw / "t10k-labels-idx1-ubyte", test_y, compress=False)
-    data = build_dataset(DatasetConfig(name="mnist", root=str(tmp_path)))
+    data = build_dataset(IdxDatasetConfig(name="mnist", root=str(tmp_path)))
     assert (data.train_size, data.test_size) == (12, 5)
     x, y = next(data.train_batches(torch.tensor([3, 1, 4, 0]), 4, seed=0))
     expected = (torch.from_numpy(train_x[[3, 1, 4, 0]]).float() / 255 - 0.1307) / 0.3081
@@ -126,7 +126,7 @@ def test_mnist_reads_uncompressed_idx_files_in_a_torchvision_raw_folder(tmp_path
 def test_check_dataset_names_the_missing_root(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(UserError) as info:
-        check_dataset(DatasetConfig(name="fashion_mnist", root=str(missing)))
+        check_dataset(IdxDatasetConfig(name="fashion_mnist", root=str(missing)))
     message = str(info.value)
     assert str(missing) in message and "dataset.root" in message and "\n" not in message
     assert "dataset-fashion-mnist" in message and "train-images-idx3-ubyte.gz" in message
@@ -134,24 +134,24 @@ def test_check_dataset_names_the_missing_root(tmp_path):
 
 def test_check_dataset_names_missing_files_and_unknown_names(tmp_path):
     with pytest.raises(UserError, match="dataset.root=.*lacks"):
-        check_dataset(DatasetConfig(name="mnist", root=str(tmp_path)))
+        check_dataset(IdxDatasetConfig(name="mnist", root=str(tmp_path)))
     with pytest.raises(UserError, match="dataset.root is empty"):
-        check_dataset(DatasetConfig(name="mnist"))
+        check_dataset(IdxDatasetConfig(name="mnist"))
     with pytest.raises(UserError, match="cifar-10-batches-py") as info:
-        check_dataset(DatasetConfig(name="cifar10", root=str(tmp_path)))
+        check_dataset(CifarConfig(name="cifar10", root=str(tmp_path)))
     assert str(tmp_path) in str(info.value)
     with pytest.raises(UserError, match="dataset.name=imagenet_typo"):
         check_dataset(DatasetConfig(name="imagenet_typo"))
     with pytest.raises(UserError, match="dataset.val_dir"):
         (tmp_path / "train" / "a").mkdir(parents=True)
-        check_dataset(DatasetConfig(name="imagefolder", root=str(tmp_path)))
+        check_dataset(ImageFolderConfig(name="imagefolder", root=str(tmp_path)))
 
 
 # ---------------------------------------------------------------- synthetic
 
 
 def test_synthetic_is_deterministic_and_index_addressed():
-    cfg = DatasetConfig(name="synthetic", shape=[3, 32, 32], num_classes=10, train_size=4096, test_size=256)
+    cfg = SyntheticConfig(name="synthetic", shape=[3, 32, 32], num_classes=10, train_size=4096, test_size=256)
     assert dataset_shape(cfg) == ((3, 32, 32), 10)
     a, b = build_dataset(cfg), build_dataset(cfg)
     idx = torch.tensor([5, 900, 17, 4095, 2, 33, 64, 1000])
@@ -169,7 +169,7 @@ def test_synthetic_is_deterministic_and_index_addressed():
 
 
 def test_synthetic_labels_follow_the_teacher_and_use_every_class():
-    data = build_dataset(DatasetConfig(name="synthetic", shape=[1, 8, 8], num_classes=4, train_size=512, test_size=64))
+    data = build_dataset(SyntheticConfig(name="synthetic", shape=[1, 8, 8], num_classes=4, train_size=512, test_size=64))
     x, y = next(data.train_batches(torch.arange(512), 512, seed=0))
     assert torch.equal(y, (x.flatten(1) @ data.teacher.T).argmax(1))
     counts = torch.bincount(y, minlength=4)
@@ -196,7 +196,7 @@ def _write_cifar10(root: Path, per_batch: int = 6, test: int = 5) -> None:
 
 def test_cifar_loads_the_torchvision_pickle_layout(tmp_path):
     _write_cifar10(tmp_path)
-    data = build_dataset(DatasetConfig(name="cifar10", root=str(tmp_path)))
+    data = build_dataset(CifarConfig(name="cifar10", root=str(tmp_path), augment=False))
     assert (data.train_size, data.test_size, data.num_classes) == (30, 5, 10)
     assert data.input_shape == (3, 32, 32) and data.train_images.dtype == torch.uint8
     with open(tmp_path / "cifar-10-batches-py" / "data_batch_2", "rb") as f:
@@ -211,7 +211,7 @@ def test_cifar_loads_the_torchvision_pickle_layout(tmp_path):
 
 def test_cifar_augmentation_is_deterministic_for_a_fixed_seed(tmp_path):
     _write_cifar10(tmp_path)
-    data = build_dataset(DatasetConfig(name="cifar10", root=str(tmp_path), augment=True))
+    data = build_dataset(CifarConfig(name="cifar10", root=str(tmp_path), augment=True))
     idx = epoch_partition(data.train_size, 1, 0, seed=0, epoch=0)
 
     def run(seed):
@@ -221,7 +221,7 @@ def test_cifar_augmentation_is_deterministic_for_a_fixed_seed(tmp_path):
     assert len(first) == 3
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
-    plain = build_dataset(DatasetConfig(name="cifar10", root=str(tmp_path)))
+    plain = build_dataset(CifarConfig(name="cifar10", root=str(tmp_path), augment=False))
     assert not torch.equal(first[0], next(plain.train_batches(idx, 8, seed=5))[0])
 
 
@@ -252,7 +252,7 @@ def _write_folder(root: Path) -> None:
 
 def test_imagefolder_shapes_labels_and_seeded_augmentation(tmp_path):
     _write_folder(tmp_path)
-    cfg = DatasetConfig(name="imagefolder", root=str(tmp_path), image_size=16, augment=True, loader_workers=0)
+    cfg = ImageFolderConfig(name="imagefolder", root=str(tmp_path), image_size=16, augment=True, loader_workers=0)
     assert dataset_shape(cfg) == ((3, 16, 16), 3)
     data = build_dataset(cfg)
     assert (data.train_size, data.test_size, data.num_classes) == (6, 4, 3)

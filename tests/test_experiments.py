@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.config.compose import compose
+from dlcomm.compose import compose
 from dlcomm.config.validate import validate_run
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[1] / "src" / "dlcomm" / "configs" / "experiment").glob("*.yaml"))

@@ -136,6 +136,16 @@ def test_an_autonomous_run_has_no_manager_to_lose(home) -> None:
     run = mlflow_run(result)
     assert run.info.status == "FINISHED"
     assert run.data.metrics["final/steps"] == 96  # 4096 samples / 4 workers / 32 x 3 epochs
+    # the algorithm's statistics in MLflow: staleness per epoch and per averaging step, counts per worker
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(result.tracking_uri)
+    staleness = client.get_metric_history(run.info.run_id, "epoch/pull_staleness_steps")
+    assert sorted(point.step for point in staleness) == [1, 2, 3] and all(point.value >= 0 for point in staleness)
+    assert client.get_metric_history(run.info.run_id, "iter/pull_staleness_steps")
+    metrics = run.data.metrics
+    assert metrics["final/pulls"] > 0 and metrics["final/pulls_served"] > 0 and metrics["final/pull_conflicts"] >= 0
+    assert metrics["final/pull_staleness_steps"] >= 0
 
 
 def test_a_time_budget_stops_every_worker_after_the_same_step_and_logs_accuracy_against_time(home) -> None:

@@ -7,13 +7,14 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
+from dlcomm.config.choices import schema_of
 from dlcomm.config.schema import ModelConfig
 from dlcomm.errors import UserError
 from dlcomm.models import build_model, check_model_fits, model_names
 
 
 def _cfg(name: str, **kw):
-    return OmegaConf.structured(ModelConfig(name=name, **kw))
+    return OmegaConf.structured(schema_of("model", name)(name=name, **kw))
 
 
 def _logits(model: nn.Module, shape, batch: int = 2) -> torch.Tensor:
@@ -71,7 +72,8 @@ def test_nin(shape):
     "name", ["resnet18", "resnet34", "resnet50", "resnet101", "vgg16", "densenet121", "shufflenet_v2"]
 )
 def test_torchvision_models_forward(name):
-    model = build_model(_cfg(name, cifar_stem=True), (3, 32, 32), 10)
+    stem = {"cifar_stem": True} if name.startswith("resnet") else {}  # a knob of the ResNets only
+    model = build_model(_cfg(name, **stem), (3, 32, 32), 10)
     assert _logits(model, (3, 32, 32)).shape == (2, 10)
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from dlcomm.config.compose import compose, to_container
+from dlcomm.compose import compose, to_container
 from dlcomm.launch.harness import run_ranks
 from dlcomm.metrics import names
 from dlcomm.models import build_model, check_model_fits, model_names
@@ -28,7 +28,6 @@ PAPER_MODELS = ("vit_s", "vit_b", "rnn", "lstm", "gru")
 TRAINED = (*PAPER_MODELS, "acgan")
 RECURRENT = ("rnn", "lstm", "gru")
 STEPS, K_PRIME, CLASSES = 50, 5, 4
-COLUMN = {name: i for i, name in enumerate(names.TIMING_COLUMNS)}
 
 # Per model: synthetic input shape, model overrides and optimiser (Adam) learning rate.
 # 320 samples, 16 per rank and step on 2 ranks: 10 steps an epoch, 5 epochs.
@@ -205,10 +204,10 @@ def test_fifty_steps_learn(trained, model, algo):
     rows = rank0["rows"]
     assert rank0["summary"][names.FINAL_STEPS] == STEPS
     for rank in (0, 1):
-        assert [row[COLUMN["step"]] for row in rows if row[COLUMN["rank"]] == rank] == list(range(STEPS))
+        assert [row.step for row in rows if row.rank == rank] == list(range(STEPS))
     losses = {step: [] for step in range(STEPS)}
     for row in rows:
-        losses[row[COLUMN["step"]]].append(row[COLUMN["loss"]])
+        losses[row.step].append(row.loss)
     assert all(math.isfinite(loss) for pair in losses.values() for loss in pair)
     first = sum(sum(losses[s]) for s in range(10)) / 20
     last = sum(sum(losses[s]) for s in range(STEPS - 10, STEPS)) / 20
@@ -223,7 +222,7 @@ def test_allreduce_replicas_identical_and_communicating(trained, model):
     """Allreduce: every step communicates and the parameters are bitwise equal on both ranks
     (BatchNorm statistics are not averaged by allreduce, so only parameters)."""
     rank0, rank1 = trained[0][(model, "allreduce")], trained[1][(model, "allreduce")]
-    assert all(row[COLUMN["messages"]] > 0 for row in rank0["rows"])
+    assert all(row.messages > 0 for row in rank0["rows"])
     assert (rank0["params"] == rank1["params"]).all()
 
 
@@ -238,7 +237,7 @@ def test_node_based_consensus_every_k_prime(trained, model):
     expected = {step for step in range(STEPS) if (step % per_epoch + 1) % K_PRIME == 0}
     assert len(expected) == 10
     for rank in (0, 1):
-        talking = {row[COLUMN["step"]] for row in rank0["rows"] if row[COLUMN["rank"]] == rank and row[COLUMN["messages"]] > 0}
+        talking = {row.step for row in rank0["rows"] if row.rank == rank and row.messages > 0}
         assert talking == expected
     assert (rank0["params"] == rank1["params"]).all()
     assert (rank0["buffers"] == rank1["buffers"]).all()

@@ -11,7 +11,7 @@ from dlcomm.comm import cost
 from dlcomm.comm.cost import Link
 from dlcomm.comm.layout import ClusterLayout
 from dlcomm.comm.network import NetworkModel
-from dlcomm.config.compose import compose
+from dlcomm.compose import compose
 from dlcomm.launch.harness import run_ranks
 import rank_programs
 

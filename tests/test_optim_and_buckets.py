@@ -8,14 +8,15 @@ import pytest
 import torch
 
 from dlcomm.algorithms.buckets import make_buckets
-from dlcomm.config.schema import OptimConfig
+from dlcomm.config.choices import schema_of
+from dlcomm.config.schema import LarsConfig, SGDConfig
 from dlcomm.train.optim import build_optimizer, lr_factor
 from dlcomm.train.loop import plan_steps
 from dlcomm.config.schema import TrainConfig
 
 
 def test_warmup_then_cosine_by_hand() -> None:
-    cfg = OptimConfig(name="sgd", lr=0.1, schedule="cosine", warmup_epochs=1.0, min_lr=0.01)
+    cfg = SGDConfig(name="sgd", lr=0.1, schedule="cosine", warmup_epochs=1.0, min_lr=0.01)
     steps_per_epoch, total = 10, 30
     assert lr_factor(cfg, 0, steps_per_epoch, total) == pytest.approx(0.1)  # (0+1)/10
     assert lr_factor(cfg, 9, steps_per_epoch, total) == pytest.approx(1.0)
@@ -25,12 +26,12 @@ def test_warmup_then_cosine_by_hand() -> None:
 
 
 def test_multistep_by_hand() -> None:
-    cfg = OptimConfig(name="sgd", lr=0.1, schedule="multistep", milestones=[2, 4], gamma=0.1)
+    cfg = SGDConfig(name="sgd", lr=0.1, schedule="multistep", milestones=[2, 4], gamma=0.1)
     assert [lr_factor(cfg, step, 10, 60) for step in (0, 19, 20, 39, 40)] == pytest.approx([1, 1, 0.1, 0.1, 0.01])
 
 
 def test_constant_is_one() -> None:
-    cfg = OptimConfig(name="sgd", schedule="constant")
+    cfg = SGDConfig(name="sgd", schedule="constant")
     assert {lr_factor(cfg, step, 7, 70) for step in range(70)} == {1.0}
 
 
@@ -46,7 +47,8 @@ def _kinds():
 @pytest.mark.parametrize("name,kind", _kinds())
 def test_optimizers_get_their_settings(name, kind) -> None:
     model = torch.nn.Linear(3, 2)
-    cfg = OptimConfig(name=name, lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.001)
+    momentum = {"momentum": 0.9, "nesterov": True} if name == "sgd" else {}  # knobs of sgd only
+    cfg = schema_of("optim", name)(name=name, lr=0.02, weight_decay=0.001, **momentum)
     optimizer = build_optimizer(cfg, [{"params": list(model.parameters())}])
     assert isinstance(optimizer, kind)
     group = optimizer.param_groups[0]
@@ -123,7 +125,7 @@ def test_bound_parameters_live_in_the_bucket() -> None:
 def test_lars_step_matches_the_trust_ratio_by_hand() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
-    cfg = OptimConfig(name="lars", lr=0.5, momentum=0.0, weight_decay=0.01, trust_coefficient=0.0025)
+    cfg = LarsConfig(name="lars", lr=0.5, momentum=0.0, weight_decay=0.01, trust_coefficient=0.0025)
     optimizer = build_optimizer(cfg, [{"params": list(model.parameters())}])
     model(torch.randn(8, 4)).pow(2).mean().backward()
     w, g = model.weight.detach().clone(), model.weight.grad.clone()

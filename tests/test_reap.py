@@ -16,8 +16,8 @@ import pytest
 from conftest import run_cli
 from dlcomm.errors import UserError
 from dlcomm.launch.squeue import NO_SQUEUE, live_job_ids, parse
-from dlcomm.tracking.lost import OpenRun, census
-from dlcomm.tracking.reap import reap
+from dlcomm.runs.lost import OpenRun, census
+from dlcomm.runs.reap import reap
 
 HOST = "here"
 DEAD_PID = 4_000_000  # above any pid_max: never a live process

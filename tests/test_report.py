@@ -86,6 +86,48 @@ def test_one_seed_prints_n_a_and_two_seeds_a_number_in_every_format(tmp_path) ->
     assert csv.loc[("nodes=8", "allreduce"), "final_acc_mean"] == pytest.approx(50.0)
 
 
+def test_layers_dropped_is_a_column_only_when_some_run_has_it() -> None:
+    runs = _runs()
+    assert "layers_dropped_pct" not in summarise(assign(runs)[0], "allreduce", lambda frame: None)
+    assert "layers dropped %" not in presentable(summarise(assign(runs)[0], "allreduce", lambda frame: None))
+    runs.loc[runs["params.algo.name"] == "local_sgd", "metrics.final/ps_dropped_fraction"] = [0.9, 0.8, 0.5, 0.6]
+    table = summarise(assign(runs)[0], "allreduce", lambda frame: None).set_index(["setting", "method"])
+    assert table.loc[("nodes=4", "local_sgd period=4"), "layers_dropped_pct"] == pytest.approx(70.0)  # runs l0 0.9, l1-again 0.5
+    assert math.isnan(table.loc[("nodes=4", "allreduce"), "layers_dropped_pct"])
+    shown = presentable(table.reset_index()).set_index(["setting", "method"])
+    assert shown.loc[("nodes=4", "local_sgd period=4"), "layers dropped %"] == "70.0"
+    assert shown.loc[("nodes=4", "allreduce"), "layers dropped %"] == ""
+
+
+def test_a_layer_dropping_run_shows_its_dropped_fraction_per_epoch_in_mlflow_and_the_report(home) -> None:
+    """ps_layerdrop on 2 workers, 2 epochs of 8 steps: epoch/ps_dropped_fraction per epoch (the
+    mean of iter/ps_dropped_fraction over its steps), final/ as the run's mean, and the report's
+    "layers dropped %" column."""
+    from mlflow.tracking import MlflowClient
+
+    result = run_cli(home, "train", *FAST[:1], "dataset.train_size=1024", "dataset.test_size=256",
+                     "train.eval_batch_size=256", "model=mlp", "algo=ps_layerdrop", "algo.recompute_every=1", "nodes=2",
+                     "train.epochs=2", "tracking.experiment=drop")
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    per_epoch = client.get_metric_history(result.run_id, "epoch/ps_dropped_fraction")
+    per_iter = sorted((p.step, p.value) for p in client.get_metric_history(result.run_id, "iter/ps_dropped_fraction"))
+    assert sorted(p.step for p in per_epoch) == [1, 2] and [step for step, _ in per_iter] == list(range(16))
+    for epoch in per_epoch:  # every step has one value per worker: the epoch's mean is the mean of the steps'
+        steps = per_iter[8 * (epoch.step - 1) : 8 * epoch.step]
+        assert epoch.value == pytest.approx(sum(value for _, value in steps) / 8)
+        assert 0.5 < epoch.value < 1.0  # algo.ratio = 0.9 of the entries, to the nearest layer
+    final = mlflow_run(result).data.metrics
+    assert final["final/ps_dropped_fraction"] == pytest.approx(sum(value for _, value in per_iter) / 16)
+    assert final["final/ps_server_compute_s"] > 0
+    done = run_cli(home, "report", "experiment=drop")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(home / "results" / "drop" / "table.csv")
+    assert table["layers_dropped_pct"].tolist() == pytest.approx([100 * final["final/ps_dropped_fraction"]], abs=1e-4)
+    markdown = (home / "results" / "drop" / "table.md").read_text()
+    assert "layers dropped %" in markdown and f"{100 * final['final/ps_dropped_fraction']:.1f}" in markdown
+
+
 def test_ma_acceleration_is_when_the_baseline_peaks_over_when_the_method_gets_there() -> None:
     baseline = pd.Series([0.50, 0.70, 0.80, 0.79], index=[1, 2, 3, 4])
     faster = pd.Series([0.60, 0.80, 0.85, 0.86], index=[1, 2, 3, 4])

@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show_config(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
-    from dlcomm.config.compose import compose
+    from dlcomm.compose import compose
 
     print(OmegaConf.to_yaml(compose(overrides)), end="")
     return 0
@@ -118,7 +118,7 @@ def _report(settings: list[str], every: bool) -> int:
 
 
 def _runs(settings: list[str], dry_run: bool) -> int:
-    from dlcomm.tracking.reap import reap
+    from dlcomm.runs.reap import reap
 
     for line in reap(settings, dry_run):
         print(line)
@@ -127,7 +127,7 @@ def _runs(settings: list[str], dry_run: bool) -> int:
 
 def _export_sweep(overrides: list[str]) -> int:
     """Print the sweep's elements, one per line, after checking every one composes."""
-    from dlcomm.config.compose import compose
+    from dlcomm.compose import compose
     from dlcomm.sweep import expand, export_lines
 
     for element in expand(overrides):
@@ -140,16 +140,9 @@ def _export_sweep(overrides: list[str]) -> int:
 
 
 def _train(overrides: list[str]) -> int:
-    from dlcomm.run import prepare_run, run_local, run_slurm
+    from dlcomm.run import launch, prepare_run
 
-    spec = prepare_run(overrides)
-    launcher = spec.config["launcher"]["name"]
-    if launcher == "srun":
-        from dlcomm.launch.slurm import run_in_allocation
-
-        run_in_allocation(spec)
-        return 0
-    return run_slurm(spec) if launcher == "slurm" else run_local(spec)
+    return launch(prepare_run(overrides))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ The loop runs, for every iteration ``t`` (counted from 0 over the whole run)::
 
 and ``end_epoch(e)`` after the last iteration of every epoch; evaluation runs inside
 ``with eval_params():``. An algorithm touches the network only through ``self.channel``.
+After every iteration the loop takes the algorithm's own statistics with :meth:`take_metrics`
+(e.g. the fraction of layers dropped, a pull's staleness); :mod:`dlcomm.metrics.stats`
+aggregates them over ranks into ``epoch/<name>``, ``iter/<name>`` and ``final/<name>``.
 
 Algorithms that need a process that does not train (a parameter server, a gossip manager)
 name it in :meth:`roles` and implement :meth:`serve`; the launcher starts one extra process per
@@ -28,6 +31,7 @@ import torch
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.cluster import Cluster
 from dlcomm.config.schema import AlgoConfig
+from dlcomm.metrics.stats import Stat
 
 
 class Algorithm:
@@ -78,6 +82,13 @@ class Algorithm:
 
     def end_epoch(self, epoch: int) -> None:
         pass
+
+    def take_metrics(self) -> dict[str, Stat]:
+        """This worker's statistics observed since the last call (called after every iteration):
+        ``{name: Mean([...])}`` for observations averaged over ranks and iterations,
+        ``{name: Count(k)}`` for events counted per worker; names from ``dlcomm.metrics.names``,
+        documented in docs/metrics.md. None by default."""
+        return {}
 
     @contextmanager
     def eval_params(self) -> Iterator[None]:

@@ -26,6 +26,10 @@ training: it sends its parameters as of its last completed step (the optimizer s
 averaging hold a lock that the snapshot waits for). A request outstanding at a window's end
 carries over to the next window; a window without a peer is not averaged.
 
+Statistics (:meth:`GossipPull.take_metrics`, docs/metrics.md): the staleness of every pull (steps
+between its issue and its averaging, a mean), and per worker the pulls made, the pulls served,
+the refused reservations (conflicts) and the windows without a peer (counts).
+
 Under ``network.mode=simulate`` the requester issues the pull at the step boundary at which
 its own clock reaches the start time (within one step); the peer serves the snapshot it has
 when the request arrives, so the served model's age follows the ranks' real progress, which
@@ -50,6 +54,8 @@ from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.comm.control import ControlPlane
 from dlcomm.config.schema import AlgoConfig
 from dlcomm.config.validate import require
+from dlcomm.metrics import names
+from dlcomm.metrics.stats import Count, Mean, Stat
 
 # control message kinds
 REQUEST, ASSIGN, RELEASE, CANCEL, CANCELLED, PULL, RESERVE, GRANT, DENY, UNRESERVE, BUSY, FREE = range(12)
@@ -76,11 +82,17 @@ class Hold:
 @dataclass
 class PullStats:
     pulls: int = 0
+    served: int = 0  # pulls this worker answered (its responder sent its model)
     skipped_windows: int = 0  # windows ended without a peer
     conflicts: int = 0  # reservations refused (autonomous)
     resolved: int = 0  # refusals after which this worker went on to a grant or gave the round up
     holds: list[Hold] = field(default_factory=list)
     staleness_steps: list[int] = field(default_factory=list)  # steps between a pull's issue and its averaging
+
+
+# The counted statistics: metric name -> PullStats counter.
+_COUNTS = {names.PULLS: "pulls", names.PULLS_SERVED: "served", names.PULL_CONFLICTS: "conflicts",
+           names.PULL_SKIPPED_WINDOWS: "skipped_windows"}
 
 
 @register
@@ -114,6 +126,8 @@ class GossipPull(Algorithm):
         self.manager = self.cluster.layout.service_rank("manager") if self.roles(self.cfg) else None
         self.control = ControlPlane(self.channel)
         self.stats = PullStats()
+        self.taken = PullStats()  # the counts already handed to take_metrics (its staleness_steps unused)
+        self.taken_pulls = 0  # staleness entries already handed to take_metrics
         self.step_times: list[float] = []
         self.estimates: dict[int, float] = {}  # autonomous: this worker's own c_ij
         self.busy: set[int] = set()  # autonomous: peers believed held
@@ -171,6 +185,17 @@ class GossipPull(Algorithm):
         self.stats.pulls += 1
         self.stats.staleness_steps.append(step + 1 - self.issued_at)
         self._release(peer, measured)
+
+    def take_metrics(self) -> dict[str, Stat]:
+        """The staleness of the pulls averaged since the last call, and the counts since then."""
+        fresh = self.stats.staleness_steps[self.taken_pulls:]
+        self.taken_pulls += len(fresh)
+        out: dict[str, Stat] = {names.PULL_STALENESS: Mean([float(steps) for steps in fresh])}
+        for name, attribute in _COUNTS.items():
+            now = getattr(self.stats, attribute)
+            out[name] = Count(now - getattr(self.taken, attribute))
+            setattr(self.taken, attribute, now)
+        return out
 
     def _measured(self, record) -> float:
         if self.channel.mode != "off":
@@ -262,6 +287,7 @@ class GossipPull(Algorithm):
         if kind == PULL:
             with self.lock:
                 snapshot = self.flat.detach().to("cpu", copy=True)
+                self.stats.served += 1
             self.control.send_tensor(src, snapshot)
         elif kind == RESERVE:
             with self.reservation_lock:

@@ -16,6 +16,11 @@ expands placeholders to zeros, and a layer no worker sent is *unchanged*: the op
 (no momentum, no weight decay), and the answer ``[server compute s, changed_1 .. changed_L]``
 carries only the changed layers, which the workers overwrite.
 
+Statistics (:meth:`ParameterServer.take_metrics`, docs/metrics.md): per iteration, the fraction
+of gradient entries in the layers a worker dropped, ``sum_{l dropped} |g_l| / sum_l |g_l|``
+(``|g_l|`` the layer's entry count; 0 for ``ps``), and the server's compute time (reported in the
+answer's header).
+
 The learning rate travels in the header (the workers run the schedule; the server applies
 worker 0's value), and rank 0 hands the server its initial parameters.
 """
@@ -31,6 +36,8 @@ from dlcomm.algorithms.registry import register
 from dlcomm.compress import KeepAll
 from dlcomm.config.schema import AlgoConfig
 from dlcomm.config.validate import require
+from dlcomm.metrics import names
+from dlcomm.metrics.stats import Mean, Stat
 
 HEADER, PAYLOAD, REPLY_HEADER, REPLY_PAYLOAD, INITIAL = 11, 12, 13, 14, 15
 DONE = -1.0  # a header whose lr is DONE: the worker is finished
@@ -86,6 +93,7 @@ class ParameterServer(Algorithm):
         self.compress = self.compressor()
         self.residual = self.memory(self.params)
         self.stats = PSStats()
+        self.taken = 0  # iterations of self.stats already handed to take_metrics
         if self.cluster.rank == 0:
             self.channel.isend(_flat([p.detach() for p in self.params]), self.server, group="job", tag=INITIAL).wait()
 
@@ -122,6 +130,13 @@ class ParameterServer(Algorithm):
         stats.dropped.append(getattr(self.compress, "last_dropped_fraction", 0.0))
         stats.sent.append(keep)
         stats.changed.append(changed)
+
+    def take_metrics(self) -> dict[str, Stat]:
+        """The dropped fraction and the server's compute time of the iterations since the last call."""
+        new = slice(self.taken, len(self.stats.dropped))
+        self.taken = new.stop
+        return {names.PS_DROPPED_FRACTION: Mean(self.stats.dropped[new]),
+                names.PS_SERVER_COMPUTE: Mean(self.stats.server_compute_s[new])}
 
     def finish(self) -> None:
         """Tell the server this worker is done (inside an iteration, so that it is modelled as

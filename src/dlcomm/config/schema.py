@@ -1,16 +1,18 @@
 """Typed schemas of every configuration group, registered in Hydra's ConfigStore.
 
 Each YAML file under ``configs/<group>/`` lists one of these schemas first in its defaults,
-so Hydra checks types and rejects unknown keys while composing. Range checks that types
+so Hydra checks types and rejects unknown keys while composing. ``model``, ``dataset`` and
+``optim`` have one schema per family of choices (a small base with the keys all share, and a
+subclass per family), so a choice has only its own knobs; :data:`SCHEMAS` names them all, and
+:mod:`dlcomm.config.choices` tells which choice has which knob. Range checks that types
 cannot express live in :mod:`dlcomm.config.validate`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 
@@ -36,59 +38,167 @@ class TrainConfig:
 
 @dataclass
 class ModelConfig:
+    """Base of every model's schema: the choice, ``model=<name>`` (configs/model/<name>.yaml).
+    Models without knobs of their own (small_cnn, vgg16, densenet121, shufflenet_v2) use it as is."""
+
     name: str = MISSING
-    cifar_stem: bool = False  # ResNets: 3x3 stride-1 first conv and no max-pool (32x32 inputs)
-    hidden: List[int] = field(default_factory=lambda: [512, 256])  # MLP hidden widths
-    dropout: float = 0.0
-    width: float = 1.0  # nin: multiplier of every hidden width (1.0: the paper's)
-    # vit_s / vit_b (timm VisionTransformer); configs/model/vit_*.yaml set the paper's Table II sizes
+
+
+@dataclass
+class ResNetConfig(ModelConfig):
+    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised)."""
+
+    cifar_stem: bool = False  # 3x3 stride-1 first conv and no max-pool (32x32 inputs)
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    """mlp: flatten, hidden widths with ReLU, logits."""
+
+    hidden: List[int] = field(default_factory=lambda: [512, 256])  # hidden widths
+    dropout: float = 0.0  # after each hidden ReLU
+
+
+@dataclass
+class NiNConfig(ModelConfig):
+    """nin: Network-in-Network (Lin et al. 2014)."""
+
+    width: float = 1.0  # multiplier of every hidden width (1.0: the paper's)
+    dropout: float = 0.5  # between mlpconv blocks, as in the paper
+
+
+@dataclass
+class ViTConfig(ModelConfig):
+    """vit_s, vit_b (timm VisionTransformer); the defaults are the node-based paper's ViT-B
+    (Table II), configs/model/vit_s.yaml sets ViT-S's sizes."""
+
     embed_dim: int = 384  # token width D
     depth: int = 12  # transformer blocks
     num_heads: int = 12  # attention heads (embed_dim must be a multiple)
     patch_size: int = 16  # p x p patches; sides not a multiple of p are zero-padded up to one
     mlp_ratio: float = 4.0  # block MLP hidden width = int(embed_dim * mlp_ratio)
-    # rnn / lstm / gru over image rows
+
+
+@dataclass
+class RecurrentConfig(ModelConfig):
+    """rnn, lstm, gru over image rows."""
+
     hidden_size: int = 128  # units of the recurrent layer
-    # acgan (task=gan)
+
+
+@dataclass
+class ACGANConfig(ModelConfig):
+    """acgan: the generator and discriminator of task=gan."""
+
     latent_dim: int = 128  # the generator's noise dimension
 
 
 @dataclass
 class DatasetConfig:
+    """Base of every data set's schema: the choice, ``dataset=<name>`` (configs/dataset/<name>.yaml)."""
+
     name: str = MISSING
+
+
+@dataclass
+class IdxDatasetConfig(DatasetConfig):
+    """mnist, fashion_mnist: the four idx files."""
+
+    root: str = ""  # folder of the idx files (or root/raw, root/<Folder>/raw)
+
+
+@dataclass
+class CifarConfig(DatasetConfig):
+    """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
+
     root: str = ""
-    augment: bool = False  # random crop + horizontal flip (CIFAR), random resized crop + flip (folders)
-    # synthetic only
-    shape: List[int] = field(default_factory=lambda: [1, 28, 28])
+    augment: bool = True  # random crop 32 (padding 4) + horizontal flip
+
+
+@dataclass
+class ImageFolderConfig(DatasetConfig):
+    """imagefolder: class sub-folders under root/train_dir and root/val_dir (ImageNet's layout)."""
+
+    root: str = "${oc.env:DLCOMM_DATA,/data}/imagenet"
+    train_dir: str = "train"
+    val_dir: str = "val"
+    image_size: int = 224  # side of the square crops
+    augment: bool = True  # random resized crop + horizontal flip
+    loader_workers: int = 2  # DataLoader processes decoding images
+
+
+@dataclass
+class SyntheticConfig(DatasetConfig):
+    """synthetic: learnable data of any shape (labels from a fixed random linear teacher)."""
+
+    shape: List[int] = field(default_factory=lambda: [1, 28, 28])  # C, H, W
     num_classes: int = 10
     train_size: int = 4096
     test_size: int = 1024
-    # imagefolder only
-    image_size: int = 224
-    train_dir: str = "train"
-    val_dir: str = "val"
-    loader_workers: int = 2
 
 
 @dataclass
 class OptimConfig:
-    name: str = MISSING  # sgd | adam | adamw | adabelief | angulargrad | lars
-    lr: float = 0.05
-    momentum: float = 0.0
-    nesterov: bool = False
+    """Base of every optimizer's schema: the choice, its learning rate and weight decay, and the
+    learning-rate schedule (dlcomm.train.optim), which every optimizer shares."""
+
+    name: str = MISSING
+    lr: float = MISSING  # the rate of the global (all-worker) mean gradient
     weight_decay: float = 0.0
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
     schedule: str = "constant"  # constant | cosine | multistep
     milestones: List[int] = field(default_factory=list)  # epochs, for multistep
     gamma: float = 0.1  # multistep decay factor
-    warmup_epochs: float = 0.0  # linear warm-up from lr/10... see dlcomm.train.optim
+    warmup_epochs: float = 0.0  # linear warm-up from 0 to lr over these epochs
     min_lr: float = 0.0  # cosine floor
-    trust_coefficient: float = 0.001  # lars: the layer-wise trust coefficient (the Crossover paper: 0.0025)
-    exclude_bias_and_norm: bool = True  # lars: 1-d tensors (biases, norm scales) neither adapted nor decayed
-    decoupled_weight_decay: bool = False  # adabelief: AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
-    rectify: bool = False  # adabelief: RAdam's variance rectification
-    method: str = "cos"  # angulargrad: cos | tan (the angular coefficient's function)
+
+
+@dataclass
+class SGDConfig(OptimConfig):
+    """sgd: SGD with momentum (torch)."""
+
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = False
+
+
+@dataclass
+class LarsConfig(SGDConfig):
+    """lars (timm's Lars): SGD with momentum and a layer-wise trust ratio; large mini-batches
+    (the Crossover paper: coefficient 0.0025, warm-up, label smoothing 0.1, train.comm_interval)."""
+
+    lr: float = 1.0
+    weight_decay: float = 0.00005
+    schedule: str = "cosine"
+    warmup_epochs: float = 1.0
+    trust_coefficient: float = 0.001  # the layer-wise trust coefficient (the Crossover paper: 0.0025)
+    exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
+    eps: float = 1e-8  # added to the trust ratio's denominator
+
+
+@dataclass
+class AdamConfig(OptimConfig):
+    """adam, adamw (torch); adamw.yaml sets AdamW's weight decay."""
+
+    lr: float = 0.001
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+
+
+@dataclass
+class AdaBeliefConfig(AdamConfig):
+    """adabelief (timm): the AdaBelief authors' CIFAR settings; for ImageNet they use
+    decoupled_weight_decay=true weight_decay=1e-2."""
+
+    weight_decay: float = 0.0005
+    decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
+    rectify: bool = False  # RAdam's variance rectification
+
+
+@dataclass
+class AngularGradConfig(AdamConfig):
+    """angulargrad (dlcomm.train.angulargrad): the authors' defaults (Adam's lr, betas and eps)."""
+
+    method: str = "cos"  # cos | tan (the angular coefficient's function)
 
 
 @dataclass
@@ -205,18 +315,28 @@ class RunConfig:
     debug: DebugConfig = field(default_factory=DebugConfig)
 
 
-def register_schemas() -> None:
-    """Put every schema in the ConfigStore under the names the YAML defaults lists use."""
-    cs = ConfigStore.instance()
-    cs.store(name="run_schema", node=RunConfig)
-    cs.store(group="task", name="task_schema", node=TaskConfig)
-    cs.store(group="model", name="model_schema", node=ModelConfig)
-    cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
-    cs.store(group="optim", name="optim_schema", node=OptimConfig)
-    cs.store(group="network", name="network_schema", node=NetworkConfig)
-    cs.store(group="launcher", name="launcher_schema", node=LauncherConfig)
-    cs.store(group="launcher", name="slurm_launcher_schema", node=SlurmLauncherConfig)
-    from dlcomm.algorithms.registry import all_algorithms
-
-    for name, algorithm in all_algorithms().items():
-        cs.store(group="algo", name=f"{name}_schema", node=algorithm.Config)
+# Every schema above under the name the YAML defaults lists use: (group, name, schema); group None
+# is the primary config. dlcomm.compose stores them in Hydra's ConfigStore, with the algorithms'.
+SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
+    (None, "run_schema", RunConfig),
+    ("task", "task_schema", TaskConfig),
+    ("model", "model_schema", ModelConfig),
+    ("model", "resnet_schema", ResNetConfig),
+    ("model", "mlp_schema", MLPConfig),
+    ("model", "nin_schema", NiNConfig),
+    ("model", "vit_schema", ViTConfig),
+    ("model", "recurrent_schema", RecurrentConfig),
+    ("model", "acgan_schema", ACGANConfig),
+    ("dataset", "idx_schema", IdxDatasetConfig),
+    ("dataset", "cifar_schema", CifarConfig),
+    ("dataset", "imagefolder_schema", ImageFolderConfig),
+    ("dataset", "synthetic_schema", SyntheticConfig),
+    ("optim", "sgd_schema", SGDConfig),
+    ("optim", "lars_schema", LarsConfig),
+    ("optim", "adam_schema", AdamConfig),
+    ("optim", "adabelief_schema", AdaBeliefConfig),
+    ("optim", "angulargrad_schema", AngularGradConfig),
+    ("network", "network_schema", NetworkConfig),
+    ("launcher", "launcher_schema", LauncherConfig),
+    ("launcher", "slurm_launcher_schema", SlurmLauncherConfig),
+)

@@ -15,7 +15,8 @@ def require(ok: bool, key: str, value: Any, rule: str) -> None:
 
 
 def validate_run(cfg: Any) -> None:
-    """Checks on the keys every run shares; the algorithm checks its own (``check_config``)."""
+    """Checks on the keys every run shares; the algorithm checks its own (``check_config``), the
+    launcher its ``launcher.*`` keys (``dlcomm.launch.base.Launcher.check``)."""
     require(cfg.nodes >= 1, "nodes", cfg.nodes, "the number of machines must be at least 1; pass nodes=1 or more")
     require(
         cfg.workers_per_node >= 1,
@@ -39,12 +40,10 @@ def validate_run(cfg: Any) -> None:
     require(train.device in ("cpu", "cuda", "auto"), "train.device", train.device, "use cpu, cuda or auto")
     require(train.threads_per_rank >= 0, "train.threads_per_rank", train.threads_per_rank, "use 0 (automatic) or a positive thread count")
     require(train.amp_dtype in ("auto", "bf16", "fp16"), "train.amp_dtype", train.amp_dtype, "use auto, bf16 or fp16")
-    optim = cfg.optim
-    from dlcomm.train.optim import OPTIMIZER_NAMES
-
-    require(optim.name in OPTIMIZER_NAMES, "optim", optim.name, f"choose one of {', '.join(OPTIMIZER_NAMES)}")
+    optim = cfg.optim  # its name is a choice of the optim group: composition refuses an unknown one
     require(optim.lr > 0, "optim.lr", optim.lr, "the learning rate must be positive")
-    require(optim.method in ("cos", "tan"), "optim.method", optim.method, "angulargrad's coefficient: use cos or tan")
+    if "method" in optim:  # angulargrad
+        require(optim.method in ("cos", "tan"), "optim.method", optim.method, "angulargrad's coefficient: use cos or tan")
     require(optim.schedule in ("constant", "cosine", "multistep"), "optim.schedule", optim.schedule, "use constant, cosine or multistep")
     require(optim.warmup_epochs >= 0, "optim.warmup_epochs", optim.warmup_epochs, "use 0 (no warm-up) or a positive number of epochs")
     require(cfg.launcher.backend in ("auto", "gloo", "nccl"), "launcher.backend", cfg.launcher.backend, "use auto, gloo or nccl")
@@ -52,18 +51,7 @@ def validate_run(cfg: Any) -> None:
     require(task.generator_lr >= 0 and task.discriminator_lr >= 0, "task.generator_lr/discriminator_lr",
             f"{task.generator_lr}/{task.discriminator_lr}", "use 0 (optim.lr) or a positive learning rate")
     require(task.samples_per_class >= 1, "task.samples_per_class", task.samples_per_class, "pass a positive number of columns")
-    if cfg.launcher.name in ("slurm", "srun"):
-        validate_slurm(cfg.launcher)
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
-
-
-def validate_slurm(launcher: Any) -> None:
-    require(launcher.time_min >= 1, "launcher.time_min", launcher.time_min, "pass the job's time limit in minutes, 1 or more")
-    require(launcher.max_requeue >= 0, "launcher.max_requeue", launcher.max_requeue, "use 0 (never requeue) or a positive count")
-    require(launcher.check_every >= 1, "launcher.check_every", launcher.check_every, "pass a positive number of iterations")
-    require(0 <= launcher.signal_delay_s < launcher.time_min * 60, "launcher.signal_delay_s", launcher.signal_delay_s,
-            "the warning must come within the time limit: use 0 up to launcher.time_min*60 seconds")
-    require(launcher.array_parallelism >= 1, "launcher.array_parallelism", launcher.array_parallelism, "pass a positive count")
 
 
 def validate_network(network: Any, world: int) -> None:

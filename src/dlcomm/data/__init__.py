@@ -3,8 +3,9 @@
 ``build_dataset(cfg)`` gives an :class:`ImageClassificationData` for the ``dataset`` config group
 (``cfg.name`` one of :data:`DATASET_NAMES`); ``check_dataset(cfg)`` and ``dataset_shape(cfg)``
 answer without loading any data, so the CLI can fail fast with a one-line :class:`UserError`.
-``cfg`` may be an omegaconf DictConfig or a :class:`~dlcomm.config.schema.DatasetConfig`: only
-attribute access is used.
+``cfg`` may be an omegaconf DictConfig or the data set's schema in :mod:`dlcomm.config.schema`
+(e.g. :class:`~dlcomm.config.schema.CifarConfig`): only attribute access is used, and only of the
+knobs the chosen data set's schema has.
 """
 
 from __future__ import annotations

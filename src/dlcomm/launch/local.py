@@ -15,14 +15,17 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
-
-import torch.distributed as dist
+from pathlib import Path
+from typing import Any
 
 from dlcomm.errors import EXIT_USAGE, UserError
+from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 _POLL_S = 0.1
@@ -91,6 +94,8 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def launch_local(spec: RunSpec) -> LaunchResult:
     """Run every rank of ``spec`` as a local process; return when all finished or one failed."""
+    import torch.distributed as dist
+
     from dlcomm.launch.rank import job_layout
 
     cfg = spec.config
@@ -177,3 +182,65 @@ def _teardown(processes: list[mp.Process], grace_s: float) -> None:
         if process.is_alive():
             process.kill()
             process.join(timeout=5.0)
+
+
+@register
+class LocalLauncher(Launcher):
+    """``launcher=local``: the ranks, and the algorithm's service processes, are processes of
+    this machine; this process waits for them and closes the run."""
+
+    name = "local"
+    services = True
+    ended_by = "driver"
+
+    @classmethod
+    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+        """Beside the base checks: ``train.device=cuda`` needs one visible GPU per rank."""
+        super().check(cfg, roles)
+        if cfg.train.device != "cuda":
+            return
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
+        world, gpus = cfg.nodes * cfg.workers_per_node, torch.cuda.device_count()
+        if world > gpus:
+            raise UserError(
+                f"nodes*workers_per_node={world} is invalid with train.device=cuda: the local launcher gives each "
+                f"rank its own GPU and {gpus} are visible; use at most {gpus} ranks or train.device=cpu"
+            )
+
+    @classmethod
+    def launch(cls, spec: RunSpec) -> int:
+        """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
+        from dlcomm.paths import results_dir
+        from dlcomm.tracking.mlflow_run import close_run, open_run
+
+        tags = cls.driver_tags()  # this process closes the run: `dlcomm runs reap` checks it lives
+        if spec.parent_run_id:
+            tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
+        run_id = open_run(spec, tags)
+        spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        result = None
+        previous_handler = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+        try:
+            result = launch_local(spec)
+        finally:
+            signal.signal(signal.SIGTERM, previous_handler)
+            status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
+            error = result.failure.describe() if result is not None and result.failure is not None else ""
+            close_run(spec.tracking_uri, run_id, status, error)
+        if result.interrupted:
+            print(f"dlcomm: interrupted; mlflow run {run_id} marked KILLED", file=sys.stderr)
+        elif result.failure is not None:
+            failure = result.failure
+            if failure.details and not failure.user_error:
+                print(failure.details, file=sys.stderr, end="")
+            print(f"dlcomm: error: {failure.describe()}; mlflow run {run_id} marked FAILED", file=sys.stderr)
+        return result.exit_code
+
+
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
+    raise KeyboardInterrupt

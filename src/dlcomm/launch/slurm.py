@@ -12,15 +12,29 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from dlcomm.config.validate import require
 from dlcomm.errors import UserError
+from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 _PORT_BASE, _PORT_SPAN = 20000, 12768  # below Linux's ephemeral ports (32768 and up)
+
+
+def check_slurm_settings(launcher: Any) -> None:
+    """The ``launcher.*`` ranges of ``launcher=slurm`` and ``launcher=srun``."""
+    require(launcher.time_min >= 1, "launcher.time_min", launcher.time_min, "pass the job's time limit in minutes, 1 or more")
+    require(launcher.max_requeue >= 0, "launcher.max_requeue", launcher.max_requeue, "use 0 (never requeue) or a positive count")
+    require(launcher.check_every >= 1, "launcher.check_every", launcher.check_every, "pass a positive number of iterations")
+    require(0 <= launcher.signal_delay_s < launcher.time_min * 60, "launcher.signal_delay_s", launcher.signal_delay_s,
+            "the warning must come within the time limit: use 0 up to launcher.time_min*60 seconds")
+    require(launcher.array_parallelism >= 1, "launcher.array_parallelism", launcher.array_parallelism, "pass a positive count")
 
 
 def check_slurm_available() -> None:
@@ -162,46 +176,6 @@ class RankTask:
             close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id)
 
 
-def run_in_allocation(spec: RunSpec) -> dict[str, float]:
-    """``launcher=srun``: this process is one task of an srun step in an allocation the user made
-    (``slurm/single.sbatch``, ``slurm/array.sbatch``). Rank 0 opens the MLflow run, or reopens
-    the one this SLURM job started before a requeue, and hands its id to the others through the
-    rendezvous store; then every task trains as :class:`RankTask` does."""
-    import submitit
-    import torch.distributed as dist
-
-    from dlcomm.paths import results_dir
-    from dlcomm.tracking.mlflow_run import open_run
-
-    os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
-    if "SLURM_JOB_ID" not in os.environ or "SLURM_PROCID" not in os.environ:
-        raise UserError("launcher=srun is invalid outside an srun step: run it as `srun dlcomm train launcher=srun ...` "
-                        "inside sbatch (see slurm/single.sbatch), or use launcher=slurm to submit from here")
-    env = submitit.JobEnvironment()
-    cfg = spec.config
-    if (cfg["nodes"], cfg["nodes"] * cfg["workers_per_node"]) != (env.num_nodes, env.num_tasks):
-        raise UserError(
-            f"nodes={cfg['nodes']} workers_per_node={cfg['workers_per_node']} is invalid in this allocation of "
-            f"{env.num_nodes} node(s) and {env.num_tasks} task(s): pass nodes=$SLURM_JOB_NUM_NODES "
-            "workers_per_node=$SLURM_NTASKS_PER_NODE (as slurm/*.sbatch do)"
-        )
-    store = dist.TCPStore(env.hostnames[0], rendezvous_port(env.raw_job_id), env.num_tasks,
-                          is_master=env.global_rank == 0, wait_for_workers=False, timeout=timedelta(seconds=600))
-    if env.global_rank == 0:
-        marker = results_dir() / "runs" / "slurm-jobs" / env.raw_job_id  # this job's run, across requeues
-        if marker.is_file():
-            run_id = marker.read_text().strip()
-        else:
-            run_id = open_run(spec, {"slurm_job_id": env.job_id})
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(run_id + "\n")
-        store.set("dlcomm/run_id", run_id)
-    run_id = store.get("dlcomm/run_id").decode()
-    run_dir = results_dir() / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return RankTask(spec.with_run(run_id, run_dir))(store if env.global_rank == 0 else None)
-
-
 def _one_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
@@ -261,3 +235,107 @@ def group_by_shape(specs: list[RunSpec]) -> list[list[RunSpec]]:
         key = repr((cfg["nodes"], cfg["workers_per_node"], sorted((k, str(v)) for k, v in cfg["launcher"].items())))
         groups.setdefault(key, []).append(spec)
     return list(groups.values())
+
+
+@register
+class SlurmLauncher(Launcher):
+    """``launcher=slurm``: one run is one SLURM job submitted from here, a sweep one job array
+    per SLURM shape; the command returns at once (``launcher.wait=true``: it waits) and the
+    job's tasks close the runs."""
+
+    name = "slurm"
+    ended_by = "slurm_job"
+
+    @classmethod
+    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+        """Beside the base checks: the ``launcher.*`` ranges, ``sbatch`` on PATH, a partition
+        that exists and has ``nodes`` nodes. (The GPUs are on the compute nodes, not here.)"""
+        super().check(cfg, roles)
+        check_slurm_settings(cfg.launcher)
+        check_slurm_available()
+        check_partition_fits(cfg.nodes, cfg.launcher.partition)
+
+    @classmethod
+    def launch(cls, spec: RunSpec) -> int:
+        """Open the MLflow run and submit its SLURM job; return at once (or wait, ``launcher.wait``).
+        The ranks close the run (FINISHED or FAILED)."""
+        from dlcomm.paths import results_dir
+        from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
+
+        run_id = open_run(spec)
+        spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            job = submit(spec)
+        except Exception as error:  # noqa: BLE001 - sbatch refused: nothing runs, the run is FAILED
+            close_run(spec.tracking_uri, run_id, "FAILED")
+            raise UserError(f"sbatch refused the job ({_last_line(error)}); {_SBATCH_HINT}") from None
+        set_tags(spec.tracking_uri, run_id, {"slurm_job_id": job.job_id})  # `dlcomm runs reap` asks squeue for it
+        print(f"submitted SLURM job {job.job_id} for mlflow run {run_id}", flush=True)
+        print(f"  logs: {job.paths.stdout} and {job.paths.stderr}", flush=True)
+        if not spec.config["launcher"]["wait"]:
+            return 0
+        return cls.wait(job)
+
+    @classmethod
+    def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
+        """Open the parent and every child run, then submit one job array per SLURM shape (one
+        for a sweep that does not vary nodes, workers_per_node or launcher.*); the elements
+        close their runs and the last one the parent."""
+        from dlcomm.paths import results_dir
+        from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
+
+        parent, specs = cls.open_parent(specs, overrides)
+        opened = []
+        for spec in specs:
+            run_id = open_run(spec, {"mlflow.parentRunId": parent, "sweep_element": element_label(spec)})
+            opened.append(spec.with_run(run_id, results_dir() / "runs" / run_id))
+            Path(opened[-1].run_dir).mkdir(parents=True, exist_ok=True)
+        folder = results_dir() / "sweeps" / parent / "slurm"
+        array_ids = []
+        for group in group_by_shape(opened):
+            try:
+                jobs = submit_array(group, folder, f"dlcomm-sweep-{parent[:8]}")
+            except Exception as error:  # noqa: BLE001 - sbatch refused: those elements never run
+                for spec in group:
+                    close_run(spec.tracking_uri, spec.run_id, "FAILED", "sbatch refused the array")
+                close_run(specs[0].tracking_uri, parent, "FAILED")
+                raise UserError(f"sbatch refused the job array ({_last_line(error)}); {_SBATCH_HINT}") from None
+            array_id = jobs[0].job_id.split("_")[0]
+            array_ids.append(array_id)
+            for spec, job in zip(group, jobs):
+                set_tags(spec.tracking_uri, spec.run_id, {"slurm_job_id": job.job_id})
+            print(f"submitted SLURM job array {array_id} ({len(jobs)} elements, "
+                  f"at most {group[0].config['launcher']['array_parallelism']} at once)", flush=True)
+        set_tags(specs[0].tracking_uri, parent, {"slurm_array_job_ids": ",".join(array_ids)})
+        print(f"  logs: {folder}/<array id>_<element>_<task>_log.out and .err", flush=True)
+        return 0
+
+    @classmethod
+    def wait(cls, job: Any) -> int:
+        """Show the job's queue state until it ends; 0 when every task returned, 1 otherwise.
+        (The queue is read with squeue: clusters without accounting have no sacct.)"""
+        import logging
+        import subprocess
+        import time
+
+        from tqdm import tqdm
+
+        logging.getLogger("submitit").setLevel(logging.ERROR)  # its sacct fallback warns at every poll
+        with tqdm(desc=f"SLURM job {job.job_id}", bar_format="{desc}: {postfix} [{elapsed}]") as bar:
+            while not job.done():
+                queue = subprocess.run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"], capture_output=True, text=True)
+                bar.set_postfix_str(queue.stdout.strip() or "ENDING")
+                time.sleep(2)
+            bar.set_postfix_str("ended")
+        if job.exception() is None:
+            return 0
+        print(f"dlcomm: error: SLURM job {job.job_id} failed; see {job.paths.stderr}", file=sys.stderr)
+        return 1
+
+
+_SBATCH_HINT = "check launcher.partition, launcher.account and launcher.time_min"
+
+
+def _last_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[-1]

@@ -71,24 +71,36 @@ FINAL_OVERRUNS = "final/emulation_overruns"  # operations whose real transfer ou
 PEAK_RSS_MIB = "memory/peak_rss_mib"  # peak resident set of each rank (MLflow step = rank)
 PEAK_PSS_MIB = "memory/peak_pss_mib"  # peak proportional set (shared pages split among sharers)
 
-# Columns of the per-iteration timing table (artifact timings.csv: one row per rank and iteration).
-TIMING_COLUMNS = (
-    "rank",
-    "node",
-    "epoch",
-    "step",
-    "time_s",
-    "compute_s",
-    "comm_exposed_s",
-    "comm_busy_s",
-    "data_s",
-    "bytes_sent",
-    "messages",
-    "loss",
-    "sim_time_s",  # this and the next four: nan under network=off
-    "sim_compute_s",
-    "sim_comm_exposed_s",
-    "sim_comm_busy_s",
-    "comm_modelled_s",
-    "overruns",
-)
+# The columns of the per-iteration timing table (artifact timings.csv) are the fields of
+# dlcomm.metrics.rows.IterationRow (TIMING_COLUMNS there).
+
+# Algorithms' statistics (Algorithm.take_metrics, aggregated by dlcomm.metrics.stats): each is
+# logged as epoch/<name> (MLflow step = epoch) and final/<name> (the whole run); a mean of
+# per-iteration observations also as the series iter/<name> (MLflow step = iteration, mean over ranks).
+PS_DROPPED_FRACTION = "ps_dropped_fraction"  # ps, ps_layerdrop: fraction of gradient entries in the layers a worker dropped
+PS_SERVER_COMPUTE = "ps_server_compute_s"  # ps, ps_layerdrop: the server's averaging and optimizer step, per iteration
+PULL_STALENESS = "pull_staleness_steps"  # gossip_pull: steps between a pull's issue and its averaging
+PULLS = "pulls"  # gossip_pull: pulls made (models averaged in) per worker
+PULLS_SERVED = "pulls_served"  # gossip_pull: pulls answered (models sent) per worker
+PULL_CONFLICTS = "pull_conflicts"  # gossip_pull (autonomous): reservations refused per worker
+PULL_SKIPPED_WINDOWS = "pull_skipped_windows"  # gossip_pull: windows ended without a peer, per worker
+# The gossip family's statistic (dpsgd, sgp, crossover, crossover_hier, ...) is the consensus
+# distance EPOCH_CONSENSUS above, measured at every evaluation for every algorithm.
+
+
+def iter_stat(name: str) -> str:
+    """The per-iteration series of the algorithm statistic ``name``."""
+    return f"iter/{name}"
+
+
+def epoch_stat(name: str) -> str:
+    """The per-epoch metric of the algorithm statistic ``name``."""
+    return f"epoch/{name}"
+
+
+def final_stat(name: str) -> str:
+    """The whole run's value of the algorithm statistic ``name``."""
+    return f"final/{name}"
+
+
+FINAL_PS_DROPPED_FRACTION = final_stat(PS_DROPPED_FRACTION)  # the report's "layers dropped %"

@@ -57,7 +57,7 @@ class RowRecurrentClassifier(nn.Module):
 
 def _build(kind: Type[nn.RNNBase], cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     c, _, w = input_shape
-    hidden = int(getattr(cfg, "hidden_size", 128))
+    hidden = int(cfg.hidden_size)
     if hidden < 1:
         raise ValueError(f"hidden_size={hidden} must be positive")
     return RowRecurrentClassifier(kind(input_size=c * w, hidden_size=hidden, batch_first=True), num_classes)

@@ -3,7 +3,8 @@
 A builder takes ``(cfg, input_shape, num_classes)`` and returns a freshly, randomly
 initialised ``torch.nn.Module`` mapping a batch of ``input_shape`` images to logits of
 shape ``(batch, num_classes)``. ``cfg`` is the ``model`` config group (an omegaconf
-``DictConfig`` or :class:`dlcomm.config.schema.ModelConfig`), read by attribute only.
+``DictConfig`` or the choice's schema in :mod:`dlcomm.config.schema`, e.g. ``ResNetConfig``), read
+by attribute only; a builder reads only the knobs of its own schema.
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ def build_mlp(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> 
     Dropout of ``cfg.dropout`` follows each hidden ReLU when it is above 0.
     """
     c, h, w = input_shape
-    hidden = [int(x) for x in getattr(cfg, "hidden", [512, 256])]
-    dropout = float(getattr(cfg, "dropout", 0.0))
+    hidden = [int(x) for x in cfg.hidden]
+    dropout = float(cfg.dropout)
     layers: List[nn.Module] = [nn.Flatten()]
     width = c * h * w
     for out in hidden:
@@ -77,8 +77,8 @@ def build_nin(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> 
     width (1.0: the paper's; 0.25 for CPU-scale reproductions, 16x less compute).
     """
     c, _, _ = input_shape
-    dropout = float(getattr(cfg, "dropout", 0.0))
-    scale = float(getattr(cfg, "width", 1.0))
+    dropout = float(cfg.dropout)
+    scale = float(cfg.width)
 
     def w(*widths: int) -> Tuple[int, ...]:
         return tuple(max(1, round(scale * width)) for width in widths)

@@ -4,7 +4,7 @@ Each is built with ``num_classes`` from the dataset and random initialisation (t
 own scheme; no ``weights`` are ever requested, so nothing is downloaded). When the images do
 not have 3 channels, the first convolution is replaced by one of the same hyper-parameters
 with the dataset's channel count, initialised as torchvision initialises that model.
-``cfg.cifar_stem`` applies to the ResNets only and is ignored by the others.
+``cfg.cifar_stem`` is a knob of the ResNets only (their schema: ``ResNetConfig``).
 
 torchvision is imported inside the builders so that using only the small models does not
 pay for importing it.
@@ -59,7 +59,7 @@ def _resnet(arch: str, cfg: Any, input_shape: Tuple[int, int, int], num_classes:
 
     c = input_shape[0]
     model = getattr(models, arch)(num_classes=num_classes)
-    if bool(getattr(cfg, "cifar_stem", False)):
+    if bool(cfg.cifar_stem):
         model.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
         _kaiming_fan_out(model.conv1)
         model.maxpool = nn.Identity()

@@ -57,7 +57,7 @@ def build_vit(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> 
     c, h, w = input_shape
     embed_dim, depth = int(cfg.embed_dim), int(cfg.depth)
     heads, patch = int(cfg.num_heads), int(cfg.patch_size)
-    mlp_ratio = float(getattr(cfg, "mlp_ratio", 4.0))
+    mlp_ratio = float(cfg.mlp_ratio)
     if min(embed_dim, depth, heads, patch) < 1 or mlp_ratio <= 0:
         raise ValueError(f"ViT sizes must be positive: embed_dim={embed_dim} depth={depth} "
                          f"num_heads={heads} patch_size={patch} mlp_ratio={mlp_ratio}")

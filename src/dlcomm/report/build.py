@@ -17,7 +17,7 @@ from dlcomm.report import plots
 from dlcomm.report.groups import assign
 from dlcomm.report.runs import load_runs, metric_history
 from dlcomm.report.table import presentable, summarise
-from dlcomm.tracking.lost import Census, survey
+from dlcomm.runs.lost import Census, survey
 
 DEFAULT_BASELINE = "allreduce"
 
@@ -71,7 +71,7 @@ class Histories:
 def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
     """``report.baseline`` of the experiment's config (configs/experiment/<name>.yaml) when there
     is one, else of its latest run, else allreduce."""
-    from dlcomm.config.compose import compose
+    from dlcomm.compose import compose
 
     try:
         return str(compose([f"experiment={experiment}"]).report.baseline)
@@ -166,8 +166,8 @@ def run_report(settings: list[str], every: bool) -> Iterator[str]:
     out); ``every``: all experiments of the store. Yields a line as each experiment is reported,
     after a line naming its lost runs, if any (:func:`loose_ends`)."""
     from dlcomm.paths import results_dir
-    from dlcomm.report.runs import check_store, experiment_names
-    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+    from dlcomm.report.runs import experiment_names
+    from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
 
     known = {"experiment": "", "tracking.uri": "", "out": ""}
     for word in settings:

@@ -2,25 +2,15 @@
 
 Only runs that finished count (FAILED and KILLED runs have partial metrics) and never a sweep's
 parent run (it carries no metrics). Reading never creates a store: a missing SQLite file is
-the user's mistake (a wrong ``tracking.uri``, or nothing trained yet), said in one line.
+the user's mistake (a wrong ``tracking.uri``, or nothing trained yet), said in one line
+(:func:`dlcomm.tracking.mlflow_run.check_store`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from dlcomm.errors import UserError
-
-
-def check_store(uri: str) -> None:
-    """Raise a one-line UserError when ``uri`` names a SQLite store that does not exist."""
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise UserError(
-            f"no MLflow store at {uri}: train first (dlcomm train experiment=<name>) or pass "
-            "tracking.uri=<the store your runs went to>"
-        )
 
 
 def experiment_names(uri: str) -> list[str]:

@@ -10,6 +10,9 @@ and ``table.tex``, never ``0``):
   exposed communication ``t c`` with ``c = final/comm_share``, in ms; the same on the modelled
   cluster from ``final/sim_time_per_iter_s`` and ``final/sim_comm_share``, and the cost model's
   communication per iteration ``final/comm_modelled_per_iter_s`` (computed, not measured);
+* ``layers_dropped_pct``: the parameter server's ``final/ps_dropped_fraction`` in % (the
+  fraction of gradient entries in the layers the workers dropped, the layer-dropping paper's
+  knob beside its communication cut); empty for other algorithms, absent when no run has it;
 * ``speedup = t_baseline / t_method`` with the simulated times when every run of the setting
   has them, else the wall times (column ``speedup_clock``);
 * ``ma_acceleration`` (the node-based paper's Table III): with ``A`` the best accuracy of the
@@ -38,6 +41,7 @@ MEASURED = (
     "wall_ms_per_iter", "wall_compute_ms", "wall_comm_exposed_ms",
     "sim_ms_per_iter", "sim_compute_ms", "sim_comm_exposed_ms", "speedup",
 )
+OPTIONAL = ("layers_dropped_pct",)  # present only when some run of the table has it
 Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
 
 
@@ -70,6 +74,7 @@ def method_row(frame: pd.DataFrame) -> dict:
     row["sim_compute_ms"] = 1e3 * (sim * (1 - sim_share)).mean()
     row["sim_comm_exposed_ms"] = 1e3 * (sim * sim_share).mean()
     row["comm_modelled_ms"] = 1e3 * _metric(frame, names.FINAL_COMM_MODELLED_PER_ITER).mean()
+    row["layers_dropped_pct"] = 100 * _metric(frame, names.FINAL_PS_DROPPED_FRACTION).mean()
     row["steps"] = _metric(frame, names.FINAL_STEPS).mean()
     row["runs"] = " ".join(frame["run_id"])
     row["commits"] = " ".join(sorted(set(frame.get("tags.git_commit", pd.Series(["unknown"])).fillna("unknown").str[:10])))
@@ -116,7 +121,9 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
             else:
                 row["speedup"], row["speedup_clock"], row["ma_acceleration"], row["ma_axis"] = math.nan, "", math.nan, ""
             rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    optional = [c for c in OPTIONAL if c in table and table[c].isna().all()]
+    return table.drop(columns=optional)  # a column no run of the table has is absent, not empty
 
 
 def _pm(mean: float, std: float, digits: int = 2) -> str:
@@ -150,6 +157,8 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
             for t, c, e in zip(table["sim_ms_per_iter"], table["sim_compute_ms"], table["sim_comm_exposed_ms"])
         ]
         out["modelled comm ms/iter"] = [_num(v, 2) for v in table["comm_modelled_ms"]]
+    if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
+        out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
     out["speedup"] = [_num(v, 2) for v in table["speedup"]]
     out["MA-acceleration"] = [_num(v, 2) for v in table["ma_acceleration"]]
     if (out["setting"] == "all").all():

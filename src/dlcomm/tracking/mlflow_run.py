@@ -16,7 +16,6 @@ filesystems whose locking is unreliable, point ``tracking.uri`` at an ``mlflow s
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from pathlib import Path
@@ -56,6 +55,16 @@ def default_tracking_uri() -> str:
 
 def resolve_tracking_uri(uri: str) -> str:
     return uri or default_tracking_uri()
+
+
+def check_store(uri: str) -> None:
+    """Raise a one-line UserError when ``uri`` names a SQLite store that does not exist (for
+    readers: ``dlcomm report``, ``dlcomm runs reap``; writers create the store)."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise UserError(
+            f"no MLflow store at {uri}: train first (dlcomm train experiment=<name>) or pass "
+            "tracking.uri=<the store your runs went to>"
+        )
 
 
 def _client(uri: str):
@@ -156,14 +165,14 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     return run.info.run_id
 
 
-def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, launcher: str) -> str:
-    """The sweep's parent run (RUNNING): its overrides and element count as params; a local
-    sweep's parent also records its driver's pid (tag ``driver_pid``)."""
+def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, launcher: str,
+                    extra_tags: dict[str, str] | None = None) -> str:
+    """The sweep's parent run (RUNNING): its overrides and element count as params; ``extra_tags``
+    from the launcher (a sweep run here records its driver's pid, tag ``driver_pid``)."""
     client = _user_client(uri)
     experiment_id = _experiment_id(client, experiment, uri)
-    tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "hostname": socket.gethostname()}
-    if launcher == "local":  # this process runs the elements and ends the parent: `dlcomm runs reap` checks it lives
-        tags["driver_pid"] = str(os.getpid())
+    tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "hostname": socket.gethostname(),
+            **(extra_tags or {})}
     run = retrying(client.create_run, experiment_id, run_name=f"sweep-{size}", tags=tags)
     _log_params(client, run.info.run_id, {"sweep.overrides": " ".join(overrides)[:6000], "sweep.size": str(size)})
     return run.info.run_id

@@ -1,5 +1,7 @@
 """Rank 0's reporter: a progress bar, per-iteration and per-epoch metrics into MLflow, the
-timing table and the resolved config as artifacts, and the closing summary line."""
+timing table and the resolved config as artifacts, and the closing summary line. It writes what
+the loop and :mod:`dlcomm.metrics` computed; the timing table's columns are the fields of
+:class:`~dlcomm.metrics.rows.IterationRow`."""
 
 from __future__ import annotations
 
@@ -11,27 +13,14 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from dlcomm.metrics import names
+from dlcomm.metrics.rows import TIMING_COLUMNS, IterationRow
 from dlcomm.spec import RunSpec
 from dlcomm.tracking.mlflow_run import RunLogger
 
-# Per-iteration metrics: MLflow name -> timing-table column, averaged over ranks.
-_ITERATION_SERIES = {
-    names.ITER_TIME: "time_s",
-    names.ITER_COMPUTE: "compute_s",
-    names.ITER_COMM_EXPOSED: "comm_exposed_s",
-    names.ITER_COMM_BUSY: "comm_busy_s",
-    names.ITER_BYTES: "bytes_sent",
-    names.ITER_MESSAGES: "messages",
-    names.ITER_LOSS: "loss",
-}
-# Under a network model, also on the modelled cluster's clock.
-_SIMULATED_SERIES = {
-    names.ITER_SIM_TIME: "sim_time_s",
-    names.ITER_SIM_COMPUTE: "sim_compute_s",
-    names.ITER_SIM_COMM_EXPOSED: "sim_comm_exposed_s",
-    names.ITER_SIM_COMM_BUSY: "sim_comm_busy_s",
-    names.ITER_COMM_MODELLED: "comm_modelled_s",
-}
+
+def _table(rows: list[IterationRow]) -> pd.DataFrame:
+    """The rows as the timing table (one column per row field, in field order)."""
+    return pd.DataFrame([vars(row) for row in rows], columns=list(TIMING_COLUMNS))
 
 
 class Rank0Reporter:
@@ -43,21 +32,18 @@ class Rank0Reporter:
         self.samples_per_iteration = batch_size * world_size
         self.epochs = epochs
         self.network_mode = spec.config["network"]["mode"]
-        self.series = dict(_ITERATION_SERIES)
-        if self.network_mode != "off":
-            self.series.update(_SIMULATED_SERIES)
         self.bar: tqdm | None = None
         self._loss_ema = math.nan
         self._time_ema = math.nan
         self._timings: list[pd.DataFrame] = []
 
-    def start(self, total_steps: int, done_steps: int = 0, rows: list[tuple] | None = None) -> None:
+    def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None:
         """``done_steps`` and the finished epochs' ``rows`` are those of a resumed run."""
         config_path = self.run_dir / "config.yaml"
         config_path.write_text(OmegaConf.to_yaml(self.spec.config))
         self.logger.log_artifact(config_path)
         if rows:
-            self._timings.append(pd.DataFrame(rows, columns=list(names.TIMING_COLUMNS)))
+            self._timings.append(_table(rows))
         self.bar = tqdm(total=total_steps, initial=done_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5)
 
     def iteration(self, step: int, loss: float, time_s: float) -> None:
@@ -69,16 +55,14 @@ class Rank0Reporter:
                 rate = self.samples_per_iteration / self._time_ema if self._time_ema > 0 else 0.0
                 self.bar.set_postfix(loss=f"{self._loss_ema:.3f}", samples_s=f"{rate:,.0f}", refresh=False)
 
-    def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None:
-        table = pd.DataFrame(rows, columns=list(names.TIMING_COLUMNS))
-        self._timings.append(table)
-        per_step = table.groupby("step")[list(self.series.values())].mean()
-        points = [
-            (metric, value, step)
-            for metric, column in self.series.items()
-            for step, value in per_step[column].items()
-        ]
-        self.logger.log_series(points)
+    def epoch(self, epoch: int, metrics: dict[str, float], rows: list[IterationRow],
+              series: dict[str, dict[int, float]] | None = None) -> None:
+        """The epoch's metrics (MLflow step = ``epoch``), its per-iteration ``series``
+        (name -> {step: value}) and its timing rows (kept for timings.csv)."""
+        self._timings.append(_table(rows))
+        self.logger.log_series(
+            (metric, value, step) for metric, points in (series or {}).items() for step, value in points.items()
+        )
         self.logger.log_metrics(metrics, step=epoch)
         if self.bar is not None:
             self.bar.write(_epoch_line(epoch, self.epochs, metrics))
@@ -115,7 +99,7 @@ class Rank0Reporter:
         )
         self.logger.log_metrics(summary, step=0)
         timings_path = self.run_dir / "timings.csv"
-        timings = pd.concat(self._timings, ignore_index=True) if self._timings else pd.DataFrame(columns=list(names.TIMING_COLUMNS))
+        timings = pd.concat(self._timings, ignore_index=True) if self._timings else _table([])
         timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)
         self.logger.log_artifact(timings_path)
         print(_summary_line(summary, self.spec), flush=True)

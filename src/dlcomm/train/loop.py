@@ -1,12 +1,14 @@
 """The training loop of one rank. It knows the algorithm only through its hooks.
 
-Per iteration it records a timing row (see ``metrics.names.TIMING_COLUMNS``):
+Per iteration it records a timing row (:class:`~dlcomm.metrics.rows.IterationRow`):
 ``time_s`` is the wall time from ``before_step`` to the end of ``after_step``,
 ``comm_exposed_s`` the part of it spent blocked on the Channel, ``compute_s`` the rest, and
 ``data_s`` the time spent producing the batch (outside ``time_s``). Under a network model the
 ``sim_*`` columns are the same split on the modelled cluster's clock and ``comm_modelled_s``
-the cost model's total for the iteration's operations. At every epoch end the rows are
-gathered to rank 0 and handed, with the epoch's metrics, to the reporter.
+the cost model's total for the iteration's operations. It also takes the algorithm's new
+statistics (:meth:`~dlcomm.algorithms.base.Algorithm.take_metrics`) into a
+:class:`~dlcomm.metrics.stats.StatLog`. At every epoch end the rows, the task's losses and the
+statistics are gathered to rank 0, aggregated by :mod:`dlcomm.metrics` and handed to the reporter.
 
 With a :class:`~dlcomm.train.checkpoint.Checkpointing` the loop saves its whole state at epoch
 ends and when the scheduler warns of preemption (then raises ``Preempted``), and a new start of
@@ -22,7 +24,7 @@ import itertools
 import math
 import os
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any, Callable, Protocol
 
@@ -32,7 +34,9 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.comm.channel import Channel
 from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import UserError
-from dlcomm.metrics import names
+from dlcomm.metrics import names, stats
+from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, run_metrics, simulated_elapsed
+from dlcomm.metrics.rows import IterationRow
 from dlcomm.train.checkpoint import Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
@@ -43,9 +47,10 @@ from dlcomm.train.precision import FULL, Precision
 class Reporter(Protocol):
     """Where rank 0 sends what the loop measured (the MLflow tracker, or nothing)."""
 
-    def start(self, total_steps: int, done_steps: int = 0, rows: list[tuple] | None = None) -> None: ...
+    def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None: ...
     def iteration(self, step: int, loss: float, time_s: float) -> None: ...
-    def epoch(self, epoch: int, metrics: dict[str, float], rows: list[tuple]) -> None: ...
+    def epoch(self, epoch: int, metrics: dict[str, float], rows: list[IterationRow],
+              series: dict[str, dict[int, float]] | None = None) -> None: ...
     def clock_point(self, step: int, metrics: dict[str, float]) -> None: ...
     def images(self, epoch: int, images: dict[str, torch.Tensor]) -> None: ...
     def finish(self, metrics: dict[str, float]) -> None: ...
@@ -55,7 +60,8 @@ class Reporter(Protocol):
 class TrainState:
     step: int = 0
     epoch: int = 0
-    rows: list[tuple] = field(default_factory=list)
+    rows: list[IterationRow] = field(default_factory=list)  # rank 0: every rank's rows of the finished epochs
+    run_stats: stats.StatLog = field(default_factory=stats.StatLog)  # rank 0: every rank's statistics, finished epochs
     started: float = field(default_factory=perf_counter)
     train_wall_s: float = 0.0  # wall time of the epochs' iterations (evaluation excluded)
     reached: dict[str, float] = field(default_factory=dict)  # time to train.target_acc
@@ -65,8 +71,25 @@ class TrainState:
     out_of_time: bool = False  # train.time_budget_s reached
     # where the current epoch stands (for a mid-epoch checkpoint)
     epoch_batches: int = 0
-    epoch_rows: list[tuple] = field(default_factory=list)
+    epoch_rows: list[IterationRow] = field(default_factory=list)
+    epoch_stats: stats.StatLog = field(default_factory=stats.StatLog)
     epoch_wall_s: float = 0.0
+
+    def saved(self) -> dict[str, Any]:
+        """The state as a checkpoint holds it: its fields as they are (rows and statistics stay
+        typed), ``started`` replaced by the seconds elapsed since."""
+        saved = {f.name: getattr(self, f.name) for f in fields(self)}
+        saved["elapsed_s"] = perf_counter() - saved.pop("started")
+        return saved
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any]) -> TrainState:
+        """The state of :meth:`saved` (rows saved as tuples by earlier versions become rows)."""
+        saved = dict(saved)
+        elapsed = saved.pop("elapsed_s")
+        for key in ("rows", "epoch_rows"):
+            saved[key] = [IterationRow.restore(row) for row in saved[key]]
+        return cls(**saved, started=perf_counter() - elapsed)
 
 
 LossFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -169,14 +192,12 @@ class TrainLoop:
     def state_dict(self) -> dict[str, Any]:
         """Everything the rest of the run depends on: model, optimizer, schedule, algorithm,
         the loop's own state (timing rows included) and this rank's random generators."""
-        loop = asdict(self.state)
-        loop["elapsed_s"] = perf_counter() - loop.pop("started")
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "algorithm": self.algorithm.state_dict(),
-            "loop": loop,
+            "loop": self.state.saved(),
             "torch_rng": torch.get_rng_state(),
             "precision": self.precision.state_dict(),
         }
@@ -190,9 +211,7 @@ class TrainLoop:
         self.scheduler.load_state_dict(state["scheduler"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.precision.load_state_dict(state.get("precision", {}))
-        loop = dict(state["loop"])
-        elapsed = loop.pop("elapsed_s")
-        self.state = TrainState(**loop, started=perf_counter() - elapsed)
+        self.state = TrainState.restored(state["loop"])
         torch.set_rng_state(state["torch_rng"].cpu())
         if "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
@@ -228,12 +247,13 @@ class TrainLoop:
                 batches = itertools.islice(batches, self.state.epoch_batches, None)
             self._train_epoch(batches, total)
             train_wall_s = self.state.epoch_wall_s
-            epoch_rows = self.state.epoch_rows
+            epoch_rows, epoch_stats = self.state.epoch_rows, self.state.epoch_stats
             self.state.epoch_rows, self.state.epoch_batches, self.state.epoch_wall_s = [], 0, 0.0
+            self.state.epoch_stats = stats.StatLog()
             self.algorithm.end_epoch(epoch)
             finished = self.state.step >= total or self.state.out_of_time
             evaluate_now = finished or epoch == train.epochs - 1 or (train.eval_every > 0 and (epoch + 1) % train.eval_every == 0)
-            last = self._end_epoch(epoch, epoch_rows, train_wall_s, evaluate_now)
+            last = self._end_epoch(epoch, epoch_rows, epoch_stats, train_wall_s, evaluate_now)
             if finished:
                 break
             self.state.epoch = epoch + 1
@@ -272,12 +292,14 @@ class TrainLoop:
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"the training loss became {loss_value} at step {step}; lower optim.lr")
-            rows.append(
-                (rank, node, epoch, step, time_s, time_s - comm.exposed_s, comm.exposed_s, comm.busy_s, data_s,
-                 comm.bytes_sent, comm.messages, loss_value,
-                 comm.clock_time_s, comm.clock_time_s - comm.clock_exposed_s, comm.clock_exposed_s, comm.clock_busy_s,
-                 comm.modelled_s, comm.overruns)
-            )
+            rows.append(IterationRow(
+                rank=rank, node=node, epoch=epoch, step=step, time_s=time_s, compute_s=time_s - comm.exposed_s,
+                comm_exposed_s=comm.exposed_s, comm_busy_s=comm.busy_s, data_s=data_s, bytes_sent=comm.bytes_sent,
+                messages=comm.messages, loss=loss_value, sim_time_s=comm.clock_time_s,
+                sim_compute_s=comm.clock_time_s - comm.clock_exposed_s, sim_comm_exposed_s=comm.clock_exposed_s,
+                sim_comm_busy_s=comm.clock_busy_s, comm_modelled_s=comm.modelled_s, overruns=comm.overruns,
+            ))
+            self.state.epoch_stats.add(step, self.algorithm.take_metrics())
             self.state.step += 1
             self.state.epoch_batches += 1
             if self.reporter:
@@ -333,7 +355,8 @@ class TrainLoop:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"fault injected by debug.fail_rank={debug.fail_rank} at step {self.state.step}")
 
-    def _end_epoch(self, epoch: int, rows: list[tuple], train_wall_s: float, evaluate_now: bool) -> dict[str, float]:
+    def _end_epoch(self, epoch: int, rows: list[IterationRow], epoch_stats: stats.StatLog, train_wall_s: float,
+                   evaluate_now: bool) -> dict[str, float]:
         result: EvalResult | None = None
         images: dict[str, torch.Tensor] = {}
         if evaluate_now:
@@ -342,13 +365,18 @@ class TrainLoop:
                                   self.cfg.train.eval_size)
                 if self.reporter:
                     images = self.task.samples(self.model)
-        gathered = self.channel.gather_objects((rows, self.task.take_epoch_losses()), dst=0)
+        gathered = self.channel.gather_objects(
+            {"rows": rows, "losses": self.task.take_epoch_losses(), "stats": epoch_stats}, dst=0)
         if gathered is None:
             return {}
-        all_rows = [row for rank_rows, _ in gathered for row in rank_rows]
+        all_rows = [row for rank in gathered for row in rank["rows"]]
+        logs = [rank["stats"] for rank in gathered]
         metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s)
-        for name in gathered[0][1]:  # the task's loss parts: mean over workers
-            metrics[names.epoch_part(name)] = sum(parts[name] for _, parts in gathered) / len(gathered)
+        for name in gathered[0]["losses"]:  # the task's loss parts: mean over workers
+            metrics[names.epoch_part(name)] = sum(rank["losses"][name] for rank in gathered) / len(gathered)
+        metrics.update(stats.epoch_values(logs))  # the algorithm's statistics
+        for log in logs:
+            self.state.run_stats.merge(log)
         metrics[names.EPOCH_WALL] = perf_counter() - self.state.started
         self.state.rows.extend(all_rows)
         self.state.train_wall_s += train_wall_s
@@ -362,7 +390,8 @@ class TrainLoop:
             self._remember_best(result.test_acc_mean)
             self._check_target(metrics)
         if self.reporter:
-            self.reporter.epoch(epoch + 1, metrics, all_rows)
+            series = {**iteration_series(all_rows, self.channel.mode != "off"), **stats.step_series(logs)}
+            self.reporter.epoch(epoch + 1, metrics, all_rows, series)
             if images:
                 self.reporter.images(epoch + 1, images)
         return metrics
@@ -379,67 +408,18 @@ class TrainLoop:
     def _summary(self, last: dict[str, float]) -> dict[str, float]:
         if self.cluster.rank != 0:
             return {}
-        overall = epoch_metrics(self.state.rows, step_batch(self.cfg.train), perf_counter() - self.state.started)
         summary = {
             names.FINAL_TEST_ACC: last.get(names.EPOCH_TEST_ACC_MEAN, math.nan),
             names.FINAL_TEST_ACC_AVG_MODEL: last.get(names.EPOCH_TEST_ACC_AVG_MODEL, math.nan),
             names.FINAL_BEST_TEST_ACC: self.state.best_acc,
             names.FINAL_TRAIN_LOSS: last.get(names.EPOCH_TRAIN_LOSS, math.nan),
-            names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
-            names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
             names.FINAL_STEPS: float(self.state.step),
             names.FINAL_TRAIN_TIME: self.state.train_wall_s,
+            **run_metrics(self.state.rows, step_batch(self.cfg.train), perf_counter() - self.state.started,
+                          self.channel.mode != "off"),
+            **stats.final_values(self.state.run_stats, self.cluster.world_size),
             **self.state.reached,
         }
         if self._clock_rules():
             summary[names.FINAL_CLOCK_TIME] = self.state.clock_s
-        if self.channel.mode != "off":
-            summary[names.FINAL_SIM_TIME_PER_ITER] = overall[names.EPOCH_SIM_TIME_PER_ITER]
-            summary[names.FINAL_SIM_COMM_SHARE] = overall[names.EPOCH_SIM_COMM_SHARE]
-            summary[names.FINAL_COMM_MODELLED_PER_ITER] = overall[names.EPOCH_COMM_MODELLED_PER_ITER]
-            summary[names.FINAL_SIM_TIME] = simulated_elapsed(self.state.rows)
-            summary[names.FINAL_OVERRUNS] = float(sum(row[_COLUMN["overruns"]] for row in self.state.rows))
         return summary
-
-
-_COLUMN = {name: i for i, name in enumerate(names.TIMING_COLUMNS)}
-
-
-def epoch_metrics(rows: list[tuple], batch_size: int, train_wall_s: float) -> dict[str, float]:
-    """Means over ranks and iterations of the timing rows (``TIMING_COLUMNS`` order), and the
-    throughput: every row is one batch of one rank, trained within ``train_wall_s``. The
-    simulated means appear when the rows carry them (a network model was on)."""
-    count = max(1, len(rows))
-
-    def mean(name: str) -> float:
-        return sum(row[_COLUMN[name]] for row in rows) / count
-
-    def share(part: float, whole: float) -> float:
-        return part / whole if whole > 0 else 0.0
-
-    time_per_iter = mean("time_s")
-    metrics = {
-        names.EPOCH_TRAIN_LOSS: mean("loss"),
-        names.EPOCH_TIME_PER_ITER: time_per_iter,
-        names.EPOCH_COMPUTE_PER_ITER: mean("compute_s"),
-        names.EPOCH_COMM_EXPOSED_PER_ITER: mean("comm_exposed_s"),
-        names.EPOCH_COMM_SHARE: share(mean("comm_exposed_s"), time_per_iter),
-        names.EPOCH_SAMPLES_PER_S: len(rows) * batch_size / train_wall_s if train_wall_s > 0 else 0.0,
-    }
-    sim_time = mean("sim_time_s")
-    if not math.isnan(sim_time):
-        metrics[names.EPOCH_SIM_TIME_PER_ITER] = sim_time
-        metrics[names.EPOCH_SIM_COMM_EXPOSED_PER_ITER] = mean("sim_comm_exposed_s")
-        metrics[names.EPOCH_SIM_COMM_SHARE] = share(mean("sim_comm_exposed_s"), sim_time)
-        metrics[names.EPOCH_COMM_MODELLED_PER_ITER] = mean("comm_modelled_s")
-    return metrics
-
-
-def simulated_elapsed(rows: list[tuple]) -> float:
-    """Training time on the modelled cluster: the last rank to finish, i.e. the maximum over
-    ranks of the sum of its iterations' ``sim_time_s``."""
-    per_rank: dict[int, float] = {}
-    for row in rows:
-        rank = row[_COLUMN["rank"]]
-        per_rank[rank] = per_rank.get(rank, 0.0) + row[_COLUMN["sim_time_s"]]
-    return max(per_rank.values(), default=0.0)

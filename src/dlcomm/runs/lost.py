@@ -1,15 +1,16 @@
 """Lost runs: RUNNING in MLflow, but nothing is left that could ever end them.
 
-A run is ended by the process that runs it (see :mod:`dlcomm.tracking.mlflow_run`). When that
-process never started or died without a word, the run stays RUNNING forever:
+A run is ended by the process that runs it (see :mod:`dlcomm.tracking.mlflow_run`); its
+launcher says which (:attr:`dlcomm.launch.base.Launcher.ended_by`). When that process never
+started or died without a word, the run stays RUNNING forever:
 
-* a SLURM run (``launcher=slurm`` or ``srun``: tag ``slurm_job_id``, ``<job>`` or
-  ``<array>_<index>``) is lost when its job is no longer in the queue: cancelled while pending,
+* a run ended by its SLURM job (``launcher=slurm`` or ``srun``: tag ``slurm_job_id``, ``<job>``
+  or ``<array>_<index>``) is lost when its job is no longer in the queue: cancelled while pending,
   its node lost, killed before its ranks could close the run. The ranks close the run before
   their job ends, so a job that left the queue with its run still RUNNING will not close it;
-* a local run (``launcher=local``: tags ``hostname`` and ``driver_pid``, the process that
-  launched the ranks and closes the run) is lost when, on that same host, no process has that
-  pid any more. A sweep's parent run of a local sweep records its driver the same way; the parent
+* a run ended by its driver (``launcher=local``: tags ``hostname`` and ``driver_pid``, the
+  process that launched the ranks and closes the run) is lost when, on that same host, no
+  process has that pid any more. A sweep's parent run of a local sweep records its driver the same way; the parent
   of a SLURM sweep is ended by its last child (:func:`dlcomm.tracking.mlflow_run.close_parent_if_done`)
   and is never judged by itself.
 
@@ -18,7 +19,8 @@ versions that did not record it for single jobs, or a submission in progress), S
 ``squeue`` cannot answer, local runs without a recorded pid or whose driver ran on another host.
 
 :func:`census` is pure (the live job ids and a pid check are passed in), so it is tested without
-SLURM; :func:`survey` reads the store and asks ``squeue`` only when some run needs it.
+SLURM; :func:`survey` reads the store and asks ``squeue`` (:mod:`dlcomm.launch.squeue`) only when
+some run needs it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Callable
 
 from dlcomm.errors import UserError
 
-SLURM_LAUNCHERS = ("slurm", "srun")
 JOB_TAG, PID_TAG, HOST_TAG, PARENT_TAG = "slurm_job_id", "driver_pid", "hostname", "mlflow.parentRunId"
 
 
@@ -49,7 +50,8 @@ class OpenRun:
 
     @property
     def on_slurm(self) -> bool:
-        return bool(self.job_id) or self.launcher in SLURM_LAUNCHERS
+        """Whether its SLURM job ends it: a job id is recorded, or its launcher says so."""
+        return bool(self.job_id) or _ended_by_slurm_job(self.launcher)
 
     @property
     def needs_queue(self) -> bool:
@@ -83,6 +85,15 @@ class Census:
         for verdict in self.unchecked:
             grouped.setdefault(verdict.reason, []).append(verdict.run.run_id)
         return grouped
+
+
+def _ended_by_slurm_job(launcher: str) -> bool:
+    """Whether runs of launcher ``launcher`` (a run's tag; empty or unknown for some) are closed
+    by the tasks of their SLURM job rather than by their driver."""
+    from dlcomm.launch.registry import find_launcher
+
+    found = find_launcher(launcher) if launcher else None
+    return found is not None and found.ended_by == "slurm_job"
 
 
 def pid_alive(pid: int) -> bool:
@@ -147,7 +158,7 @@ def _open_run(run, experiment: str) -> OpenRun:
 
 def open_runs(uri: str, experiment: str = "") -> list[OpenRun]:
     """Every RUNNING run of the store (of ``experiment`` only, when named). Reads only: the
-    store must exist (:func:`dlcomm.report.runs.check_store`)."""
+    store must exist (:func:`dlcomm.tracking.mlflow_run.check_store`)."""
     from mlflow.tracking import MlflowClient
 
     from dlcomm.tracking.mlflow_run import retrying

@@ -1,4 +1,4 @@
-"""``dlcomm runs reap``: close the lost runs (:mod:`dlcomm.tracking.lost`) as FAILED.
+"""``dlcomm runs reap``: close the lost runs (:mod:`dlcomm.runs.lost`) as FAILED.
 
 Each lost run gets status FAILED and its reason in the tag ``error`` (``lost while RUNNING:
 SLURM job 1234_0 is no longer in squeue; closed by dlcomm runs reap``); a sweep's parent ends
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from dlcomm.errors import UserError
-from dlcomm.tracking.lost import Census, Verdict, pid_alive, survey
+from dlcomm.runs.lost import Census, Verdict, pid_alive, survey
 
 SETTINGS = ("experiment", "tracking.uri")
 
@@ -55,8 +55,7 @@ def reap(settings: list[str], dry_run: bool = False, queue: Callable[[], set[str
          alive: Callable[[int], bool] = pid_alive, host: str = "") -> Iterator[str]:
     """``dlcomm runs reap``'s work; yields the lines to print. ``queue``, ``alive`` and
     ``host`` replace ``squeue``, the pid check and this host's name (tests)."""
-    from dlcomm.report.runs import check_store
-    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+    from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
 
     known = parse_settings(settings)
     uri = resolve_tracking_uri(known["tracking.uri"])

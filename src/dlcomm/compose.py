@@ -1,0 +1,110 @@
+"""Compose ``configs/`` (shipped inside the package) with command-line overrides.
+
+This is where the pieces meet: the schemas of :mod:`dlcomm.config.schema` and each registered
+algorithm's ``Config`` (and a launcher's, if it has one) go into Hydra's ConfigStore, Hydra
+composes, and the algorithm checks its config. :mod:`dlcomm.config` itself holds types and
+checks only and imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from dlcomm.config.choices import CHOICE_GROUPS, check_knobs, foreign_knob
+from dlcomm.config.schema import SCHEMAS
+from dlcomm.errors import UserError
+
+
+def register_schemas() -> None:
+    """Put every schema in the ConfigStore under the names the YAML defaults lists use."""
+    from hydra.core.config_store import ConfigStore
+
+    from dlcomm.algorithms.registry import all_algorithms
+
+    store = ConfigStore.instance()
+    for group, name, node in SCHEMAS:
+        store.store(group=group, name=name, node=node)
+    for name, algorithm in all_algorithms().items():
+        store.store(group="algo", name=f"{name}_schema", node=algorithm.Config)
+    from dlcomm.launch.registry import all_launchers
+
+    for name, launcher in all_launchers().items():
+        if launcher.Config is not None:  # a launcher with knobs of its own
+            store.store(group="launcher", name=f"{name}_launcher_schema", node=launcher.Config)
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The typed, composed run configuration; composition errors become one-line UserErrors."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = _hydra_compose(overrides)
+        check_knobs(cfg)
+        check_algorithm(cfg)
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise UserError(_foreign_knob(error, overrides) or _one_line(error)) from None
+    return cfg
+
+
+def _hydra_compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_schemas()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="dlcomm.configs", version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def check_algorithm(cfg: DictConfig) -> None:
+    from dlcomm.algorithms.registry import get_algorithm
+
+    algorithm = get_algorithm(cfg.algo.name)
+    algorithm.check_config(cfg.algo)
+    algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
+
+
+def _foreign_knob(error: Exception, overrides: list[str]) -> Optional[str]:
+    """``model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s``
+    when ``error`` is about a key of ``model``/``dataset``/``optim`` that another choice has."""
+    key = str(getattr(error.__cause__, "full_key", None) or getattr(error, "full_key", None) or "")
+    group, _, knob = key.partition(".")
+    if group not in CHOICE_GROUPS or not knob or "." in knob:
+        return None
+    # The choice in force: compose again without the overrides of that key.
+    rest = [item for item in overrides if item.lstrip("+~").split("=")[0] != key]
+    try:
+        choice = str(_hydra_compose(rest)[group].name)
+    except Exception:  # noqa: BLE001 - the key comes from a file, not an override: the usual message
+        return None
+    return foreign_knob(group, knob, choice)
+
+
+def _one_line(error: Exception) -> str:
+    """Hydra's and OmegaConf's messages without the search path and the object dump."""
+    text = str(error).split("Config search path")[0]
+    text = re.split(r"\n\s*full_key:|\n\s*object_type=", text)[0]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if any(line.startswith("Available options in") for line in lines):
+        head = [line for line in lines if not line.startswith("Available options in")][0]
+        at = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
+        head = head.replace("In 'config': ", "")
+        choices = [line for line in lines[at + 1 :] if not line.endswith("_schema")]
+        return f"{head}. {lines[at].rstrip(':')}: {', '.join(choices)}"
+    message = " ".join(lines)
+    cause = error.__cause__
+    if cause is not None and str(cause).strip():
+        message += ": " + str(cause).strip().splitlines()[0]
+    if "not in struct" in message or "Could not override" in message:
+        message += ". See the keys with `dlcomm config`; a typo in the key is the usual cause"
+    return message
+
+
+def to_container(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

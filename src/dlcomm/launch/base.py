@@ -1,0 +1,105 @@
+"""The launcher interface: what ``launcher=<name>`` does with a composed, checked run.
+
+A launcher is a class registered by name (:mod:`dlcomm.launch.registry`), stateless, with
+three steps the driver calls in order:
+
+* :meth:`Launcher.check` -- everything this launcher can tell wrong before any process starts
+  or any MLflow run is recorded (its ``launcher.*`` ranges, ``sbatch`` on PATH, a visible GPU,
+  whether it starts an algorithm's service processes); one-line :class:`UserError`;
+* :meth:`Launcher.launch` -- one run: open its MLflow run, start (or submit) the ranks, and
+  wait for them where this process runs them (SLURM returns at once unless ``launcher.wait``);
+  the exit code;
+* :meth:`Launcher.sweep` -- a sweep's elements under one parent run; by default one run after
+  another through :meth:`launch`.
+
+Two class attributes say what the rest of dlcomm needs to know without naming launchers:
+:attr:`Launcher.services` (it starts the processes an algorithm names in ``roles()``) and
+:attr:`Launcher.ended_by` (who closes a run, hence how ``dlcomm runs reap`` tells a lost one).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    from dlcomm.spec import RunSpec
+
+
+class Launcher:
+    name: ClassVar[str]
+    Config: ClassVar[type | None] = None
+    """A launcher with knobs of its own: its schema, a subclass of
+    :class:`dlcomm.config.schema.LauncherConfig` declared beside the class, stored as
+    ``<name>_launcher_schema`` for its ``configs/launcher/<name>.yaml``. None: the yaml names a
+    schema of :mod:`dlcomm.config.schema` (``launcher_schema``, ``slurm_launcher_schema``)."""
+    services: ClassVar[bool] = False
+    """Whether it starts the service processes an algorithm names in ``roles()`` (a parameter
+    server, a gossip manager) beside the workers."""
+    ended_by: ClassVar[str] = "driver"
+    """Who closes the MLflow run: ``"driver"``, this dlcomm process (tags ``hostname`` and
+    ``driver_pid``: the run is lost when that process is gone), or ``"slurm_job"``, the tasks of
+    a SLURM job (tag ``slurm_job_id``: lost when ``squeue`` no longer lists the job)."""
+
+    @classmethod
+    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+        """Raise a one-line :class:`UserError` for what this launcher cannot run; ``roles``:
+        the service processes the algorithm needs. Subclasses extend it (``super().check``)."""
+        if roles and not cls.services:
+            from dlcomm.launch.registry import all_launchers
+
+            able = [name for name, launcher in all_launchers().items() if launcher.services]
+            raise UserError(
+                f"launcher={cls.name} is invalid for algo={cfg.algo.name}: it needs the service process(es) "
+                f"{', '.join(roles)}, which only {' or '.join(f'launcher={name}' for name in able)} "
+                f"start{'s' if len(able) == 1 else ''} so far; pass launcher={able[0] if able else 'local'}"
+            )
+
+    @classmethod
+    def launch(cls, spec: RunSpec) -> int:
+        """Run ``spec`` (checked, not yet recorded); the exit code (0, 1, 2 or 130)."""
+        raise NotImplementedError
+
+    @classmethod
+    def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
+        """The sweep's elements (checked, not yet recorded) under one parent run: by default one
+        :meth:`launch` after another here; a failed element does not stop the others (exit 1 at
+        the end); Ctrl-C stops all and marks the parent KILLED."""
+        from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
+
+        parent, specs = cls.open_parent(specs, overrides)
+        codes: list[int] = []
+        for index, spec in enumerate(specs):
+            print(f"--- sweep element {index + 1}/{len(specs)}: {element_label(spec)}", flush=True)
+            code = cls.launch(spec)
+            codes.append(code)
+            if code == 130:
+                close_run(spec.tracking_uri, parent, "KILLED")
+                return 130
+        close_parent_if_done(specs[0].tracking_uri, parent)
+        failed = sum(code != 0 for code in codes)
+        print(f"sweep done: {len(codes) - failed} of {len(codes)} runs finished; parent mlflow run {parent}", flush=True)
+        return 0 if failed == 0 else 1
+
+    @classmethod
+    def driver_tags(cls) -> dict[str, str]:
+        """Tags of a run (or parent run) this process will close: ``dlcomm runs reap`` checks it lives."""
+        return {"driver_pid": str(os.getpid())} if cls.ended_by == "driver" else {}
+
+    @classmethod
+    def open_parent(cls, specs: list[RunSpec], overrides: list[str]) -> tuple[str, list[RunSpec]]:
+        """Open the sweep's parent run; return its id and the elements marked as its children."""
+        from dlcomm.tracking.mlflow_run import open_parent_run
+
+        first = specs[0]
+        parent = open_parent_run(first.tracking_uri, first.config["tracking"]["experiment"], overrides, len(specs),
+                                 cls.name, cls.driver_tags())
+        print(f"sweep of {len(specs)} runs: parent mlflow run {parent}", flush=True)
+        return parent, [spec.in_sweep(parent) for spec in specs]
+
+
+def element_label(spec: RunSpec) -> str:
+    """A sweep element's overrides, as the ``sweep_element`` tag and the progress lines show them."""
+    return " ".join(spec.overrides)

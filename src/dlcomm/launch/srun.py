@@ -1,0 +1,80 @@
+"""The srun launcher: ``srun dlcomm train launcher=srun ...`` inside an allocation the user made
+(``slurm/single.sbatch``, ``slurm/array.sbatch``): every srun task is one rank, and the tasks
+train as a job submitted by ``launcher=slurm`` does (:class:`dlcomm.launch.slurm.RankTask`).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from dlcomm.errors import UserError
+from dlcomm.launch.base import Launcher
+from dlcomm.launch.registry import register
+from dlcomm.launch.slurm import RankTask, check_slurm_settings, rendezvous_port
+from dlcomm.spec import RunSpec
+
+
+@register
+class SrunLauncher(Launcher):
+    """``launcher=srun``: this process is one task of an srun step; no sweeps (export them with
+    ``dlcomm sweep export`` for ``slurm/array.sbatch``, or use ``launcher=slurm``)."""
+
+    name = "srun"
+    ended_by = "slurm_job"
+
+    @classmethod
+    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+        super().check(cfg, roles)
+        check_slurm_settings(cfg.launcher)
+
+    @classmethod
+    def launch(cls, spec: RunSpec) -> int:
+        run_in_allocation(spec)
+        return 0
+
+    @classmethod
+    def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
+        raise UserError("launcher=srun is invalid with -m: one srun step is one run; write the sweep's lines with "
+                        "`dlcomm sweep export -m ...` for slurm/array.sbatch, or use launcher=slurm")
+
+
+def run_in_allocation(spec: RunSpec) -> dict[str, float]:
+    """``launcher=srun``: this process is one task of an srun step in an allocation the user made
+    (``slurm/single.sbatch``, ``slurm/array.sbatch``). Rank 0 opens the MLflow run, or reopens
+    the one this SLURM job started before a requeue, and hands its id to the others through the
+    rendezvous store; then every task trains as :class:`RankTask` does."""
+    import submitit
+    import torch.distributed as dist
+
+    from dlcomm.paths import results_dir
+    from dlcomm.tracking.mlflow_run import open_run
+
+    os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
+    if "SLURM_JOB_ID" not in os.environ or "SLURM_PROCID" not in os.environ:
+        raise UserError("launcher=srun is invalid outside an srun step: run it as `srun dlcomm train launcher=srun ...` "
+                        "inside sbatch (see slurm/single.sbatch), or use launcher=slurm to submit from here")
+    env = submitit.JobEnvironment()
+    cfg = spec.config
+    if (cfg["nodes"], cfg["nodes"] * cfg["workers_per_node"]) != (env.num_nodes, env.num_tasks):
+        raise UserError(
+            f"nodes={cfg['nodes']} workers_per_node={cfg['workers_per_node']} is invalid in this allocation of "
+            f"{env.num_nodes} node(s) and {env.num_tasks} task(s): pass nodes=$SLURM_JOB_NUM_NODES "
+            "workers_per_node=$SLURM_NTASKS_PER_NODE (as slurm/*.sbatch do)"
+        )
+    store = dist.TCPStore(env.hostnames[0], rendezvous_port(env.raw_job_id), env.num_tasks,
+                          is_master=env.global_rank == 0, wait_for_workers=False, timeout=timedelta(seconds=600))
+    if env.global_rank == 0:
+        marker = results_dir() / "runs" / "slurm-jobs" / env.raw_job_id  # this job's run, across requeues
+        if marker.is_file():
+            run_id = marker.read_text().strip()
+        else:
+            run_id = open_run(spec, {"slurm_job_id": env.job_id})
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(run_id + "\n")
+        store.set("dlcomm/run_id", run_id)
+    run_id = store.get("dlcomm/run_id").decode()
+    run_dir = results_dir() / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return RankTask(spec.with_run(run_id, run_dir))(store if env.global_rank == 0 else None)

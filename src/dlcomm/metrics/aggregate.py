@@ -1,0 +1,93 @@
+"""The timing rows (:class:`~dlcomm.metrics.rows.IterationRow`) aggregated into the epoch's and
+the run's metrics and the per-iteration series.
+
+Over rows ``r = 1..N`` (every rank's iterations of the span), with ``mean(x) = (1/N) sum_r x_r``:
+
+* time, compute and exposed communication per iteration: ``mean(time_s)``, ``mean(compute_s)``,
+  ``mean(comm_exposed_s)``; communication share ``c = mean(comm_exposed_s) / mean(time_s)``
+  (0 when the time is 0);
+* samples per second: ``N * batch / train_wall_s`` (every row is one batch of one rank);
+* under a network model the same on the modelled cluster's clock (``sim_*``), the cost model's
+  ``mean(comm_modelled_s)``, and the simulated training time ``max_rank sum_t sim_time_s``
+  (the last rank to finish).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from dlcomm.metrics import names
+from dlcomm.metrics.rows import MODELLED_SERIES, SERIES, IterationRow
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
+
+
+def epoch_metrics(rows: Sequence[IterationRow], batch_size: int, train_wall_s: float) -> dict[str, float]:
+    """Means over ranks and iterations of the timing rows, and the throughput: every row is one
+    batch of one rank, trained within ``train_wall_s``. The simulated means appear when the rows
+    carry them (a network model was on)."""
+    count = max(1, len(rows))
+
+    def mean(name: str) -> float:
+        return sum(getattr(row, name) for row in rows) / count
+
+    time_per_iter = mean("time_s")
+    metrics = {
+        names.EPOCH_TRAIN_LOSS: mean("loss"),
+        names.EPOCH_TIME_PER_ITER: time_per_iter,
+        names.EPOCH_COMPUTE_PER_ITER: mean("compute_s"),
+        names.EPOCH_COMM_EXPOSED_PER_ITER: mean("comm_exposed_s"),
+        names.EPOCH_COMM_SHARE: _share(mean("comm_exposed_s"), time_per_iter),
+        names.EPOCH_SAMPLES_PER_S: len(rows) * batch_size / train_wall_s if train_wall_s > 0 else 0.0,
+    }
+    sim_time = mean("sim_time_s")
+    if not math.isnan(sim_time):
+        metrics[names.EPOCH_SIM_TIME_PER_ITER] = sim_time
+        metrics[names.EPOCH_SIM_COMM_EXPOSED_PER_ITER] = mean("sim_comm_exposed_s")
+        metrics[names.EPOCH_SIM_COMM_SHARE] = _share(mean("sim_comm_exposed_s"), sim_time)
+        metrics[names.EPOCH_COMM_MODELLED_PER_ITER] = mean("comm_modelled_s")
+    return metrics
+
+
+def simulated_elapsed(rows: Sequence[IterationRow]) -> float:
+    """Training time on the modelled cluster: the last rank to finish, i.e. the maximum over
+    ranks of the sum of its iterations' ``sim_time_s``."""
+    per_rank: dict[int, float] = {}
+    for row in rows:
+        per_rank[row.rank] = per_rank.get(row.rank, 0.0) + row.sim_time_s
+    return max(per_rank.values(), default=0.0)
+
+
+def run_metrics(rows: Sequence[IterationRow], batch_size: int, wall_s: float, modelled: bool) -> dict[str, float]:
+    """The ``final/*`` metrics the rows of the whole run give: time per iteration and
+    communication share, and with a network model (``modelled``) their simulated counterparts,
+    the cost model's communication per iteration, the simulated training time and the emulation
+    overruns (summed over ranks)."""
+    overall = epoch_metrics(rows, batch_size, wall_s)
+    metrics = {
+        names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
+        names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
+    }
+    if modelled:
+        metrics[names.FINAL_SIM_TIME_PER_ITER] = overall[names.EPOCH_SIM_TIME_PER_ITER]
+        metrics[names.FINAL_SIM_COMM_SHARE] = overall[names.EPOCH_SIM_COMM_SHARE]
+        metrics[names.FINAL_COMM_MODELLED_PER_ITER] = overall[names.EPOCH_COMM_MODELLED_PER_ITER]
+        metrics[names.FINAL_SIM_TIME] = simulated_elapsed(rows)
+        metrics[names.FINAL_OVERRUNS] = float(sum(row.overruns for row in rows))
+    return metrics
+
+
+def iteration_series(rows: Sequence[IterationRow], modelled: bool) -> dict[str, dict[int, float]]:
+    """The ``iter/*`` series: MLflow name -> {step: mean over the ranks' rows of that step} for
+    every row field that names a series (the modelled ones only when ``modelled``)."""
+    fields = {**SERIES, **(MODELLED_SERIES if modelled else {})}
+    by_step: dict[int, list[IterationRow]] = {}
+    for row in rows:
+        by_step.setdefault(row.step, []).append(row)
+    return {
+        metric: {step: sum(getattr(row, column) for row in at) / len(at) for step, at in sorted(by_step.items())}
+        for metric, column in fields.items()
+    }

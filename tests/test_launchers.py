@@ -1,0 +1,50 @@
+"""Launchers are registered classes: every configs/launcher/<name>.yaml has one, and what the
+rest of dlcomm asks of a launcher it asks the class (no launcher names compared elsewhere)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dlcomm.errors import UserError
+from dlcomm.launch.base import Launcher
+from dlcomm.launch.registry import all_launchers, find_launcher, get_launcher, launcher_names
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dlcomm"
+
+
+def test_every_launcher_config_has_its_registered_class() -> None:
+    names = launcher_names()
+    assert {"local", "slurm", "srun"} <= set(names)
+    for name, launcher in all_launchers().items():
+        assert issubclass(launcher, Launcher) and launcher.name == name
+        assert launcher.ended_by in ("driver", "slurm_job")
+        assert OmegaConf.load(SRC / "configs" / "launcher" / f"{name}.yaml").name == name
+    assert find_launcher("rank") is None and find_launcher("") is None  # a module of launch/, not a launcher
+    with pytest.raises(KeyError, match="unknown launcher 'nope'; known: local"):
+        get_launcher("nope")
+
+
+def test_a_launcher_without_services_refuses_an_algorithm_that_needs_them() -> None:
+    cfg = OmegaConf.create({"algo": {"name": "ps"}})
+    with pytest.raises(UserError, match=r"^launcher=srun is invalid for algo=ps: it needs the service process\(es\) "
+                                        r"server, which only launcher=local starts so far; pass launcher=local$"):
+        Launcher.check.__func__(get_launcher("srun"), cfg, ("server",))
+    with pytest.raises(UserError, match="launcher=srun is invalid with -m"):
+        get_launcher("srun").sweep([], [])
+
+
+def test_no_launcher_name_is_compared_outside_the_launchers() -> None:
+    """``x == "slurm"``, ``name in ("slurm", "srun")``, a tuple of launcher names: what a launcher
+    does is asked of its class (``get_launcher(name)``), never decided by its name."""
+    names = set(launcher_names())
+    found = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Compare, ast.Tuple, ast.List, ast.Set)):
+                if any(isinstance(c, ast.Constant) and c.value in names for c in ast.walk(node)):
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, found

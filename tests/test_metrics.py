@@ -1,0 +1,161 @@
+"""The metrics pipeline: typed timing rows, their aggregation, algorithms' statistics over ranks,
+and a checkpoint that keeps both (a preempted and resumed run records what a straight one does)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dlcomm.metrics import names
+from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, run_metrics, simulated_elapsed
+from dlcomm.metrics.rows import TIMING_COLUMNS, IterationRow
+from dlcomm.metrics.stats import Count, Mean, StatLog, epoch_values, final_values, merged, step_series
+
+# timings.csv as users and the report read it: these columns, in this order.
+DOCUMENTED_COLUMNS = (
+    "rank", "node", "epoch", "step", "time_s", "compute_s", "comm_exposed_s", "comm_busy_s", "data_s", "bytes_sent",
+    "messages", "loss", "sim_time_s", "sim_compute_s", "sim_comm_exposed_s", "sim_comm_busy_s", "comm_modelled_s",
+    "overruns",
+)
+
+
+def _row(rank: int, step: int, time_s: float, exposed: float, sim: float = math.nan, loss: float = 1.0) -> IterationRow:
+    return IterationRow(
+        rank=rank, node=rank, epoch=0, step=step, time_s=time_s, compute_s=time_s - exposed, comm_exposed_s=exposed,
+        comm_busy_s=exposed, data_s=0.0, bytes_sent=100 * (rank + 1), messages=2, loss=loss, sim_time_s=sim,
+        sim_compute_s=sim / 2, sim_comm_exposed_s=sim / 2, sim_comm_busy_s=sim / 2, comm_modelled_s=sim / 4,
+        overruns=rank,
+    )
+
+
+def test_the_timing_columns_are_the_row_fields_in_the_documented_order() -> None:
+    assert TIMING_COLUMNS == DOCUMENTED_COLUMNS
+    assert IterationRow.restore(tuple(range(18))) == IterationRow(*range(18))  # a checkpoint of before rows were typed
+
+
+def test_epoch_and_run_metrics_of_rows_match_hand_computation() -> None:
+    rows = [_row(0, 0, 0.2, 0.1, sim=1.0, loss=2.0), _row(1, 0, 0.4, 0.1, sim=3.0, loss=4.0), _row(0, 1, 0.3, 0.1, sim=2.0)]
+    metrics = epoch_metrics(rows, batch_size=10, train_wall_s=2.0)
+    assert metrics[names.EPOCH_TIME_PER_ITER] == pytest.approx(0.3)
+    assert metrics[names.EPOCH_COMM_SHARE] == pytest.approx(0.1 / 0.3)
+    assert metrics[names.EPOCH_TRAIN_LOSS] == pytest.approx(7 / 3)
+    assert metrics[names.EPOCH_SAMPLES_PER_S] == pytest.approx(15.0)
+    assert metrics[names.EPOCH_SIM_TIME_PER_ITER] == pytest.approx(2.0)
+    assert simulated_elapsed(rows) == 3.0  # rank 0: 1 + 2, rank 1: 3
+    final = run_metrics(rows, 10, 2.0, modelled=True)
+    assert final[names.FINAL_SIM_TIME] == 3.0 and final[names.FINAL_OVERRUNS] == 1.0
+    assert names.FINAL_SIM_TIME not in run_metrics(rows, 10, 2.0, modelled=False)
+    series = iteration_series(rows, modelled=False)
+    assert series[names.ITER_TIME] == pytest.approx({0: 0.3, 1: 0.3})
+    assert series[names.ITER_BYTES] == {0: 150.0, 1: 100.0}
+    assert names.ITER_SIM_TIME not in series and iteration_series(rows, modelled=True)[names.ITER_SIM_TIME] == {0: 2.0, 1: 2.0}
+
+
+def test_statistics_are_means_of_observations_or_counts_per_worker() -> None:
+    """Worker 0 observed 0.5 at step 0 and 0.7, 0.9 at step 1; worker 1 observed 0.1 at step 1.
+    epoch = (0.5 + 0.7 + 0.9 + 0.1) / 4; series at step 1 = (0.7 + 0.9 + 0.1) / 3; counts 3 and 1 -> 2 per worker."""
+    zero, one = StatLog(), StatLog()
+    zero.add(0, {"x": Mean([0.5]), "c": Count(1)})
+    zero.add(1, {"x": Mean([0.7, 0.9]), "c": Count(2)})
+    one.add(1, {"x": Mean([0.1]), "c": Count(1)})
+    one.add(2, {"x": Mean([])})  # nothing observed: no point at step 2
+    assert epoch_values([zero, one]) == pytest.approx({"epoch/x": 2.2 / 4, "epoch/c": 2.0})
+    assert step_series([zero, one]) == {"iter/x": pytest.approx({0: 0.5, 1: 1.7 / 3})}
+    run = merged([zero, one])
+    run.merge(one)  # a second epoch: worker 1 again
+    assert final_values(run, workers=2) == pytest.approx({"final/x": 2.3 / 5, "final/c": 2.5})
+
+
+# ---- a preempted, resumed run ---------------------------------------------------------------
+
+STEPS, STOP_AT = 12, 5  # 3 epochs of 4 steps; stopped mid-epoch 2
+
+
+def _statistics_algorithm(base):
+    """``base`` with a statistic of each kind: Mean of ``rank + step / 10`` and Count 1 per iteration."""
+
+    class WithStatistics(base):
+        def after_step(self, step: int) -> None:
+            super().after_step(step)
+            self.last_step = step
+
+        def take_metrics(self):
+            return {"probe": Mean([self.cluster.rank + self.last_step / 10]), "ticks": Count(1)}
+
+    return WithStatistics
+
+
+def _loop_run(cluster, channel, container: dict, folder: str | None, stop_at: int | None) -> dict:
+    """One run as dlcomm.launch.rank runs it, with checkpoints in ``folder``; the warning signal
+    is raised after ``stop_at`` steps. The loop's state and summary (or the step it stopped at)."""
+    from omegaconf import OmegaConf
+
+    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.data import build_dataset
+    from dlcomm.tasks import build_task
+    from dlcomm.train.checkpoint import Checkpointing, Preempted
+    from dlcomm.train.loop import TrainLoop, plan_steps
+    from dlcomm.train.optim import build_optimizer, build_scheduler
+
+    class Flag:
+        raised = False
+
+    cfg = OmegaConf.create(container)
+    data, task = build_dataset(cfg.dataset), build_task(cfg)
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(cfg.model, data)
+    optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
+    algorithm = _statistics_algorithm(get_algorithm(cfg.algo.name))(cfg.algo, cluster, channel, seed=cfg.seed)
+    algorithm.setup(model, optimizer)
+    per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
+    scheduler = build_scheduler(cfg.optim, optimizer, per_epoch, total)
+    warning = Flag()
+    checkpointing = Checkpointing(folder, cluster.rank, torch.device("cpu"), warning, check_every=1) if folder else None
+    loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, checkpointing, task)
+    if stop_at is not None:
+        original = loop._maybe_fail
+
+        def maybe_warn() -> None:
+            warning.raised = loop.state.step >= stop_at
+            original()
+
+        loop._maybe_fail = maybe_warn
+    try:
+        summary = loop.run()
+    except Preempted as stopped:
+        return {"stopped": stopped.step}
+    return {"summary": summary, "rows": loop.state.rows, "run_stats": loop.state.run_stats}
+
+
+def _runs(cluster, channel, container: dict, folder: str) -> dict:
+    straight = _loop_run(cluster, channel, container, None, None)
+    stopped = _loop_run(cluster, channel, container, folder, STOP_AT)
+    resumed = _loop_run(cluster, channel, container, folder, None)
+    return {"straight": straight, "stopped": stopped, "resumed": resumed}
+
+
+def test_a_resumed_run_keeps_the_rows_and_statistics_of_a_straight_one(tmp_path) -> None:
+    from dlcomm.compose import compose, to_container
+    from dlcomm.launch.harness import run_ranks
+
+    container = to_container(compose([
+        "algo=allreduce", "nodes=2", "model=mlp", "dataset=synthetic", "dataset.train_size=256", "dataset.test_size=64",
+        "train.batch_size=32", "train.epochs=3", "train.eval_batch_size=64", "seed=5",
+    ]))
+    rank0 = run_ranks(_runs, 2, container, str(tmp_path / "checkpoints"), nodes=2, timeout=120)[0]
+    assert rank0["stopped"] == {"stopped": STOP_AT + 1}  # the warning seen after step STOP_AT stops the next check
+    straight, resumed = rank0["straight"], rank0["resumed"]
+    measured = ("time_s", "compute_s", "comm_exposed_s", "comm_busy_s", "data_s", "sim_time_s", "sim_compute_s",
+                "sim_comm_exposed_s", "sim_comm_busy_s", "comm_modelled_s")  # clocks (and nan without a network model)
+    untimed = dict.fromkeys(measured, 0.0)
+    assert [replace(row, **untimed) for row in resumed["rows"]] == [replace(row, **untimed) for row in straight["rows"]]
+    assert len(straight["rows"]) == 2 * STEPS
+    assert resumed["run_stats"] == straight["run_stats"]
+    expected = {"final/probe": 0.5 + 0.55, "final/ticks": float(STEPS)}  # mean of r + t/10 over r in 0..1, t in 0..11; steps per worker
+    for summary in (straight["summary"], resumed["summary"]):
+        assert {key: summary[key] for key in expected} == pytest.approx(expected)
+        assert isinstance(straight["rows"][0], IterationRow)
+    assert resumed["summary"][names.FINAL_TRAIN_LOSS] == straight["summary"][names.FINAL_TRAIN_LOSS]
