@@ -81,12 +81,20 @@ class Crossover(Algorithm):
     def check_config(cls, cfg: CrossoverConfig) -> None:
         check_crossover(cfg)
 
+    group = "world"  # the group the gossip round runs on
+
+    def gossip_members(self) -> list[int] | None:
+        """The global ranks of this rank's gossip round (None: it takes no part)."""
+        return list(range(self.cluster.world_size))
+
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
         count = self.cfg.segments if self.cfg.segmentwise else 1
-        buffers = bind_segments(split_segments(model, count))
-        self.gossip = CrossoverGossip(self.channel, buffers, list(range(self.cluster.world_size)), self.cluster.rank,
-                                      self.cfg.fair, self.seed)
+        self.buffers = bind_segments(split_segments(model, count))
+        members = self.gossip_members()
+        self.gossip = None if members is None else CrossoverGossip(
+            self.channel, self.buffers, members, self.cluster.rank, self.cfg.fair, self.seed)
 
     def after_step(self, step: int) -> None:
-        self.gossip.round(step)
+        if self.gossip is not None:
+            self.gossip.round(step, group=self.group)

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.crossover import CrossoverConfig, CrossoverGossip, check_crossover
+from dlcomm.algorithms.crossover import Crossover, CrossoverConfig
 from dlcomm.algorithms.registry import register
-from dlcomm.algorithms.segments import bind_segments, split_segments
 
 
 @dataclass
@@ -31,24 +29,21 @@ class CrossoverHierConfig(CrossoverConfig):
 
 
 @register
-class CrossoverHier(Algorithm):
+class CrossoverHier(Crossover):
+    """``crossover``'s segments, draw and round (:class:`~dlcomm.algorithms.crossover.Crossover`),
+    run by the leaders alone on the ``leaders`` group, framed by the node's reduce and broadcast."""
+
     name = "crossover_hier"
     Config = CrossoverHierConfig
+    group = "leaders"
 
-    @classmethod
-    def check_config(cls, cfg: CrossoverHierConfig) -> None:
-        check_crossover(cfg)
+    def gossip_members(self) -> list[int] | None:
+        return self.cluster.ranks("leaders") if self.cluster.is_leader else None
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
-        count = self.cfg.segments if self.cfg.segmentwise else 1
-        self.buffers = bind_segments(split_segments(model, count))
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.leader = self.cluster.ranks("intra")[0]
-        self.gossip = None
-        if self.cluster.is_leader:
-            self.gossip = CrossoverGossip(self.channel, self.buffers, self.cluster.ranks("leaders"), self.cluster.rank,
-                                          self.cfg.fair, self.seed)
 
     def reduce_gradients(self, step: int) -> None:
         if self.cluster.layout.workers_per_node == 1:
@@ -59,8 +54,7 @@ class CrossoverHier(Algorithm):
             handle.wait()
 
     def after_step(self, step: int) -> None:
-        if self.gossip is not None:
-            self.gossip.round(step, group="leaders")
+        super().after_step(step)
         if self.cluster.layout.workers_per_node > 1:
             handles = [self.channel.broadcast(b, src=self.leader, group="intra", async_op=True) for b in self.buffers]
             for handle in handles:

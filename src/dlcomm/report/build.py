@@ -167,14 +167,11 @@ def run_report(settings: list[str], every: bool) -> Iterator[str]:
     after a line naming its lost runs, if any (:func:`loose_ends`)."""
     from dlcomm.paths import results_dir
     from dlcomm.report.runs import experiment_names
+    from dlcomm.settings import parse_settings
     from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
 
-    known = {"experiment": "", "tracking.uri": "", "out": ""}
-    for word in settings:
-        key, sep, value = word.partition("=")
-        if not sep or key not in known:
-            raise UserError(f"{word!r} is not a report setting: pass experiment=<name>, tracking.uri=<uri> or out=<folder>")
-        known[key] = value
+    known = parse_settings(settings, {"experiment": "", "tracking.uri": "", "out": ""}, "report",
+                           "pass experiment=<name>, tracking.uri=<uri> or out=<folder>")
     uri = resolve_tracking_uri(known["tracking.uri"])
     check_store(uri)
     if every == bool(known["experiment"]):

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 from dlcomm.errors import UserError
 from dlcomm.runs.lost import Census, Verdict, pid_alive, survey
+from dlcomm import settings
 
 SETTINGS = ("experiment", "tracking.uri")
 
@@ -21,13 +22,7 @@ SETTINGS = ("experiment", "tracking.uri")
 def parse_settings(words: list[str]) -> dict[str, str]:
     """``key=value`` words -> settings (``experiment``, ``tracking.uri``); anything else is a
     one-line :class:`UserError`."""
-    known = dict.fromkeys(SETTINGS, "")
-    for word in words:
-        key, sep, value = word.partition("=")
-        if not sep or key not in known:
-            raise UserError(f"{word!r} is not a reap setting: pass experiment=<name> and/or tracking.uri=<uri>")
-        known[key] = value
-    return known
+    return settings.parse_settings(words, dict.fromkeys(SETTINGS, ""), "reap", "pass experiment=<name> and/or tracking.uri=<uri>")
 
 
 def _error_tag(verdict: Verdict) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dlcomm.errors import UserError
+from dlcomm.settings import parse_settings
 from dlcomm.topology.mixing import RANDOM, TOPOLOGIES, mixing_curve
 
 ABLATION = {"crossover": "crossover_unfair"}
@@ -22,12 +23,7 @@ ABLATION = {"crossover": "crossover_unfair"}
 def parse_arguments(arguments: list[str]) -> dict[str, str]:
     """``key=value`` words; keys: topology, compare, nodes, steps, seed, trials."""
     known = {"topology": "crossover", "compare": "", "nodes": "16", "steps": "20", "seed": "0", "trials": "20"}
-    for word in arguments:
-        key, sep, value = word.partition("=")
-        if not sep or key not in known:
-            raise UserError(f"{word!r} is not a topology setting: pass key=value with key one of {', '.join(known)}")
-        known[key] = value
-    return known
+    return parse_settings(arguments, known, "topology", f"pass key=value with key one of {', '.join(known)}")
 
 
 def analyse(settings: dict[str, str]) -> pd.DataFrame:
