@@ -136,9 +136,12 @@ def test_failed_rank_ends_the_run(home, mode, expected) -> None:
 
 
 def test_ctrl_c_marks_the_run_killed(home) -> None:
+    # a shell's background job inherits SIGINT ignored, and Python then installs no Ctrl-C
+    # handler: give the driver the default disposition a terminal's foreground job has
     process = subprocess.Popen(
         [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.epochs=50"],
         cwd=home, env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 90
     while not list((home / "results" / "runs").glob("*/config.yaml")) and time.monotonic() < deadline:
