@@ -31,7 +31,6 @@ class Rank0Reporter:
         self.logger = RunLogger(spec.tracking_uri, spec.run_id)
         self.samples_per_iteration = batch_size * world_size
         self.epochs = epochs
-        self.network_mode = spec.config["network"]["mode"]
         self.bar: tqdm | None = None
         self._loss_ema = math.nan
         self._time_ema = math.nan

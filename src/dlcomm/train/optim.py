@@ -27,8 +27,6 @@ from typing import Any
 import torch
 
 
-OPTIMIZER_NAMES = ("sgd", "adam", "adamw", "adabelief", "angulargrad", "lars")
-
 
 def build_optimizer(cfg: Any, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
     """The optimizer ``cfg.name`` over parameter ``groups`` (``[{"params": [...], ...}]``, as a
