@@ -310,7 +310,7 @@ class GossipPull(Algorithm):
         if self.manager is not None and self.pending is not None:
             self.control.send(self.manager, CANCEL)
         while self.pending is not None:  # answered for sure: by the peer asked, or the manager
-            self._answer(*self.control.inbox.get(timeout=300))
+            self._answer(*self.control.next_message(timeout=300))
         if self.assigned is not None:
             peer, _ = self.assigned
             if self.handle is not None:

@@ -41,7 +41,6 @@ from time import perf_counter
 from typing import Any, Callable, Iterator
 
 import torch
-import torch.distributed as dist
 
 from dlcomm.comm import traffic
 from dlcomm.comm.clock import VirtualClock, WallClock, compute_timer
@@ -156,6 +155,7 @@ class Channel:
         if clock is not None and clock.simulated and network is None:
             raise ValueError("a virtual clock needs a network model to advance it")
         self.cluster = cluster
+        self.transport = cluster.transport  # dlcomm.comm.transport: processes or threads
         self.network = network
         self.clock = clock or WallClock()
         self.totals: dict[tuple[str, str, str], OpTotals] = defaultdict(OpTotals)
@@ -270,10 +270,6 @@ class Channel:
     def group_size(self, group: str = "world") -> int:
         return len(self.cluster.ranks(group))
 
-    def _group(self, group: str) -> Any:
-        self.cluster.ranks(group)  # raises a clear error for a group this rank is not in
-        return self.cluster.groups[group]
-
     def _position(self, group: str, root: int) -> int:
         members = self.cluster.ranks(group)
         return (members.index(self.cluster.rank) - members.index(root)) % len(members)
@@ -317,7 +313,7 @@ class Channel:
         handle = self._collective(
             "allreduce", group, tensor, traffic.ring_allreduce(nbytes, len(members)),
             lambda: self.network.allreduce_s(nbytes, members),
-            lambda: dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self._group(group), async_op=True),
+            lambda: self.transport.all_reduce(tensor, group),
             divisor=len(members) if average else 1,
         )
         return self._finish(handle, async_op)
@@ -329,7 +325,7 @@ class Channel:
         handle = self._collective(
             "broadcast", group, tensor, traffic.tree_broadcast(nbytes, len(members), self._position(group, src)),
             lambda: self.network.broadcast_s(nbytes, members, src),
-            lambda: dist.broadcast(tensor, src=src, group=self._group(group), async_op=True),
+            lambda: self.transport.broadcast(tensor, src, group),
         )
         return self._finish(handle, async_op)
 
@@ -341,7 +337,7 @@ class Channel:
         handle = self._collective(
             "reduce", group, tensor, traffic.tree_reduce(nbytes, len(members), self._position(group, dst)),
             lambda: self.network.reduce_s(nbytes, members, dst),
-            lambda: dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self._group(group), async_op=True),
+            lambda: self.transport.reduce(tensor, dst, group),
             divisor=len(members) if (average and self.cluster.rank == dst) else 1,
         )
         return self._finish(handle, async_op)
@@ -354,7 +350,7 @@ class Channel:
         handle = self._collective(
             "allgather", group, tensor, traffic.ring_allgather(nbytes, len(members)),
             lambda: self.network.allgather_s(nbytes, members),
-            lambda: dist.all_gather(gathered, tensor, group=self._group(group), async_op=True),
+            lambda: self.transport.all_gather(gathered, tensor, group),
             result=gathered,
         )
         return self._finish(handle, async_op)
@@ -365,9 +361,9 @@ class Channel:
         nbytes = tensor.numel() * tensor.element_size()
         record = self.record("send", group, nbytes, traffic.point_to_point(nbytes))
         handle = Handle(self, record, tensor)
-        process_group = self._group(group)
-        self._timing().send(handle, dst, nbytes, process_group, tag)
-        handle.add_work(dist.isend(tensor, dst=dst, group=process_group, tag=tag), payload=True)
+        self.cluster.ranks(group)
+        self._timing().send(handle, dst, nbytes, group, tag)
+        handle.add_work(self.transport.isend(tensor, dst, group, tag), payload=True)
         return handle
 
     def irecv(self, tensor: torch.Tensor, src: int, group: str = "world", tag: int = 0) -> Handle:
@@ -377,10 +373,9 @@ class Channel:
         record = self.record("recv", group, nbytes, (0, 0))
         record.counts_modelled = False
         handle = Handle(self, record, tensor)
-        process_group = self._group(group)
-        self._timing().receive(handle, [src], lambda: self.network.send_s(nbytes, src, self.cluster.rank),
-                               process_group, tag)
-        handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
+        self.cluster.ranks(group)
+        self._timing().receive(handle, [src], lambda: self.network.send_s(nbytes, src, self.cluster.rank), group, tag)
+        handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
         return handle
 
     def irecv_incast(self, tensors: list[torch.Tensor], srcs: list[int], group: str = "job", tag: int = 0) -> Handle:
@@ -391,11 +386,10 @@ class Channel:
         record = self.record("recv_incast", group, sum(sizes), (0, 0))
         record.counts_modelled = False
         handle = Handle(self, record, tensors)
-        process_group = self._group(group)
-        self._timing().receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank),
-                               process_group, tag)
+        self.cluster.ranks(group)
+        self._timing().receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank), group, tag)
         for tensor, src in zip(tensors, srcs):
-            handle.add_work(dist.irecv(tensor, src=src, group=process_group, tag=tag), payload=True)
+            handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
         return handle
 
     def expect(self, kind: str, tensor: torch.Tensor, src: int, start: float, group: str = "world") -> Handle:
@@ -412,13 +406,15 @@ class Channel:
     def gather_objects(self, obj: Any, dst: int = 0) -> list[Any] | None:
         """Pickled gather for metrics and logs (not modelled, not counted in iterations)."""
         gathered = [None] * self.cluster.world_size if self.cluster.rank == dst else None
+        self.cluster.ranks("world")
         with self.phase("metrics"):
-            dist.gather_object(obj, gathered, dst=dst, group=self._group("world"))
+            self.transport.gather_object(obj, gathered, dst, "world")
         return gathered
 
     def barrier(self) -> None:
         """Every worker (the service roles do not take part)."""
-        dist.barrier(group=self._group("world"))
+        self.cluster.ranks("world")
+        self.transport.barrier("world")
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is true on any (a MAX allreduce of one integer over
@@ -428,7 +424,8 @@ class Channel:
     def max_over_workers(self, value: float) -> float:
         """The maximum of ``value`` over the workers (control traffic, as :meth:`any_rank`)."""
         tensor = torch.tensor([value], dtype=torch.float64, device=self.cluster.device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group("world"))
+        self.cluster.ranks("world")
+        self.transport.all_reduce(tensor, "world", op="max").wait()
         return float(tensor.item())
 
 

@@ -1,4 +1,5 @@
-"""The process groups of one job, built once per rank and handed to the algorithm.
+"""The groups of one job and the transport that joins them, built once per rank and handed
+to the algorithm (through the Channel).
 
 Groups, by name:
 
@@ -10,23 +11,42 @@ Groups, by name:
 * ``control``: every process over gloo, for :mod:`dlcomm.comm.control` (the job's group
   itself under gloo).
 
-``torch.distributed.new_group`` must be called by every rank for every group in the same
-order, which is why all groups are created here, up front, and never lazily.
+Between processes (:meth:`Cluster.connect`) every group is a torch.distributed process group
+under a :class:`~dlcomm.comm.transport.DistTransport`; ``new_group`` must be called by every
+rank for every group in the same order, which is why all groups are created here, up front, and
+never lazily. Between the threads of one process (:meth:`Cluster.in_process`) the groups are
+lists of ranks on the in-process fabric (:mod:`dlcomm.comm.inprocess`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from dlcomm.comm.inprocess import Fabric, ThreadTransport
 from dlcomm.comm.layout import ClusterLayout
+from dlcomm.comm.transport import DistTransport
 
 # How long a service or a control receive may wait for its next message: a dead peer is found by
 # the launcher (which ends the job), not by this timeout, so it only has to outlast any run.
 CONTROL_TIMEOUT = timedelta(days=30)
+
+
+def group_ranks_of(layout: ClusterLayout, rank: int) -> dict[str, list[int]]:
+    """The global ranks of every named group ``rank`` belongs to (see the module docstring)."""
+    groups = {"job": list(range(layout.job_size)), "control": list(range(layout.job_size))}
+    if rank < layout.world_size:
+        groups["world"] = list(range(layout.world_size))
+    for node in range(layout.nodes):
+        if rank in layout.node_ranks(node):
+            groups["intra"] = layout.node_ranks(node)
+    if rank in layout.leaders():
+        groups["leaders"] = layout.leaders()
+    return groups
 
 
 @dataclass
@@ -35,7 +55,7 @@ class Cluster:
     rank: int
     device: torch.device
     backend: str
-    groups: dict[str, object | None] = field(default_factory=dict)
+    transport: DistTransport | ThreadTransport | None = None  # how the primitives reach the other ranks
     group_ranks: dict[str, list[int]] = field(default_factory=dict)
 
     @property
@@ -66,6 +86,14 @@ class Cluster:
             raise ValueError(f"rank {self.rank} is not a member of group {group!r}") from None
 
     @classmethod
+    def in_process(cls, layout: ClusterLayout, rank: int, fabric: Fabric, device: torch.device) -> "Cluster":
+        """Rank ``rank`` of a job whose ranks are threads of this process, joined by ``fabric``
+        (:mod:`dlcomm.comm.inprocess`)."""
+        groups = group_ranks_of(layout, rank)
+        return cls(layout=layout, rank=rank, device=device, backend="inprocess",
+                   transport=ThreadTransport(fabric, rank, groups), group_ranks=groups)
+
+    @classmethod
     def connect(
         cls,
         layout: ClusterLayout,
@@ -88,33 +116,23 @@ class Cluster:
             timeout=CONTROL_TIMEOUT if layout.services else timeout,
             device_id=device if device.type == "cuda" else None,
         )
-        cluster = cls(layout=layout, rank=rank, device=device, backend=backend)
-        cluster.groups["job"] = dist.group.WORLD
-        cluster.group_ranks["job"] = list(range(layout.job_size))
-        workers = list(range(layout.world_size))
-        worker_group = dist.new_group(workers, timeout=timeout) if layout.services else dist.group.WORLD
-        if rank < layout.world_size:
-            cluster.groups["world"] = worker_group
-            cluster.group_ranks["world"] = workers
+        groups: dict[str, Any] = {"job": dist.group.WORLD}
+        worker_group = dist.new_group(list(range(layout.world_size)), timeout=timeout) if layout.services else dist.group.WORLD
+        groups["world"] = worker_group
         for node in range(layout.nodes):
             members = layout.node_ranks(node)
             group = dist.new_group(members, timeout=timeout)
             if rank in members:
-                cluster.groups["intra"] = group
-                cluster.group_ranks["intra"] = members
+                groups["intra"] = group
         # Control messages (any-source receives, answered from a thread) need gloo: NCCL has
         # neither. A group of their own, because a responder legitimately waits for the next
         # message as long as its peers evaluate: on the job's group a receive that outlasted the
         # job's timeout closed the gloo pairs under the training collectives too.
-        cluster.groups["control"] = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
-        cluster.group_ranks["control"] = list(range(layout.job_size))
-        leaders = layout.leaders()
-        leader_group = dist.new_group(leaders, timeout=timeout)
-        if rank in leaders:
-            cluster.groups["leaders"] = leader_group
-            cluster.group_ranks["leaders"] = leaders
-        return cluster
+        groups["control"] = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+        groups["leaders"] = dist.new_group(layout.leaders(), timeout=timeout)
+        members = group_ranks_of(layout, rank)
+        transport = DistTransport({name: group for name, group in groups.items() if name in members})
+        return cls(layout=layout, rank=rank, device=device, backend=backend, transport=transport, group_ranks=members)
 
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        self.transport.close()

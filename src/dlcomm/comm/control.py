@@ -29,7 +29,6 @@ import threading
 from typing import Callable, Sequence
 
 import torch
-import torch.distributed as dist
 
 from dlcomm.comm import traffic
 from dlcomm.comm.channel import Channel, Handle
@@ -48,7 +47,7 @@ class ControlPlane:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.rank = channel.cluster.rank
-        self.group = channel.cluster.groups["control"]
+        self.transport = channel.cluster.transport
         self.inbox: "queue.Queue[tuple[int, list[float]]]" = queue.Queue()
         self._thread: threading.Thread | None = None
         self._peers: tuple[int, ...] = ()
@@ -77,7 +76,7 @@ class ControlPlane:
     def _post(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
         with self._send_lock:
             self._sending = [(work, kept) for work, kept in self._sending if not work.is_completed()]
-            self._sending.append((dist.isend(tensor, dst=dst, tag=tag, group=self.group), tensor))
+            self._sending.append((self.transport.isend(tensor, dst, "control", tag), tensor))
 
     def _drain_sends(self) -> None:
         with self._send_lock:
@@ -113,9 +112,9 @@ class ControlPlane:
         message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64)
         try:
             while waiting:
-                work = dist.irecv(message, src=None, tag=CONTROL_TAG, group=self.group)
+                work = self.transport.irecv(message, None, "control", CONTROL_TAG)
                 work.wait()
-                src = work._source_rank()
+                src = self.transport.source_rank(work)
                 values = message.cpu().tolist()
                 if values[0] == STOP:
                     waiting.discard(src)
@@ -133,6 +132,12 @@ class ControlPlane:
         except queue.Empty:
             return None
 
+    def next_message(self, timeout: float) -> tuple[int, list[float]]:
+        """The next delivered message, waiting up to ``timeout`` seconds (``queue.Empty`` after)."""
+        self.check()
+        with self.transport.blocking():  # threads: the answer may need another rank's turn
+            return self.inbox.get(timeout=timeout)
+
     def check(self) -> None:
         """Raise, in the calling thread, the error that ended the responder."""
         if self.failure is not None:
@@ -145,7 +150,7 @@ class ControlPlane:
         if into.device.type != "cpu":
             raise ValueError("pull into a CPU tensor: the control plane runs over gloo")
         handle = self.channel.expect("pull", into, src, start)
-        handle.add_work(dist.irecv(into, src=src, tag=PAYLOAD_TAG, group=self.group), payload=True)
+        handle.add_work(self.transport.irecv(into, src, "control", PAYLOAD_TAG), payload=True)
         self.send(src, kind, *values)
         return handle
 
@@ -155,6 +160,7 @@ class ControlPlane:
         for peer in peers:
             self.send(peer, STOP)
         if self._thread is not None:
-            self._thread.join()
+            with self.transport.blocking():  # threads: the peers' STOPs need their turn
+                self._thread.join()
         self._drain_sends()
         self.check()

@@ -15,7 +15,6 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
-import torch.distributed as dist
 
 if TYPE_CHECKING:
     from dlcomm.comm.channel import Channel, Handle, OpRecord
@@ -30,10 +29,10 @@ class Timing:
     def collective(self, handle: "Handle", group: str, modelled_s: Callable[[], float]) -> None:
         pass
 
-    def send(self, handle: "Handle", dst: int, nbytes: int, process_group: Any, tag: int) -> None:
+    def send(self, handle: "Handle", dst: int, nbytes: int, group: str, tag: int) -> None:
         pass
 
-    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], process_group: Any, tag: int) -> None:
+    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], group: str, tag: int) -> None:
         pass
 
     def arrival(self, handle: "Handle", start: float, modelled_s: Callable[[], float]) -> None:
@@ -75,7 +74,7 @@ class ModelledTiming(Timing):
         record = handle.record
         self._enter(record, modelled_s())
         entry = self._stamp(record.start)
-        handle.exchange = dist.all_reduce(entry, op=dist.ReduceOp.MAX, group=self.channel._group(group), async_op=True)
+        handle.exchange = self.channel.transport.all_reduce(entry, group, op="max")
         handle.add_work(handle.exchange)
 
         def resolve() -> None:
@@ -86,7 +85,7 @@ class ModelledTiming(Timing):
         handle.resolve = resolve
         self.channel._unresolved[group].append(handle)
 
-    def send(self, handle: "Handle", dst: int, nbytes: int, process_group: Any, tag: int) -> None:
+    def send(self, handle: "Handle", dst: int, nbytes: int, group: str, tag: int) -> None:
         """The start clock travels ahead of the payload (tag + CLOCK_TAG_OFFSET)."""
         record, rank = handle.record, self.channel.cluster.rank
         self._enter(record, self.network.send_s(nbytes, rank, dst))
@@ -94,16 +93,16 @@ class ModelledTiming(Timing):
         record.ready = max(record.start, self.send_free[inter])
         record.end = record.ready + record.modelled_s
         self.send_free[inter] = record.end
-        handle.add_work(dist.isend(self._stamp(record.ready), dst=dst, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+        handle.add_work(self.channel.transport.isend(self._stamp(record.ready), dst, group, tag + CLOCK_TAG_OFFSET))
         handle.resolve = lambda: None
         handle.resolved = True
 
-    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], process_group: Any, tag: int) -> None:
+    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], group: str, tag: int) -> None:
         record = handle.record
         self._enter(record, modelled_s())
         stamps = [self._stamp(math.nan) for _ in srcs]
         for stamp, src in zip(stamps, srcs):
-            handle.add_work(dist.irecv(stamp, src=src, group=process_group, tag=tag + CLOCK_TAG_OFFSET))
+            handle.add_work(self.channel.transport.irecv(stamp, src, group, tag + CLOCK_TAG_OFFSET))
 
         def resolve() -> None:
             record.ready = max(float(stamp[0]) for stamp in stamps)

@@ -53,8 +53,8 @@ class Launcher:
             able = [name for name, launcher in all_launchers().items() if launcher.services]
             raise UserError(
                 f"launcher={cls.name} is invalid for algo={cfg.algo.name}: it needs the service process(es) "
-                f"{', '.join(roles)}, which only {' or '.join(f'launcher={name}' for name in able)} "
-                f"start{'s' if len(able) == 1 else ''} so far; pass launcher={able[0] if able else 'local'}"
+                f"{', '.join(roles)}, which it does not start; pass "
+                f"{' or '.join(f'launcher={name}' for name in able) or 'launcher=local'}"
             )
 
     @classmethod

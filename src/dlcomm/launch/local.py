@@ -15,50 +15,19 @@ import multiprocessing as mp
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from dlcomm.errors import EXIT_USAGE, UserError
-from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 _POLL_S = 0.1
 _SETTLE_S = 1.0  # after a first failure, how long to collect the other ranks' reports
-
-
-@dataclass(frozen=True)
-class RankFailure:
-    rank: int
-    message: str
-    details: str = ""
-    user_error: bool = False
-    signalled: bool = False
-    at: float = 0.0
-    role: str = "worker"
-
-    def describe(self) -> str:
-        role = "" if self.role == "worker" else f" ({self.role})"
-        return f"rank {self.rank}{role} {self.message}"
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    failure: RankFailure | None = None
-    interrupted: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        if self.failure is None:
-            return 0
-        return EXIT_USAGE if self.failure.user_error else 1
 
 
 def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int) -> None:
@@ -185,13 +154,11 @@ def _teardown(processes: list[mp.Process], grace_s: float) -> None:
 
 
 @register
-class LocalLauncher(Launcher):
+class LocalLauncher(DriverLauncher):
     """``launcher=local``: the ranks, and the algorithm's service processes, are processes of
     this machine; this process waits for them and closes the run."""
 
     name = "local"
-    services = True
-    ended_by = "driver"
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
@@ -211,36 +178,6 @@ class LocalLauncher(Launcher):
             )
 
     @classmethod
-    def launch(cls, spec: RunSpec) -> int:
-        """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
-        from dlcomm.paths import results_dir
-        from dlcomm.tracking.mlflow_run import close_run, open_run
-
-        tags = cls.driver_tags()  # this process closes the run: `dlcomm runs reap` checks it lives
-        if spec.parent_run_id:
-            tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
-        run_id = open_run(spec, tags)
-        spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
-        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        result = None
-        previous_handler = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-        try:
-            result = launch_local(spec)
-        finally:
-            signal.signal(signal.SIGTERM, previous_handler)
-            status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
-            error = result.failure.describe() if result is not None and result.failure is not None else ""
-            close_run(spec.tracking_uri, run_id, status, error)
-        if result.interrupted:
-            print(f"dlcomm: interrupted; mlflow run {run_id} marked KILLED", file=sys.stderr)
-        elif result.failure is not None:
-            failure = result.failure
-            if failure.details and not failure.user_error:
-                print(failure.details, file=sys.stderr, end="")
-            print(f"dlcomm: error: {failure.describe()}; mlflow run {run_id} marked FAILED", file=sys.stderr)
-        return result.exit_code
-
-
-def _terminate_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
-    raise KeyboardInterrupt
+    def run_job(cls, spec: RunSpec) -> LaunchResult:
+        """Every rank a process: :func:`launch_local`."""
+        return launch_local(spec)

@@ -11,6 +11,7 @@ import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,40 +74,51 @@ def run_rank(
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     cluster = Cluster.connect(layout, rank, store, backend, device)
     try:
-        channel = Channel.for_run(cluster, cfg.network)
-        data = build_dataset(cfg.dataset)
-        task = build_task(cfg)
-        torch.manual_seed(cfg.seed)
-        model = task.build_model(cfg.model, data).to(device)
-        torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
-        optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-        algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
-        if cluster.role != "worker":
-            if cfg.debug.fail_rank == rank:  # a service has no steps: it dies fail_step seconds after it starts
-                import signal
-                import threading
-
-                threading.Timer(max(0, cfg.debug.fail_step), os.kill, (os.getpid(), signal.SIGKILL)).start()
-            algorithm.serve(cluster.role, model, optimizer)
-            return {}
-        algorithm.setup(model, optimizer)
-        reporter = None
-        if rank == 0:
-            from dlcomm.tracking.reporter import Rank0Reporter
-
-            reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs)
-        per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
-        algorithm.plan(per_epoch, total)
-        scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
-        checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None
-        precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
-        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing,
-                            task, precision).run()
-        if cfg.train.save_model:
-            torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
-        channel.barrier()
-        if checkpointing is not None and rank == 0:  # the run is complete: its checkpoints are not needed
-            shutil.rmtree(checkpointing.folder, ignore_errors=True)
-        return summary
+        return train_rank(spec, cluster, resumable=resumable, warning=warning, check_every=check_every)
     finally:
         cluster.close()
+
+
+def train_rank(
+    spec: RunSpec, cluster: Cluster, data: Any = None, resumable: bool = False, warning: WarningSignal | None = None,
+    check_every: int = 10,
+) -> dict[str, float]:
+    """Everything a rank does once it has joined its job (``cluster``, processes or threads):
+    build data (unless the launcher shares one ``data`` among its ranks), model, optimizer and
+    algorithm, then train, or serve when the rank plays a service role."""
+    cfg = spec.cfg()
+    rank, device, layout = cluster.rank, cluster.device, cluster.layout
+    channel = Channel.for_run(cluster, cfg.network)
+    data = data if data is not None else build_dataset(cfg.dataset)
+    task = build_task(cfg)
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(cfg.model, data).to(device)
+    torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
+    optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
+    algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
+    if cluster.role != "worker":
+        if cfg.debug.fail_rank == rank:  # a service has no steps: it dies fail_step seconds after it starts
+            import threading
+
+            threading.Timer(max(0, cfg.debug.fail_step), cluster.transport.kill_self).start()
+        algorithm.serve(cluster.role, model, optimizer)
+        return {}
+    algorithm.setup(model, optimizer)
+    reporter = None
+    if rank == 0:
+        from dlcomm.tracking.reporter import Rank0Reporter
+
+        reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs)
+    per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
+    algorithm.plan(per_epoch, total)
+    scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
+    checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None
+    precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
+    summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing,
+                        task, precision).run()
+    if cfg.train.save_model:
+        torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
+    channel.barrier()
+    if checkpointing is not None and rank == 0:  # the run is complete: its checkpoints are not needed
+        shutil.rmtree(checkpointing.folder, ignore_errors=True)
+    return summary

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import signal
 from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any, Callable, Protocol
@@ -352,7 +350,7 @@ class TrainLoop:
         debug = self.cfg.debug
         if debug.fail_rank == self.cluster.rank and debug.fail_step == self.state.step:
             if debug.fail_mode == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
+                self.channel.transport.kill_self()
             raise RuntimeError(f"fault injected by debug.fail_rank={debug.fail_rank} at step {self.state.step}")
 
     def _end_epoch(self, epoch: int, rows: list[IterationRow], epoch_stats: stats.StatLog, train_wall_s: float,

@@ -1,0 +1,93 @@
+"""What the launchers that run a job's ranks on this machine share (``launcher=local``, one
+process per rank; ``launcher=threads``, one thread per rank): this process opens the MLflow run,
+runs the ranks, waits for them and closes the run with the truthful status; the first failing
+rank is named in one line (its traceback above it when it raised), Ctrl-C and SIGTERM end the
+run KILLED with exit 130.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlcomm.errors import EXIT_USAGE
+from dlcomm.launch.base import Launcher, element_label
+from dlcomm.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    message: str
+    details: str = ""
+    user_error: bool = False
+    signalled: bool = False
+    at: float = 0.0
+    role: str = "worker"
+
+    def describe(self) -> str:
+        role = "" if self.role == "worker" else f" ({self.role})"
+        return f"rank {self.rank}{role} {self.message}"
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    failure: RankFailure | None = None
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        if self.failure is None:
+            return 0
+        return EXIT_USAGE if self.failure.user_error else 1
+
+
+class DriverLauncher(Launcher):
+    """A launcher whose ranks run under this process: subclasses say how in :meth:`run_job`."""
+
+    services = True
+    ended_by = "driver"
+
+    @classmethod
+    def run_job(cls, spec: RunSpec) -> LaunchResult:
+        """Run every rank of ``spec`` (its MLflow run open, its folder made); how it ended."""
+        raise NotImplementedError
+
+    @classmethod
+    def launch(cls, spec: RunSpec) -> int:
+        """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
+        from dlcomm.paths import results_dir
+        from dlcomm.tracking.mlflow_run import close_run, open_run
+
+        tags = cls.driver_tags()  # this process closes the run: `dlcomm runs reap` checks it lives
+        if spec.parent_run_id:
+            tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
+        run_id = open_run(spec, tags)
+        spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        result = None
+        previous_handler = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+        try:
+            result = cls.run_job(spec)
+        finally:
+            signal.signal(signal.SIGTERM, previous_handler)
+            status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
+            error = result.failure.describe() if result is not None and result.failure is not None else ""
+            close_run(spec.tracking_uri, run_id, status, error)
+        if result.interrupted:
+            print(f"dlcomm: interrupted; mlflow run {run_id} marked KILLED", file=sys.stderr)
+        elif result.failure is not None:
+            failure = result.failure
+            if failure.details and not failure.user_error:
+                print(failure.details, file=sys.stderr, end="")
+            print(f"dlcomm: error: {failure.describe()}; mlflow run {run_id} marked FAILED", file=sys.stderr)
+        return result.exit_code
+
+
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
+    raise KeyboardInterrupt

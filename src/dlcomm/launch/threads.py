@@ -1,0 +1,180 @@
+"""``launcher=threads``: a whole cluster in this process, every rank (and service role) a thread.
+
+Each thread builds its own model, optimizer, algorithm and data order exactly as a rank process
+does (:func:`dlcomm.launch.rank.train_rank`); the data set is loaded once and shared (it is
+only read). The Channel runs over the in-process fabric (:mod:`dlcomm.comm.inprocess`), whose
+sums follow gloo's order, so the numbers are those of ``launcher=local`` on the CPU.
+
+``launcher.compute``:
+
+* ``serial`` (default): one rank computes at a time with all of torch's threads and hands the
+  turn over whenever it waits for communication. On a machine with few cores this is the fastest
+  (no oversubscription, no contention for the GIL), the interleaving is deterministic, each rank
+  keeps its own random stream, and a rank's compute is measured alone (what
+  ``network.mode=simulate`` wants). ``network.mode=emulate`` is refused (its waits are wall-clock
+  sleeps, which would hold the turn).
+* ``parallel``: every thread runs when it can, one torch thread each (torch releases the GIL in
+  its kernels). The process's random generator is then shared by the ranks: models that draw
+  during training (dropout, augmentation from the global generator) are not reproducible.
+
+A rank that raises ends the job at once: every rank blocked in an operation is released
+(:meth:`~dlcomm.comm.inprocess.Fabric.abort`) and the failing rank is named. On the GPU
+(``train.device=cuda``) every rank uses the one visible device, each on a CUDA stream of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from dlcomm.config.schema import LauncherConfig
+from dlcomm.errors import UserError
+from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure
+from dlcomm.launch.registry import register
+from dlcomm.spec import RunSpec
+
+COMPUTE_MODES = ("serial", "parallel")
+_POLL_S = 0.1
+
+
+@dataclass
+class ThreadsLauncherConfig(LauncherConfig):
+    """``launcher=threads``: every rank a thread of this process."""
+
+    name: str = "threads"
+    compute: str = "serial"  # serial: one rank computes at a time with every core | parallel: all at once
+
+
+@register
+class ThreadsLauncher(DriverLauncher):
+    """``launcher=threads``: the ranks and the algorithm's service roles are threads of this
+    process; it waits for them and closes the run."""
+
+    name = "threads"
+    Config = ThreadsLauncherConfig
+
+    @classmethod
+    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+        """Beside the base checks: a known ``launcher.compute``, no wall-clock emulation under
+        serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
+        super().check(cfg, roles)
+        compute = cfg.launcher.compute
+        if compute not in COMPUTE_MODES:
+            raise UserError(f"launcher.compute={compute} is invalid; use one of: {', '.join(COMPUTE_MODES)}")
+        if compute == "serial" and cfg.network.mode == "emulate":
+            raise UserError(
+                "network.mode=emulate is invalid with launcher=threads launcher.compute=serial: emulation sleeps in "
+                "wall time while one rank holds the turn; use network.mode=simulate or launcher.compute=parallel"
+            )
+        if cfg.train.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
+
+    @classmethod
+    def run_job(cls, spec: RunSpec) -> LaunchResult:
+        """Every rank a thread: :func:`launch_threads`."""
+        return launch_threads(spec)
+
+
+def torch_threads(requested: int, compute: str, ranks: int) -> int:
+    """torch's (process-wide) thread count: ``train.threads_per_rank`` if set, else every core
+    for the one rank computing at a time (serial), else the cores shared among the ranks."""
+    if requested > 0:
+        return requested
+    cores = os.cpu_count() or 1
+    return cores if compute == "serial" else max(1, cores // ranks)
+
+
+def launch_threads(spec: RunSpec) -> LaunchResult:
+    """Run every rank of ``spec`` as a thread here; return when all finished or one failed."""
+    import torch
+
+    from dlcomm.comm.inprocess import Fabric, Turns
+    from dlcomm.data import build_dataset
+    from dlcomm.launch.rank import job_layout
+
+    cfg = spec.cfg()
+    layout = job_layout(cfg)
+    compute = cfg.launcher.compute
+    torch.set_num_threads(torch_threads(cfg.train.threads_per_rank, compute, layout.job_size))
+    use_cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+    data = build_dataset(cfg.dataset)
+    ranks = range(layout.job_size)
+    fabric = Fabric(Turns(ranks) if compute == "serial" else None)
+    failures: list[RankFailure] = []
+    threads = [
+        threading.Thread(target=_rank_thread, args=(spec, rank, layout, fabric, device, data, failures),
+                         name=f"dlcomm-{layout.role_of(rank)}{rank}", daemon=True)
+        for rank in ranks
+    ]
+    grace_s = cfg.launcher.teardown_grace_s
+    try:
+        for thread in threads:
+            thread.start()
+        while fabric.failure is None:
+            alive = [thread for thread in threads if thread.is_alive()]
+            if not alive:
+                return LaunchResult()
+            alive[0].join(timeout=_POLL_S)
+        _join(threads, grace_s)
+        return LaunchResult(failure=_root_cause(failures, fabric, layout))
+    except KeyboardInterrupt:
+        fabric.abort("interrupted")
+        _join(threads, grace_s)
+        return LaunchResult(interrupted=True)
+
+
+def _rank_thread(spec: RunSpec, rank: int, layout: Any, fabric: Any, device: Any, data: Any,
+                 failures: list[RankFailure]) -> None:
+    import torch
+
+    from dlcomm.comm.cluster import Cluster
+    from dlcomm.comm.inprocess import JobAborted, RankKilled
+    from dlcomm.launch.rank import train_rank
+
+    role = layout.role_of(rank)
+    turns = fabric.turns
+    if turns is not None:
+        turns.begin(rank)
+    try:
+        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            train_rank(spec, Cluster.in_process(layout, rank, fabric, device), data=data)
+    except (JobAborted, RankKilled):
+        pass  # another rank's failure (or this one's kill) ended the job: not the cause
+    except UserError as error:
+        failures.append(RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time(), role=role))
+        fabric.abort(f"rank {rank} stopped")
+    except BaseException as error:  # noqa: BLE001 - every failure must reach the driver
+        failures.append(RankFailure(rank, f"raised {type(error).__name__}: {error}", details=traceback.format_exc(),
+                                    at=time.time(), role=role))
+        fabric.abort(f"rank {rank} failed")
+    finally:
+        if turns is not None:
+            turns.end(rank)
+
+
+def _join(threads: list[threading.Thread], grace_s: float) -> None:
+    """Wait up to ``grace_s`` for the threads to end (daemon threads still running then die with
+    the process)."""
+    deadline = time.monotonic() + grace_s
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _root_cause(failures: list[RankFailure], fabric: Any, layout: Any) -> RankFailure:
+    if fabric.killed is not None:
+        rank = fabric.killed
+        return RankFailure(rank, "was killed (debug.fail_mode=kill)", signalled=True, at=time.time(),
+                           role=layout.role_of(rank))
+    if failures:
+        return min(failures, key=lambda failure: failure.at)
+    return RankFailure(0, f"ended: {fabric.failure}", at=time.time())
