@@ -467,3 +467,60 @@ def modelled_comm_per_step(cluster, channel, cases: list) -> list[dict]:
         results.append({"role": "worker", "modelled": modelled, "leader": cluster.is_leader,
                         "sent": getattr(stats, "sent", None)})
     return results
+
+
+def reductions_of(cluster, channel, sizes: list[int]) -> list:
+    """Per size: this rank's allreduce (sum) result and, on the last rank, its reduce (sum)
+    result, of data with many magnitudes (so that the order of the additions shows in the bits)."""
+    out = []
+    last = cluster.world_size - 1
+    for size in sizes:
+        generator = torch.Generator().manual_seed(size * 1_000 + cluster.rank)
+        data = torch.randn(size, generator=generator) * torch.exp(5 * torch.randn(size, generator=generator))
+        summed = channel.allreduce(data.clone(), average=False)
+        reduced = channel.reduce(data.clone(), dst=last)
+        out.append((summed if cluster.rank == 0 else None, reduced if cluster.rank == last else None))
+    return out
+
+
+def draws_between_collectives(cluster, channel, rounds: int) -> list[float]:
+    """Each rank seeds the global generator with its rank, then alternates draws and allreduces:
+    a rank's draws must come from its own stream whatever else runs in between."""
+    torch.manual_seed(100 + cluster.rank)
+    drawn = []
+    for _ in range(rounds):
+        value = torch.rand(3)
+        drawn.extend(value.tolist())
+        channel.allreduce(value)
+    return drawn
+
+
+def fail_while_others_wait(cluster, channel, failing: int) -> None:
+    """Rank ``failing`` raises before a collective the others are already blocked in."""
+    if cluster.rank == failing:
+        time.sleep(0.2)
+        raise ValueError(f"rank {failing} fails on purpose")
+    channel.allreduce(torch.ones(4))
+
+
+def messages_in_order(cluster, channel, count: int) -> list:
+    """Rank 0 sends ``count`` messages (tag 5) to rank 1 and one (tag 6) to rank 2; rank 1 receives
+    them in order; rank 2 receives its one from any source through the transport."""
+    transport = cluster.transport
+    if cluster.rank == 0:
+        works = [transport.isend(torch.full((2,), float(i)), 1, "world", 5) for i in range(count)]
+        works.append(transport.isend(torch.full((2,), 42.0), 2, "world", 6))
+        for work in works:
+            work.wait()
+        return []
+    if cluster.rank == 1:
+        received = []
+        for _ in range(count):
+            tensor = torch.zeros(2)
+            transport.irecv(tensor, 0, "world", 5).wait()
+            received.append(float(tensor[0]))
+        return received
+    tensor = torch.zeros(2)
+    work = transport.irecv(tensor, None, "world", 6)
+    work.wait()
+    return [transport.source_rank(work), float(tensor[0])]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -45,14 +47,20 @@ def _entry(
 def run_ranks(
     fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300,
     network: dict | None = None, services: tuple[str, ...] = (), cluster_timeout_s: float = 300.0,
+    in_process: str = "",
 ) -> list[Any]:
     """``[fn(cluster_r, channel_r, *args) for r in range(world + len(services))]``, each on its
     own process (ranks ``world ..`` play the ``services`` roles: ``cluster.role``); ``network``
     is a ``network`` config (as composed from ``configs/network/``), None for off;
-    ``cluster_timeout_s`` is the process groups' timeout (gloo ends an operation that waits longer)."""
+    ``cluster_timeout_s`` is the process groups' timeout (gloo ends an operation that waits longer).
+    ``in_process="serial"`` or ``"parallel"``: every rank a thread of this process instead, on the
+    in-process fabric with that compute scheduling (``launcher=threads``); ``threads`` is then
+    torch's thread count for the whole process."""
     nodes = nodes or world
     if world % nodes:
         raise ValueError(f"world={world} is not a multiple of nodes={nodes}")
+    if in_process:
+        return _run_in_threads(fn, world, args, nodes, services, network, in_process == "serial", threads, timeout)
     job = world + len(services)
     store = dist.TCPStore("127.0.0.1", 0, job, is_master=True, wait_for_workers=False)
     context = mp.get_context("spawn")
@@ -81,6 +89,59 @@ def run_ranks(
                 process.kill()
 
 
+def _run_in_threads(
+    fn: Callable, world: int, args: tuple, nodes: int, services: tuple[str, ...], network: dict | None, serial: bool,
+    threads: int, timeout: float,
+) -> list[Any]:
+    from omegaconf import OmegaConf
+
+    from dlcomm.comm.channel import Channel
+    from dlcomm.comm.cluster import Cluster
+    from dlcomm.comm.inprocess import Fabric, JobAborted, Turns
+    from dlcomm.comm.layout import ClusterLayout
+
+    layout = ClusterLayout(nodes, world // nodes, services)
+    fabric = Fabric(Turns(range(layout.job_size)) if serial else None)
+    results: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+
+    def body(rank: int) -> None:
+        if fabric.turns is not None:
+            fabric.turns.begin(rank)
+        try:
+            cluster = Cluster.in_process(layout, rank, fabric, torch.device("cpu"))
+            channel = Channel.for_run(cluster, OmegaConf.create(network)) if network else Channel(cluster)
+            results[rank] = fn(cluster, channel, *args)
+        except JobAborted:
+            pass
+        except BaseException:  # noqa: BLE001 - reported to the caller
+            errors[rank] = traceback.format_exc()
+            fabric.abort(f"rank {rank} failed")
+        finally:
+            if fabric.turns is not None:
+                fabric.turns.end(rank)
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    workers = [threading.Thread(target=body, args=(rank,), daemon=True) for rank in range(layout.job_size)]
+    try:
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + timeout
+        for worker in workers:
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+    finally:
+        torch.set_num_threads(previous)
+    if errors:
+        rank = min(errors)
+        raise RuntimeError(f"rank {rank} failed:\n{errors[rank]}")
+    missing = sorted(set(range(layout.job_size)) - set(results))
+    if missing:
+        fabric.abort("timed out")
+        raise RuntimeError(f"ranks {missing} gave no result in {timeout} s")
+    return [results[rank] for rank in range(layout.job_size)]
+
+
 def time_interleaved(
     steppers: dict[str, Callable[[int, Any, Any], None]], inputs: Any, labels: Any, iters: int, block: int,
     warmup: int, barrier: Callable[[], None],
@@ -89,7 +150,6 @@ def time_interleaved(
     measured side by side: after ``warmup`` iterations each, rounds of ``block`` iterations per
     stepper, the order rotating by one every round so that machine noise hits all alike.
     ``barrier`` lines the ranks up before every block."""
-    import time
 
     names = list(steppers)
     times: dict[str, list[float]] = {name: [] for name in names}
