@@ -32,6 +32,7 @@ CASES = [
     (["algo=ps", "launcher=srun"], "launcher=srun is invalid for algo=ps: it needs the service process(es) server"),
     (["train.time_budget_s=-5"], "train.time_budget_s=-5.0 is invalid"),
     (["train.eval_size=-1"], "train.eval_size=-1 is invalid"),
+    (["train.eval_replicas=-1"], "train.eval_replicas=-1 is invalid: pass 0 (every replica)"),
     # another choice's knob: one line naming the choices that have it
     (["model.embed_dim=8"], "model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s"),
     (["+model.embed_dim=8"], "model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s"),

@@ -192,6 +192,7 @@ class Channel:
             self._phase = previous
 
     def begin_iteration(self) -> None:
+        self.transport.pass_turn()
         with self._lock:
             self._iteration_ops = []
         self._phase = "train"

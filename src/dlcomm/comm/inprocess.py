@@ -207,6 +207,20 @@ class Turns:
             self._wait_for_turn(rank)
         self._take_rng(rank)
 
+    def pass_turn(self) -> None:
+        """The calling rank lets every other ready rank go first (at an iteration's start), so
+        that ranks that never wait (asynchronous algorithms) still take turns step by step."""
+        rank = self.current
+        if rank is None:
+            return
+        with self._lock:
+            if self._aborted:
+                return
+            bisect.insort(self._ready, rank)
+            self._release(rank)
+            self._wait_for_turn(rank)
+        self._take_rng(rank)
+
     def completed(self, works: Sequence[_Work]) -> None:
         """``works`` completed: the ranks blocked on them are ready."""
         with self._lock:
@@ -515,6 +529,10 @@ class ThreadTransport:
 
     def blocking(self) -> ContextManager[None]:
         return self.fabric.turns.yielding() if self.fabric.turns is not None else nullcontext()
+
+    def pass_turn(self) -> None:
+        if self.fabric.turns is not None:
+            self.fabric.turns.pass_turn()
 
     def kill_self(self) -> None:
         """``debug.fail_mode=kill``: the job learns this rank is gone, and this thread stops."""

@@ -77,6 +77,10 @@ class DistTransport:
         """Around a wait outside the transport (a queue, a thread join): nothing to do here."""
         return nullcontext()
 
+    def pass_turn(self) -> None:
+        """At an iteration's start: ranks that share compute turns let the others go first
+        (:class:`dlcomm.comm.inprocess.Turns`); processes run at once, nothing to do."""
+
     @staticmethod
     def kill_self() -> None:
         """``debug.fail_mode=kill``: this rank dies as a crashed process would."""

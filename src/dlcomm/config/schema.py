@@ -25,6 +25,7 @@ class TrainConfig:
     eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
     eval_batch_size: int = 256
     eval_size: int = 0  # evaluate on the first N test images; 0: the whole test set
+    eval_replicas: int = 16  # test_acc_mean over at most N evenly spaced replicas (exact when workers <= N); 0: every replica
     label_smoothing: float = 0.0
     amp: bool = False  # mixed precision: autocast forward, see dlcomm.train.precision
     amp_dtype: str = "auto"  # auto (bf16 on CPU, fp16 with loss scaling on CUDA) | bf16 | fp16

@@ -33,6 +33,8 @@ def validate_run(cfg: Any) -> None:
     require(train.eval_every >= 0, "train.eval_every", train.eval_every, "use 0 (evaluate only at the end) or a positive number of epochs")
     require(train.eval_batch_size >= 1, "train.eval_batch_size", train.eval_batch_size, "pass a positive batch size")
     require(train.eval_size >= 0, "train.eval_size", train.eval_size, "pass 0 (the whole test set) or a number of test images")
+    require(train.eval_replicas >= 0, "train.eval_replicas", train.eval_replicas,
+            "pass 0 (every replica) or the number of replicas test_acc_mean samples, e.g. 16")
     require(0.0 <= train.label_smoothing < 1.0, "train.label_smoothing", train.label_smoothing, "use a value in [0, 1)")
     require(0.0 <= train.target_acc <= 1.0, "train.target_acc", train.target_acc, "use a fraction in [0, 1], e.g. 0.85; 0 turns it off")
     require(train.time_budget_s >= 0, "train.time_budget_s", train.time_budget_s, "use 0 (no budget) or a positive number of seconds")

@@ -39,6 +39,7 @@ from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 COMPUTE_MODES = ("serial", "parallel")
+MEMORY_USABLE = 0.9  # of what the kernel reports available (plus what this process holds)
 _POLL_S = 0.1
 
 
@@ -57,6 +58,7 @@ class ThreadsLauncher(DriverLauncher):
 
     name = "threads"
     Config = ThreadsLauncherConfig
+    in_process = True
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
@@ -76,11 +78,32 @@ class ThreadsLauncher(DriverLauncher):
 
             if not torch.cuda.is_available():
                 raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
+        check_memory(cfg, len(roles), compute == "serial")
 
     @classmethod
     def run_job(cls, spec: RunSpec) -> LaunchResult:
         """Every rank a thread: :func:`launch_threads`."""
         return launch_threads(spec)
+
+
+def check_memory(cfg: Any, services: int, serial: bool) -> None:
+    """Refuse, in one line with the estimate, a job that would not fit in this machine's memory."""
+    from dlcomm.launch.footprint import available_mib, estimate
+    from dlcomm.train.memory import peak_rss_mib
+
+    workers = cfg.nodes * cfg.workers_per_node
+    footprint = estimate(cfg, workers + services, serial)
+    budget = MEMORY_USABLE * (available_mib() + peak_rss_mib())
+    if footprint.total_mib <= budget:
+        return
+    most = max(0, footprint.most_ranks(budget) - services)
+    raise UserError(
+        f"nodes*workers_per_node={workers} is invalid with launcher=threads on this machine: the job needs about "
+        f"{footprint.total_mib / 1024:.1f} GiB ({footprint.ranks} ranks x {footprint.per_rank_mib:.0f} MiB, "
+        f"activations {footprint.activations_mib:.0f} MiB x {footprint.at_once}, {footprint.shared_mib:.0f} MiB "
+        f"shared) and {budget / 1024:.1f} GiB can be used; use at most {most} workers, a smaller model or "
+        "train.batch_size, or launcher=slurm"
+    )
 
 
 def torch_threads(requested: int, compute: str, ranks: int) -> int:

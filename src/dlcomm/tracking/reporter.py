@@ -109,7 +109,10 @@ class Rank0Reporter:
                 " network; emulated times are too high there (use network.mode=simulate, or fewer ranks per core)",
                 flush=True,
             )
-        if memory[names.PEAK_RSS_MIB]:
+        if memory[names.PEAK_RSS_MIB] and _ranks_share_a_process(self.spec):
+            print(f"peak memory of the process (every rank is a thread of it), MiB: RSS {max(memory[names.PEAK_RSS_MIB]):.0f}"
+                  f" | PSS {max(memory[names.PEAK_PSS_MIB]):.0f}", flush=True)
+        elif memory[names.PEAK_RSS_MIB]:
             print(
                 "peak memory per rank, MiB: RSS "
                 + ", ".join(f"{value:.0f}" for value in memory[names.PEAK_RSS_MIB])
@@ -117,6 +120,13 @@ class Rank0Reporter:
                 + ", ".join(f"{value:.0f}" for value in memory[names.PEAK_PSS_MIB]),
                 flush=True,
             )
+
+
+def _ranks_share_a_process(spec: RunSpec) -> bool:
+    from dlcomm.launch.registry import find_launcher
+
+    launcher = find_launcher(spec.config["launcher"]["name"])
+    return launcher is not None and launcher.in_process
 
 
 def _pct(value: float | None) -> str:

@@ -1,19 +1,27 @@
 """Evaluation across workers.
 
-* ``test_acc_mean``: every worker evaluates its own replica on the whole test set; the mean of
-  the accuracies over workers.
 * ``test_acc_avg_model``: the averaged model ``x_bar = (1/n) sum_i x_i`` (parameters and
   floating-point buffers such as BatchNorm statistics), evaluated on the test set split in
-  ``n`` interleaved shards, one per worker, correct counts summed.
-* ``consensus_distance``: ``(1/n) sum_i ||x_i - x_bar||^2`` over the parameters.
+  ``n`` interleaved shards, one per worker, correct counts summed. Exact.
+* ``consensus_distance``: ``(1/n) sum_i ||x_i - x_bar||^2`` over the parameters of all ``n``
+  replicas. Exact.
+* ``test_acc_mean``: the mean test accuracy of the replicas, ``(1/k) sum_{i in S} acc(x_i)``
+  over a fixed sample ``S`` of ``k = min(n, train.eval_replicas)`` workers, each evaluating its
+  own replica on the whole test set. Exact (``S`` = every worker) when
+  ``n <= train.eval_replicas`` or ``train.eval_replicas`` = 0; otherwise a sample estimate over
+  the evenly spaced ranks ``floor(i * n / k)``, ``i = 0 .. k-1`` (rank 0 always among them, the
+  same ranks at every evaluation, :func:`sampled_ranks`); the other workers skip the
+  per-replica pass, which would otherwise cost ``n`` full test passes per evaluation.
 
 "The test set" is its first ``eval_size`` images when ``train.eval_size`` > 0 (large models on
 a CPU: a ResNet-50 pass over 10,000 images takes minutes), else all of it.
 
 When every replica equals the average exactly (parameters and buffers: AllReduce-SGD), every
-replica's accuracy is the averaged model's, so the full per-replica pass is skipped.
+replica's accuracy is the averaged model's, so the per-replica pass is skipped on every worker
+and ``test_acc_mean`` = ``test_acc_avg_model`` (exact).
 
-All reductions go through the Channel in its ``metrics`` phase, outside any iteration.
+The rule depends on the rank and world size alone, so it is the same under every launcher. All
+reductions go through the Channel in its ``metrics`` phase, outside any iteration.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any, Iterable
 import torch
 
 from dlcomm.comm.channel import Channel
+from dlcomm.config.schema import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -47,9 +56,19 @@ def count_correct(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, 
     return correct, total
 
 
+def sampled_ranks(world: int, eval_replicas: int) -> list[int]:
+    """The ranks whose replicas ``test_acc_mean`` averages: all of ``range(world)`` when
+    ``world <= eval_replicas`` or ``eval_replicas`` = 0, else the ``k = eval_replicas`` evenly
+    spaced ranks ``floor(i * world / k)`` for ``i = 0 .. k-1`` (distinct, rank 0 first)."""
+    if eval_replicas <= 0 or world <= eval_replicas:
+        return list(range(world))
+    return [i * world // eval_replicas for i in range(eval_replicas)]
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module, data: Any, channel: Channel, batch_size: int, device: torch.device, eval_size: int = 0,
+    eval_replicas: int = TrainConfig.eval_replicas,
 ) -> EvalResult:
     rank, world = channel.cluster.rank, channel.cluster.world_size
     size = min(eval_size, data.test_size) if eval_size > 0 else data.test_size
@@ -66,16 +85,16 @@ def evaluate(
 
         shard = torch.arange(rank, size, world)
         avg_correct, avg_total = count_correct(averaged, data.test_batches(batch_size, shard), device)
-        own_accuracy = 0.0
-        if not replicas_identical:
+        own_accuracy = sampled = 0.0
+        if not replicas_identical and rank in sampled_ranks(world, eval_replicas):
             whole = None if size == data.test_size else torch.arange(size)
             correct, total = count_correct(model, data.test_batches(batch_size, whole), device)
-            own_accuracy = correct / total
-        sums = torch.tensor([own_accuracy, avg_correct, avg_total], dtype=torch.float64, device=flat.device)
+            own_accuracy, sampled = correct / total, 1.0
+        sums = torch.tensor([own_accuracy, sampled, avg_correct, avg_total], dtype=torch.float64, device=flat.device)
         channel.allreduce(sums, average=False)
-    avg_accuracy = float(sums[1] / sums[2])
+    avg_accuracy = float(sums[2] / sums[3])
     return EvalResult(
-        test_acc_mean=avg_accuracy if replicas_identical else float(sums[0]) / world,
+        test_acc_mean=avg_accuracy if replicas_identical else float(sums[0] / sums[1]),
         test_acc_avg_model=avg_accuracy,
         consensus_distance=float(distances[0]) / world,
     )

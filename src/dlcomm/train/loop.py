@@ -280,8 +280,8 @@ class TrainLoop:
             data_s = perf_counter() - fetch_start
             self._maybe_fail()
             step = self.state.step
+            self.channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
             start = perf_counter()
-            self.channel.begin_iteration()
             loss = hooked_step(self.algorithm, self.model, self.optimizer, self.task.loss, inputs, labels, step,
                                self.cfg.train.comm_interval, self.precision)
             self.scheduler.step()
@@ -333,7 +333,7 @@ class TrainLoop:
     def _clock_evaluation(self) -> None:
         with self.algorithm.eval_params():
             result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device,
-                                  self.cfg.train.eval_size)
+                              self.cfg.train.eval_size, eval_replicas=self.cfg.train.eval_replicas)
         self._remember_best(result.test_acc_mean)
         if self.reporter:
             self.reporter.clock_point(self.state.step, {
@@ -360,7 +360,7 @@ class TrainLoop:
         if evaluate_now:
             with self.algorithm.eval_params():
                 result = evaluate(self.model, self.data, self.channel, self.cfg.train.eval_batch_size, self.device,
-                                  self.cfg.train.eval_size)
+                                  self.cfg.train.eval_size, eval_replicas=self.cfg.train.eval_replicas)
                 if self.reporter:
                     images = self.task.samples(self.model)
         gathered = self.channel.gather_objects(

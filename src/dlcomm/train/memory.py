@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 import resource
 import threading
 from pathlib import Path
@@ -33,21 +34,50 @@ def current_pss_mib() -> float:
 
 
 class PssMonitor:
-    """Samples PSS in the background; ``peak_mib`` is the largest sample so far."""
+    """The peak PSS of this process while the monitor runs. One sampling thread serves every
+    monitor of the process (ranks that are threads share it): it samples every ``interval_s``
+    from the first start to the last stop."""
+
+    _lock = threading.Lock()
+    _users = 0
+    _peak_mib = float("nan")
+    _stop = threading.Event()
+    _thread: threading.Thread | None = None
 
     def __init__(self, interval_s: float = 0.5) -> None:
-        self.peak_mib = current_pss_mib()
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True, name="pss-monitor")
-        self._thread.start()
+        cls = type(self)
+        with cls._lock:
+            if cls._users == 0:
+                cls._peak_mib = current_pss_mib()
+                cls._stop = threading.Event()
+                cls._thread = threading.Thread(target=cls._sample, args=(cls._stop, interval_s), daemon=True,
+                                               name="pss-monitor")
+                cls._thread.start()
+            cls._users += 1
+        self._running = True
 
-    def _sample(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.peak_mib = max(self.peak_mib, current_pss_mib())
+    @classmethod
+    def _sample(cls, stop: threading.Event, interval_s: float) -> None:
+        while not stop.wait(interval_s):
+            cls._peak_mib = _larger(cls._peak_mib, current_pss_mib())
+
+    @property
+    def peak_mib(self) -> float:
+        return type(self)._peak_mib
 
     def stop(self) -> float:
-        self._stop.set()
-        self._thread.join(timeout=2 * self._interval_s)
-        self.peak_mib = max(self.peak_mib, current_pss_mib())
-        return self.peak_mib
+        cls = type(self)
+        with cls._lock:
+            cls._peak_mib = _larger(cls._peak_mib, current_pss_mib())
+            peak = cls._peak_mib
+            if self._running:
+                self._running = False
+                cls._users -= 1
+                if cls._users == 0:
+                    cls._stop.set()
+        return peak
+
+
+def _larger(peak: float, sample: float) -> float:
+    """The new peak (a NaN peak, from a kernel that did not report, gives way to any sample)."""
+    return sample if math.isnan(peak) else max(peak, sample)

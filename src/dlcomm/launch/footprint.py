@@ -1,0 +1,96 @@
+"""How much memory a job of ``launcher=threads`` will take, estimated before it starts.
+
+Every rank holds its model, gradients, optimizer state and the algorithm's copies (gossip
+buffers, the evaluation's averaged model): about :data:`COPIES` times its parameters, plus
+:data:`RANK_OVERHEAD_MIB` of Python objects. Activations live while a rank computes: for one
+rank at a time under ``launcher.compute=serial``, for all at once under ``parallel``; they are
+measured as the outputs of every module in one forward pass of a batch (kept for the backward)
+times :data:`ACTIVATION_FACTOR` (the gradients of the backward). The data set is held once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+COPIES = 6  # parameters, gradients, momentum (Adam: two moments), algorithm buffers, evaluation copy
+RANK_OVERHEAD_MIB = 6.0
+ACTIVATION_FACTOR = 2.0
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Footprint:
+    ranks: int
+    per_rank_mib: float  # the model's copies and overhead, every rank
+    activations_mib: float  # one rank's activations while it computes
+    at_once: int  # how many ranks compute at a time
+    shared_mib: float  # the data set and this process as it stands
+
+    @property
+    def total_mib(self) -> float:
+        return self.shared_mib + self.ranks * self.per_rank_mib + self.at_once * self.activations_mib
+
+    def most_ranks(self, available_mib: float) -> int:
+        """The most ranks that fit in ``available_mib``, the rest of the job unchanged."""
+        per_rank = self.per_rank_mib + (self.activations_mib if self.at_once > 1 else 0.0)
+        fixed = self.shared_mib + (0.0 if self.at_once > 1 else self.activations_mib)
+        return max(0, int((available_mib - fixed) // per_rank))
+
+
+def estimate(cfg: Any, ranks: int, serial: bool) -> Footprint:
+    """The footprint of ``ranks`` threads running ``cfg`` (the model is built once, on the CPU)."""
+    from dlcomm.data import dataset_shape
+    from dlcomm.tasks import build_task
+    from dlcomm.train.memory import peak_rss_mib
+
+    shape, classes = dataset_shape(cfg.dataset)
+    model = build_task(cfg).build_model(cfg.model, SimpleNamespace(input_shape=shape, num_classes=classes))
+    param_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / MIB
+    samples = int(getattr(cfg.dataset, "train_size", 0) or 0) + int(getattr(cfg.dataset, "test_size", 0) or 0)
+    data_mib = samples * math.prod(shape) / MIB  # uint8 pixels; 0 where the config does not say
+    return Footprint(
+        ranks=ranks,
+        per_rank_mib=COPIES * param_mib + RANK_OVERHEAD_MIB,
+        activations_mib=ACTIVATION_FACTOR * _activation_mib(model, shape, cfg.train.batch_size),
+        at_once=1 if serial else ranks,
+        shared_mib=peak_rss_mib() + data_mib,
+    )
+
+
+def _activation_mib(model: torch.nn.Module, shape: tuple[int, ...], batch: int) -> float:
+    """The bytes of every module's output in a forward pass of one sample, times ``batch``."""
+    total = 0
+
+    def count(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel() * output.element_size()
+
+    hooks = [module.register_forward_hook(count) for module in model.modules()]
+    try:
+        with torch.no_grad():
+            model.eval()
+            model(torch.zeros(1, *shape))
+    except Exception:  # noqa: BLE001 - a model with inputs of its own (a GAN): no estimate of activations
+        total = 0
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return total * batch / MIB
+
+
+def available_mib() -> float:
+    """Memory the kernel can give without swapping (``MemAvailable``), in MiB; inf if unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.inf

@@ -1,0 +1,104 @@
+"""``launcher=threads`` end to end: the numbers of ``launcher=local``, failures and Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import FAST, cli_env, mlflow_run, run_cli
+
+# Every algorithm with a fixed outcome (gossip_pull's depends on timing, by design).
+SAME_NUMBERS = ["allreduce", "local_sgd", "dpsgd", "sgp", "crossover", "crossover_hier", "node_based", "sesgd",
+                "local_sesgd", "allreduce_hier", "ps", "ps_layerdrop"]
+# 4 workers on 2 nodes, 30 steps in one epoch (8192 / 4 / 64 = 32 steps per epoch). One torch
+# thread per rank under both launchers: a kernel's own parallel reductions depend on its thread
+# count (local gives each of 4 ranks cores/4 threads, serial threads all cores to one rank).
+JOB = [*FAST, "dataset.train_size=8192", "train.max_steps=30", "nodes=2", "workers_per_node=2", "seed=3",
+       "train.threads_per_rank=1", "optim.lr=0.2"]
+
+
+def _children(home, parent: str) -> dict[str, object]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("dlcomm").experiment_id
+    runs = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    return {run.data.tags["algo"]: run for run in runs}
+
+
+def _parent(result) -> str:
+    line = next(line for line in result.stdout.splitlines() if "parent mlflow run" in line)
+    return line.rsplit(" ", 1)[-1]
+
+
+def test_every_algorithm_gives_the_same_numbers_under_threads_and_processes(home) -> None:
+    sweep = ["train", "-m", f"algo={','.join(SAME_NUMBERS)}", *JOB]
+    processes = run_cli(home, *sweep, "launcher=local", timeout=900)
+    threads = run_cli(home, *sweep, "launcher=threads", timeout=900)
+    for result in (processes, threads):
+        assert result.returncode == 0, "\n".join(line for line in (result.stdout + result.stderr).splitlines()
+                                                 if "train:" not in line)[-4000:]
+    by_process, by_thread = _children(home, _parent(processes)), _children(home, _parent(threads))
+    assert sorted(by_process) == sorted(by_thread) == sorted(SAME_NUMBERS)
+    for algo in SAME_NUMBERS:
+        a, b = by_process[algo].data.metrics, by_thread[algo].data.metrics
+        for key in ("final/train_loss", "final/test_acc_mean", "final/test_acc_avg_model", "epoch/consensus_distance"):
+            assert a[key] == b[key], (algo, key, a[key], b[key])
+        losses = [pd.read_csv(home / "results" / "runs" / run.info.run_id / "timings.csv").sort_values(["step", "rank"])
+                  ["loss"].tolist() for run in (by_process[algo], by_thread[algo])]
+        assert losses[0] == losses[1], algo
+        assert by_thread[algo].data.tags["launcher"] == "threads"
+
+
+@pytest.mark.parametrize("mode,expected", [("kill", "rank 2 was killed (debug.fail_mode=kill)"),
+                                           ("raise", "rank 2 raised RuntimeError: fault injected")])
+def test_a_failing_rank_thread_ends_the_run_naming_it(home, mode, expected) -> None:
+    started = time.monotonic()
+    result = run_cli(home, "train", *FAST, "launcher=threads", "nodes=4", "train.epochs=50", "debug.fail_rank=2",
+                     "debug.fail_step=5", f"debug.fail_mode={mode}", timeout=120)
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert mlflow_run(result).info.status == "FAILED"
+
+
+def test_a_failing_service_thread_ends_the_run_naming_it(home) -> None:
+    result = run_cli(home, "train", *FAST, "launcher=threads", "algo=ps", "nodes=2", "train.epochs=50",
+                     "debug.fail_rank=2", "debug.fail_step=1", timeout=120)
+    assert result.returncode == 1
+    assert "rank 2 (server) was killed" in result.stderr
+    assert mlflow_run(result).info.status == "FAILED"
+
+
+def test_ctrl_c_ends_a_threads_run_killed(home) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "launcher=threads", "nodes=4", "train.epochs=50"],
+        cwd=home, env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 90
+    while not list((home / "results" / "runs").glob("*/config.yaml")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    run_id = next((home / "results" / "runs").iterdir()).name
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+    assert client.get_run(run_id).info.status == "KILLED"
+
+
+def test_bad_compute_mode_and_emulation_under_serial_are_refused(home) -> None:
+    bad = run_cli(home, "train", *FAST, "launcher=threads", "launcher.compute=fast")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == "dlcomm: error: launcher.compute=fast is invalid; use one of: serial, parallel"
+    emulate = run_cli(home, "train", *FAST, "launcher=threads", "network=eth_1g", "network.mode=emulate")
+    assert emulate.returncode == 2
+    assert "network.mode=emulate is invalid with launcher=threads launcher.compute=serial" in emulate.stderr
