@@ -22,7 +22,8 @@ def _final_params(result) -> torch.Tensor:
 @pytest.mark.parametrize("overlap", ["false", "true"])
 def test_four_workers_of_16_equal_one_worker_of_64(home, overlap) -> None:
     """(a) AllReduce-SGD with 4 x 16 takes the steps of one worker with 64 on the same data order."""
-    common = [*FAST, "train.max_steps=20", "train.save_model=true", "model=small_cnn", f"algo.overlap={overlap}"]
+    common = [*FAST, "train.max_steps=20", "train.save_model=true", "model=small_cnn", f"algo.overlap={overlap}",
+              "launcher=threads"]
     four = run_cli(home, "train", *common, "nodes=4", "train.batch_size=16")
     one = run_cli(home, "train", *common, "nodes=1", "train.batch_size=64")
     assert four.returncode == 0 and one.returncode == 0, four.stderr + one.stderr
@@ -34,7 +35,8 @@ def test_four_workers_of_16_equal_one_worker_of_64(home, overlap) -> None:
 
 def test_same_seed_gives_same_numbers(home) -> None:
     """(d) Two runs of the same config and seed record identical losses and accuracies."""
-    args = ["train", *FAST, "train.max_steps=30", "algo=local_sgd", "nodes=2", "workers_per_node=2", "seed=7"]
+    args = ["train", *FAST, "train.max_steps=30", "algo=local_sgd", "nodes=2", "workers_per_node=2", "launcher=threads",
+            "seed=7"]
     first, second = run_cli(home, *args), run_cli(home, *args)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     a, b = mlflow_run(first).data.metrics, mlflow_run(second).data.metrics
@@ -83,7 +85,7 @@ def test_simulated_network_run(home) -> None:
     steps = 6
     result = run_cli(
         home, "train", *FAST, "network=eth_1g", "network.mode=simulate", "nodes=8", f"train.max_steps={steps}",
-        "train.target_acc=0.01",
+        "train.target_acc=0.01", "launcher=threads",
     )
     assert result.returncode == 0, result.stderr
     summary = next(line for line in result.stdout.splitlines() if line.startswith("done:"))
@@ -171,7 +173,8 @@ def test_two_runs_at_once_do_not_collide(home) -> None:
 def test_eval_size_evaluates_the_first_images_only(home) -> None:
     """train.eval_size=100: accuracies are counts out of 100 (the whole synthetic test set is 512);
     the mean over two replicas, out of 200."""
-    result = run_cli(home, "train", *FAST, "train.max_steps=5", "nodes=2", "algo=local_sgd", "train.eval_size=100")
+    result = run_cli(home, "train", *FAST, "train.max_steps=5", "nodes=2", "algo=local_sgd", "train.eval_size=100",
+                     "launcher=threads")
     assert result.returncode == 0, result.stderr
     metrics = mlflow_run(result).data.metrics
     for key, out_of in (("final/test_acc_mean", 200), ("final/test_acc_avg_model", 100)):

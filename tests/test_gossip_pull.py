@@ -70,9 +70,15 @@ def _never_two_at_once(results: list[dict]) -> int:
     return sum(len(spans) for spans in by_peer.values())
 
 
-def test_managed_pulls_never_hand_a_worker_to_two_pullers() -> None:
+# "": every rank a process; "serial", "parallel": every rank a thread (launcher=threads)
+TRANSPORTS = ["", "serial", "parallel"]
+
+
+@pytest.mark.parametrize("in_process", TRANSPORTS)
+def test_managed_pulls_never_hand_a_worker_to_two_pullers(in_process: str) -> None:
     knobs = {"period": 2, "overlap": "scheduled", "scheduler": "managed"}
-    results = run_ranks(rank_programs.gossip_pull_run, 4, knobs, 24, 0.01, services=("manager",), timeout=120)
+    results = run_ranks(rank_programs.gossip_pull_run, 4, knobs, 24, 0.01, services=("manager",), timeout=120,
+                        in_process=in_process)
     workers = results[:4]
     assert results[4] == {"role": "manager"}
     holds = _never_two_at_once(workers)
@@ -81,9 +87,10 @@ def test_managed_pulls_never_hand_a_worker_to_two_pullers() -> None:
     assert all(w["pending"] is None and w["assigned"] is None for w in workers)
 
 
-def test_autonomous_reservations_are_exclusive_and_every_conflict_is_resolved() -> None:
+@pytest.mark.parametrize("in_process", TRANSPORTS)
+def test_autonomous_reservations_are_exclusive_and_every_conflict_is_resolved(in_process: str) -> None:
     knobs = {"period": 1, "overlap": "naive", "scheduler": "autonomous"}
-    results = run_ranks(rank_programs.gossip_pull_run, 5, knobs, 30, 0.005, timeout=120)
+    results = run_ranks(rank_programs.gossip_pull_run, 5, knobs, 30, 0.005, timeout=120, in_process=in_process)
     holds = _never_two_at_once(results)
     assert holds >= 30
     conflicts = sum(r["conflicts"] for r in results)

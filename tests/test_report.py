@@ -139,7 +139,7 @@ def test_ma_acceleration_is_when_the_baseline_peaks_over_when_the_method_gets_th
 
 def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
     args = ["train", *FAST, "train.max_steps=12", "train.epochs=2", "nodes=2", "tracking.experiment=rep",
-            "network=eth_1g", "network.mode=simulate"]
+            "network=eth_1g", "network.mode=simulate", "launcher=threads"]
     runs = [run_cli(home, *args, f"algo={algo}", f"seed={seed}") for algo in ("allreduce", "local_sgd") for seed in (1, 2)]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     done = run_cli(home, "report", "experiment=rep")

@@ -145,7 +145,7 @@ def test_gan_run_logs_both_losses_per_epoch_and_a_sample_grid(home) -> None:
 def test_amp_and_every_optimizer_run_through_the_cli(home) -> None:
     """`dlcomm train optim=<name>` for the five optimizers of the node-based paper's Table IV, with
     bf16 autocast: every run finishes with a finite loss."""
-    result = run_cli(home, "train", "-m", *FAST, "nodes=1", "train.max_steps=4", "train.amp=true",
+    result = run_cli(home, "train", "-m", *FAST, "nodes=1", "train.max_steps=4", "train.amp=true", "launcher=threads",
                      "optim=sgd,adam,adamw,adabelief,angulargrad", timeout=600)
     assert result.returncode == 0, result.stderr
     assert "5 of 5 runs finished" in result.stdout

@@ -102,3 +102,13 @@ def test_bad_compute_mode_and_emulation_under_serial_are_refused(home) -> None:
     emulate = run_cli(home, "train", *FAST, "launcher=threads", "network=eth_1g", "network.mode=emulate")
     assert emulate.returncode == 2
     assert "network.mode=emulate is invalid with launcher=threads launcher.compute=serial" in emulate.stderr
+
+
+def test_a_job_too_large_for_this_machine_is_refused_with_the_estimate(home) -> None:
+    result = run_cli(home, "train", *FAST, "launcher=threads", "nodes=100000")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith("dlcomm: error: nodes*workers_per_node=100000 is invalid with launcher=threads on this "
+                               "machine: the job needs about ")
+    assert "(100000 ranks x " in lines[0] and "; use at most " in lines[0]
