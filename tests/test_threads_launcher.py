@@ -98,10 +98,32 @@ def test_ctrl_c_ends_a_threads_run_killed(home) -> None:
 def test_bad_compute_mode_and_emulation_under_serial_are_refused(home) -> None:
     bad = run_cli(home, "train", *FAST, "launcher=threads", "launcher.compute=fast")
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1] == "dlcomm: error: launcher.compute=fast is invalid; use one of: serial, parallel"
-    emulate = run_cli(home, "train", *FAST, "launcher=threads", "network=eth_1g", "network.mode=emulate")
+    assert bad.stderr.strip().splitlines()[-1] == ("dlcomm: error: launcher.compute=fast is invalid; use one of: auto, "
+                                                  "serial, parallel")
+    emulate = run_cli(home, "train", *FAST, "launcher=threads", "launcher.compute=serial", "network=eth_1g",
+                      "network.mode=emulate")
     assert emulate.returncode == 2
-    assert "network.mode=emulate is invalid with launcher=threads launcher.compute=serial" in emulate.stderr
+    assert ("network.mode=emulate is invalid with launcher=threads and serial compute (launcher.compute=serial)"
+            in emulate.stderr)
+    dropout = run_cli(home, "train", *FAST, "launcher=threads", "model=mlp", "model.dropout=0.2", "network=eth_1g",
+                      "network.mode=emulate")
+    assert dropout.returncode == 2
+    assert "serial compute (auto: model=mlp (dropout) draws from the random generator" in dropout.stderr
+
+
+def test_auto_compute_is_parallel_unless_the_run_needs_serial(home) -> None:
+    from dlcomm.compose import compose
+    from dlcomm.launch.threads import resolve_compute
+
+    def mode(*overrides: str) -> str:
+        return resolve_compute(compose(["launcher=threads", *overrides]))[0]
+
+    assert mode() == "parallel"
+    assert mode("network=eth_1g", "network.mode=simulate") == "serial"
+    assert mode("model=mlp", "model.dropout=0.2") == "serial"
+    assert mode("task=gan", "model=acgan") == "serial"
+    assert mode("launcher.compute=serial") == "serial"
+    assert mode("launcher.compute=parallel", "model=mlp", "model.dropout=0.2") == "parallel"
 
 
 def test_a_job_too_large_for_this_machine_is_refused_with_the_estimate(home) -> None:

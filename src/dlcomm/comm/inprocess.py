@@ -300,6 +300,7 @@ class Fabric:
         self.turns = turns
         self.failure: str | None = None
         self.killed: int | None = None
+        self.alone = threading.Lock()  # ThreadTransport.alone: one rank at a time
         self._lock = threading.Lock()
         self._meetings: dict[tuple, _Meeting] = {}
         self._mailboxes: dict[tuple, _Mailbox] = defaultdict(_Mailbox)
@@ -529,6 +530,11 @@ class ThreadTransport:
 
     def blocking(self) -> ContextManager[None]:
         return self.fabric.turns.yielding() if self.fabric.turns is not None else nullcontext()
+
+    def alone(self) -> ContextManager[Any]:
+        """A section no other rank of this process runs at the same time: seeding the process's
+        random generator and drawing a model's initial weights from it."""
+        return self.fabric.alone
 
     def pass_turn(self) -> None:
         if self.fabric.turns is not None:

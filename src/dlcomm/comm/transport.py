@@ -77,6 +77,10 @@ class DistTransport:
         """Around a wait outside the transport (a queue, a thread join): nothing to do here."""
         return nullcontext()
 
+    def alone(self) -> ContextManager[None]:
+        """A section no other rank of this process runs at once: a process holds one rank."""
+        return nullcontext()
+
     def pass_turn(self) -> None:
         """At an iteration's start: ranks that share compute turns let the others go first
         (:class:`dlcomm.comm.inprocess.Turns`); processes run at once, nothing to do."""

@@ -43,14 +43,30 @@ class Footprint:
         return max(0, int((available_mib - fixed) // per_rank))
 
 
-def estimate(cfg: Any, ranks: int, serial: bool) -> Footprint:
-    """The footprint of ``ranks`` threads running ``cfg`` (the model is built once, on the CPU)."""
+_PROBES: dict[str, tuple[torch.nn.Module, tuple[int, int, int]]] = {}
+
+
+def probe_model(cfg: Any) -> tuple[torch.nn.Module, tuple[int, int, int]]:
+    """The run's model, built on the CPU from the data set's shape (no data loaded), and that
+    shape; built once per model, data set and task (the launcher's checks ask more than once)."""
+    from omegaconf import OmegaConf
+
     from dlcomm.data import dataset_shape
     from dlcomm.tasks import build_task
+
+    key = OmegaConf.to_yaml({"model": cfg.model, "dataset": cfg.dataset, "task": cfg.task})
+    if key not in _PROBES:
+        shape, classes = dataset_shape(cfg.dataset)
+        model = build_task(cfg).build_model(cfg.model, SimpleNamespace(input_shape=shape, num_classes=classes))
+        _PROBES[key] = model, shape
+    return _PROBES[key]
+
+
+def estimate(cfg: Any, ranks: int, serial: bool) -> Footprint:
+    """The footprint of ``ranks`` threads running ``cfg``."""
     from dlcomm.train.memory import peak_rss_mib
 
-    shape, classes = dataset_shape(cfg.dataset)
-    model = build_task(cfg).build_model(cfg.model, SimpleNamespace(input_shape=shape, num_classes=classes))
+    model, shape = probe_model(cfg)
     param_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / MIB
     samples = int(getattr(cfg.dataset, "train_size", 0) or 0) + int(getattr(cfg.dataset, "test_size", 0) or 0)
     data_mib = samples * math.prod(shape) / MIB  # uint8 pixels; 0 where the config does not say

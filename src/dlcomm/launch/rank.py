@@ -91,9 +91,10 @@ def train_rank(
     channel = Channel.for_run(cluster, cfg.network)
     data = data if data is not None else build_dataset(cfg.dataset)
     task = build_task(cfg)
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(cfg.model, data).to(device)
-    torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
+    with cluster.transport.alone():  # ranks that are threads share the process's generator
+        torch.manual_seed(cfg.seed)
+        model = task.build_model(cfg.model, data).to(device)
+        torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
     algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
     if cluster.role != "worker":

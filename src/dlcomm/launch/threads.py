@@ -7,15 +7,18 @@ sums follow gloo's order, so the numbers are those of ``launcher=local`` on the 
 
 ``launcher.compute``:
 
-* ``serial`` (default): one rank computes at a time with all of torch's threads and hands the
-  turn over whenever it waits for communication. On a machine with few cores this is the fastest
-  (no oversubscription, no contention for the GIL), the interleaving is deterministic, each rank
-  keeps its own random stream, and a rank's compute is measured alone (what
-  ``network.mode=simulate`` wants). ``network.mode=emulate`` is refused (its waits are wall-clock
-  sleeps, which would hold the turn).
+* ``serial``: one rank computes at a time with all of torch's threads and hands the turn over
+  whenever it waits for communication (and at every iteration's start). The interleaving is
+  deterministic, each rank keeps its own random stream, and a rank's compute is measured alone
+  (what ``network.mode=simulate`` wants). ``network.mode=emulate`` is refused (its waits are
+  wall-clock sleeps, which would hold the turn).
 * ``parallel``: every thread runs when it can, one torch thread each (torch releases the GIL in
-  its kernels). The process's random generator is then shared by the ranks: models that draw
-  during training (dropout, augmentation from the global generator) are not reproducible.
+  its kernels): on the 2-core machine 1.4x the samples/s of ``serial`` at 16 workers (figures in
+  docs/benchmarks.md). Initial weights are drawn one rank at a time, but the process's random
+  generator is shared while training: models that draw then (dropout, GAN noise, imagefolder
+  augmentation) are not reproducible.
+* ``auto`` (default): ``parallel``, unless the run needs what only ``serial`` gives: a simulated
+  network (compute measured alone) or draws from the random generator while training.
 
 A rank that raises ends the job at once: every rank blocked in an operation is released
 (:meth:`~dlcomm.comm.inprocess.Fabric.abort`) and the failing rank is named. On the GPU
@@ -38,7 +41,7 @@ from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
-COMPUTE_MODES = ("serial", "parallel")
+COMPUTE_MODES = ("auto", "serial", "parallel")
 MEMORY_USABLE = 0.9  # of what the kernel reports available (plus what this process holds)
 _POLL_S = 0.1
 
@@ -48,7 +51,7 @@ class ThreadsLauncherConfig(LauncherConfig):
     """``launcher=threads``: every rank a thread of this process."""
 
     name: str = "threads"
-    compute: str = "serial"  # serial: one rank computes at a time with every core | parallel: all at once
+    compute: str = "auto"  # serial: one rank computes at a time with every core | parallel: all at once | auto
 
 
 @register
@@ -65,13 +68,14 @@ class ThreadsLauncher(DriverLauncher):
         """Beside the base checks: a known ``launcher.compute``, no wall-clock emulation under
         serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
         super().check(cfg, roles)
-        compute = cfg.launcher.compute
-        if compute not in COMPUTE_MODES:
-            raise UserError(f"launcher.compute={compute} is invalid; use one of: {', '.join(COMPUTE_MODES)}")
+        if cfg.launcher.compute not in COMPUTE_MODES:
+            raise UserError(f"launcher.compute={cfg.launcher.compute} is invalid; use one of: {', '.join(COMPUTE_MODES)}")
+        compute, why = resolve_compute(cfg)
         if compute == "serial" and cfg.network.mode == "emulate":
             raise UserError(
-                "network.mode=emulate is invalid with launcher=threads launcher.compute=serial: emulation sleeps in "
-                "wall time while one rank holds the turn; use network.mode=simulate or launcher.compute=parallel"
+                f"network.mode=emulate is invalid with launcher=threads and serial compute ({why}): emulation "
+                "sleeps in wall time while one rank holds the turn; use network.mode=simulate or "
+                "launcher.compute=parallel"
             )
         if cfg.train.device == "cuda":
             import torch
@@ -84,6 +88,36 @@ class ThreadsLauncher(DriverLauncher):
     def run_job(cls, spec: RunSpec) -> LaunchResult:
         """Every rank a thread: :func:`launch_threads`."""
         return launch_threads(spec)
+
+
+def resolve_compute(cfg: Any) -> tuple[str, str]:
+    """``(serial or parallel, why)`` for ``launcher.compute`` (``auto`` decided as the module
+    docstring says)."""
+    if cfg.launcher.compute != "auto":
+        return cfg.launcher.compute, f"launcher.compute={cfg.launcher.compute}"
+    if cfg.network.mode == "simulate":
+        return "serial", "auto: network.mode=simulate measures each rank's compute alone"
+    drawing = draws_while_training(cfg)
+    if drawing:
+        return "serial", f"auto: {drawing} draws from the random generator while training"
+    return "parallel", "auto"
+
+
+def draws_while_training(cfg: Any) -> str:
+    """What in the run draws from torch's process-wide generator after the initial weights
+    (empty if nothing): dropout in the model, a GAN's noise, imagefolder's augmentation."""
+    import torch
+
+    from dlcomm.launch.footprint import probe_model
+
+    if cfg.task.name == "gan":
+        return "task=gan"
+    if cfg.dataset.name == "imagefolder":
+        return "dataset=imagefolder"
+    model, _ = probe_model(cfg)
+    if any(isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0 for module in model.modules()):
+        return f"model={cfg.model.name} (dropout)"
+    return ""
 
 
 def check_memory(cfg: Any, services: int, serial: bool) -> None:
@@ -125,8 +159,10 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
 
     cfg = spec.cfg()
     layout = job_layout(cfg)
-    compute = cfg.launcher.compute
+    compute, why = resolve_compute(cfg)
     torch.set_num_threads(torch_threads(cfg.train.threads_per_rank, compute, layout.job_size))
+    print(f"launcher=threads: {layout.job_size} ranks in this process, compute={compute} ({why}), "
+          f"{torch.get_num_threads()} torch thread(s)", flush=True)
     use_cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
     data = build_dataset(cfg.dataset)
