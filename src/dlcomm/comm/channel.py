@@ -173,7 +173,8 @@ class Channel:
         if network_cfg.mode == "off":
             return cls(cluster)
         model = NetworkModel.from_config(network_cfg, cluster.layout)
-        clock = VirtualClock(compute_timer(cluster.device)) if network_cfg.mode == "simulate" else WallClock()
+        alone = cluster.transport.computes_alone
+        clock = VirtualClock(compute_timer(cluster.device, alone)) if network_cfg.mode == "simulate" else WallClock()
         return cls(cluster, model, clock)
 
     @property
@@ -303,8 +304,19 @@ class Channel:
         record = self.record(kind, group, tensor.numel() * tensor.element_size(), sent)
         handle = Handle(self, record, tensor if result is None else result, divisor)
         self._timing().collective(handle, group, modelled_s)
-        handle.add_work(launch(), payload=True)
+        with self._off_clock():
+            handle.add_work(launch(), payload=True)
         return handle
+
+    @contextmanager
+    def _off_clock(self) -> Iterator[None]:
+        """What the transport does in the issuing thread (the in-process fabric's last member
+        reduces for all) is the network's work: the simulated clock does not count it as compute."""
+        before = self.clock.now()
+        try:
+            yield
+        finally:
+            self.clock.exclude_blocked(before)
 
     # ---- primitives ------------------------------------------------------------------
     def allreduce(self, tensor: torch.Tensor, group: str = "world", average: bool = True, async_op: bool = False):
@@ -364,7 +376,8 @@ class Channel:
         handle = Handle(self, record, tensor)
         self.cluster.ranks(group)
         self._timing().send(handle, dst, nbytes, group, tag)
-        handle.add_work(self.transport.isend(tensor, dst, group, tag), payload=True)
+        with self._off_clock():
+            handle.add_work(self.transport.isend(tensor, dst, group, tag), payload=True)
         return handle
 
     def irecv(self, tensor: torch.Tensor, src: int, group: str = "world", tag: int = 0) -> Handle:
@@ -376,7 +389,8 @@ class Channel:
         handle = Handle(self, record, tensor)
         self.cluster.ranks(group)
         self._timing().receive(handle, [src], lambda: self.network.send_s(nbytes, src, self.cluster.rank), group, tag)
-        handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
+        with self._off_clock():
+            handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
         return handle
 
     def irecv_incast(self, tensors: list[torch.Tensor], srcs: list[int], group: str = "job", tag: int = 0) -> Handle:
@@ -389,8 +403,9 @@ class Channel:
         handle = Handle(self, record, tensors)
         self.cluster.ranks(group)
         self._timing().receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank), group, tag)
-        for tensor, src in zip(tensors, srcs):
-            handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
+        with self._off_clock():
+            for tensor, src in zip(tensors, srcs):
+                handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
         return handle
 
     def expect(self, kind: str, tensor: torch.Tensor, src: int, start: float, group: str = "world") -> Handle:

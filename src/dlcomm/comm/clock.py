@@ -4,8 +4,10 @@
   process on this machine. Waiting until a modelled completion time sleeps.
 * :class:`VirtualClock` (``network.mode=simulate``): a per-rank clock that only moves while the
   rank trains (inside an iteration) and only by (a) its compute time and (b) waiting for
-  modelled communication. Compute is measured as CPU time, so that many ranks sharing a few
-  cores do not slow each other's clocks: the calling thread's CPU time when torch runs one
+  modelled communication. Compute is measured as wall time when the rank has its cores to itself
+  while it computes (``launcher=threads`` with serial compute turns; a process whose machine's
+  cores cover every local rank's torch threads), else as CPU time, so that many ranks sharing a
+  few cores do not slow each other's clocks: the calling thread's CPU time when torch runs one
   thread per rank (the CPU autograd engine runs backward on the calling thread, and the
   communication library's own threads are not compute), the whole process's CPU time when torch
   runs several; on a GPU, wall time with the device synchronised at every reading.
@@ -46,8 +48,9 @@ class WallClock:
         pass
 
 
-def compute_timer(device: torch.device) -> Callable[[], float]:
-    """The per-rank compute clock of simulate mode (see the module docstring)."""
+def compute_timer(device: torch.device, alone: bool = False) -> Callable[[], float]:
+    """The per-rank compute clock of simulate mode (see the module docstring); ``alone``: the
+    rank has its cores to itself while it computes."""
     if device.type == "cuda":
 
         def gpu_wall() -> float:
@@ -55,6 +58,8 @@ def compute_timer(device: torch.device) -> Callable[[], float]:
             return perf_counter()
 
         return gpu_wall
+    if alone:
+        return perf_counter
     return time.thread_time if torch.get_num_threads() == 1 else time.process_time
 
 

@@ -484,6 +484,12 @@ class ThreadTransport:
         self.group_ranks = group_ranks
         self._issued: dict[str, int] = defaultdict(int)
 
+    @property
+    def computes_alone(self) -> bool:
+        """Under serial turns a rank computes with every core and nothing else runs (see
+        :mod:`dlcomm.comm.clock`)."""
+        return self.fabric.turns is not None
+
     def _meet(self, group: str, kind: str, entry: Any, settle: torch.Tensor | None = None) -> _Work:
         members = self.group_ranks[group]
         sequence = self._issued[group]

@@ -41,8 +41,9 @@ class DistTransport:
 
     name = "dist"
 
-    def __init__(self, groups: dict[str, Any]) -> None:
+    def __init__(self, groups: dict[str, Any], computes_alone: bool = False) -> None:
         self.groups = groups
+        self.computes_alone = computes_alone  # the rank's cores are its own (dlcomm.comm.clock)
 
     def all_reduce(self, tensor: torch.Tensor, group: str, op: str = "sum") -> Work:
         return dist.all_reduce(tensor, op=_OPS[op], group=self.groups[group], async_op=True)

@@ -72,7 +72,8 @@ def run_rank(
     layout = job_layout(cfg)
     store = dist.TCPStore(store_host, store_port, layout.job_size, is_master=False, timeout=timedelta(seconds=120))
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
-    cluster = Cluster.connect(layout, rank, store, backend, device)
+    alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
+    cluster = Cluster.connect(layout, rank, store, backend, device, computes_alone=alone)
     try:
         return train_rank(spec, cluster, resumable=resumable, warning=warning, check_every=check_every)
     finally:
