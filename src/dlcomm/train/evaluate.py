@@ -84,11 +84,14 @@ def evaluate(
         replicas_identical = float(distances.sum()) == 0.0
 
         shard = torch.arange(rank, size, world)
-        avg_correct, avg_total = count_correct(averaged, data.test_batches(batch_size, shard), device)
+        alone = channel.transport.alone  # ranks that are threads evaluate one at a time: one batch's activations
+        with alone():
+            avg_correct, avg_total = count_correct(averaged, data.test_batches(batch_size, shard), device)
         own_accuracy = sampled = 0.0
         if not replicas_identical and rank in sampled_ranks(world, eval_replicas):
             whole = None if size == data.test_size else torch.arange(size)
-            correct, total = count_correct(model, data.test_batches(batch_size, whole), device)
+            with alone():
+                correct, total = count_correct(model, data.test_batches(batch_size, whole), device)
             own_accuracy, sampled = correct / total, 1.0
         sums = torch.tensor([own_accuracy, sampled, avg_correct, avg_total], dtype=torch.float64, device=flat.device)
         channel.allreduce(sums, average=False)
