@@ -81,28 +81,23 @@ def reduce_chunk(total_bytes: int, element_size: int, members: int) -> int:
     return segments // members * segment_bytes // element_size
 
 
-_SLICE = 1 << 20  # elements summed at once (bounds the scratch memory to n x 4 MiB of fp32)
-
-
 def ring_sum(inputs: Sequence[torch.Tensor], chunk: int) -> torch.Tensor:
     """``sum(inputs)`` (flat tensors of one length) with gloo's association: chunk ``k`` (of
     ``chunk`` elements) is ``x_k + (x_{k+1} + (... + x_{k+n-1}))``, indices mod ``n``.
 
-    Vectorised over the chunks: row ``j`` of the rotated stack holds, at element ``e`` of chunk
-    ``k``, ``x_{(k+j) mod n}[e]``; folding the rows from the last gives every element its
-    chunk's association in ``n - 1`` additions of whole slices (not ``n^2`` small ones)."""
-    n, length = len(inputs), inputs[0].numel()
+    Folded from the last term, all chunks at once: ``n - 1`` multi-tensor additions (each adds
+    chunk ``k`` of input ``(k + j) mod n`` to chunk ``k`` of the sum for every ``k``), so the inputs
+    are read once and the Python overhead is ``n`` calls, not ``n^2``."""
+    n = len(inputs)
     out = torch.empty_like(inputs[0])
     if n == 1:
         return out.copy_(inputs[0])
-    rows = torch.arange(n, device=out.device).unsqueeze(1)
-    for start in range(0, length, _SLICE):
-        stop = min(length, start + _SLICE)
-        owner = torch.arange(start, stop, device=out.device) // chunk  # chunk k of each element
-        rotated = torch.stack([x[start:stop] for x in inputs]).gather(0, (owner.unsqueeze(0) + rows) % n)
-        acc = out[start:stop].copy_(rotated[n - 1])
-        for j in range(n - 2, -1, -1):
-            torch.add(rotated[j], acc, out=acc)
+    parts = [x.split(chunk) for x in inputs]
+    acc = list(out.split(chunk))
+    chunks = range(len(acc))
+    torch._foreach_copy_(acc, [parts[(k + n - 1) % n][k] for k in chunks])
+    for j in range(n - 2, -1, -1):
+        torch._foreach_add_(acc, [parts[(k + j) % n][k] for k in chunks])
     return out
 
 
