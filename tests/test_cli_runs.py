@@ -137,11 +137,12 @@ def test_failed_rank_ends_the_run(home, mode, expected) -> None:
     assert mlflow_run(result).info.status == "FAILED"
 
 
-def test_ctrl_c_marks_the_run_killed(home) -> None:
+@pytest.mark.parametrize("launcher", ["local", "threads"])
+def test_ctrl_c_marks_the_run_killed(home, launcher) -> None:
     # a shell's background job inherits SIGINT ignored, and Python then installs no Ctrl-C
     # handler: give the driver the default disposition a terminal's foreground job has
     process = subprocess.Popen(
-        [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.epochs=50"],
+        [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.epochs=50", f"launcher={launcher}"],
         cwd=home, env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )

@@ -1,12 +1,18 @@
-"""The gossip family with real processes: what one gossip step must keep and what it must shrink."""
+"""The gossip family on real ranks: what one gossip step must keep and what it must shrink."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
 
 import rank_programs
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch import harness
+
+# The rank programs run as threads on the in-process fabric (launcher=threads): they test the
+# algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
+run_ranks = partial(harness.run_ranks, in_process="serial")
 
 
 def _consensus(states: list[np.ndarray]) -> float:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 import rank_programs
 from conftest import run_cli
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch import harness
+
+# The rank programs run as threads on the in-process fabric (launcher=threads): they test the
+# algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
+run_ranks = partial(harness.run_ranks, in_process="serial")
 
 
 def test_node_based_consensus_points_and_exchange_count() -> None:

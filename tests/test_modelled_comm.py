@@ -11,12 +11,18 @@ and receives one has ``alpha + S/beta``, not twice that.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 import rank_programs
 from dlcomm.comm import cost
 from dlcomm.comm.cost import Link
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch import harness
+
+# The rank programs run as threads on the in-process fabric (launcher=threads): they test the
+# algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
+run_ranks = partial(harness.run_ranks, in_process="serial")
 
 LINK = Link(latency_s=1e-3, bandwidth_Bps=0.1e9 / 8)
 NETWORK = {

@@ -10,6 +10,8 @@ keys); their Table II sizes are checked by parameter count and forward passes in
 
 from __future__ import annotations
 
+from functools import partial
+
 import functools
 import math
 
@@ -19,10 +21,14 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from dlcomm.compose import compose, to_container
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch import harness
 from dlcomm.metrics import names
 from dlcomm.models import build_model, check_model_fits, model_names
 from dlcomm.models.vit import vit_param_count
+
+# The rank programs run as threads on the in-process fabric (launcher=threads): they test the
+# algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
+run_ranks = partial(harness.run_ranks, in_process="serial")
 
 PAPER_MODELS = ("vit_s", "vit_b", "rnn", "lstm", "gru")
 TRAINED = (*PAPER_MODELS, "acgan")

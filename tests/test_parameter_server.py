@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,11 @@ import torch
 import rank_programs
 from dlcomm.algorithms.ps import ParameterServer
 from dlcomm.compress import LayerDrop, ResidualMemory, drop_threshold, layer_scores
-from dlcomm.launch.harness import run_ranks
+from dlcomm.launch import harness
+
+# The rank programs run as threads on the in-process fabric (launcher=threads): they test the
+# algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
+run_ranks = partial(harness.run_ranks, in_process="serial")
 
 
 def test_placeholders_expand_to_zeros_of_the_layer_shape() -> None:
@@ -103,7 +109,7 @@ def test_layerdrop_with_r_zero_is_the_plain_parameter_server_exactly() -> None:
 def test_the_server_waits_out_workers_that_pause_longer_than_the_job_timeout() -> None:
     """Workers evaluating a large model send nothing for minutes: the server's receive must not
     time out (it did, after 300 s, in a ResNet-50 run)."""
-    results = run_ranks(rank_programs.ps_run, 2, "ps", {}, 3, 4.0, services=("server",), cluster_timeout_s=2.0,
+    results = run_ranks(rank_programs.ps_run, 2, "ps", {}, 3, 4.0, services=("server",), cluster_timeout_s=2.0, in_process="",
                         timeout=120)
     assert results[2] == {"role": "server"}
     assert all(len(r["stats"].changed) == 3 for r in results[:2])

@@ -1,16 +1,14 @@
-"""``launcher=threads`` end to end: the numbers of ``launcher=local``, failures and Ctrl-C."""
+"""``launcher=threads`` end to end: the numbers of ``launcher=local``, failures, refusals (Ctrl-C:
+tests/test_cli_runs.py)."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 
 import pandas as pd
 import pytest
 
-from conftest import FAST, cli_env, mlflow_run, run_cli
+from conftest import FAST, mlflow_run, run_cli
 
 # Every algorithm with a fixed outcome (gossip_pull's depends on timing, by design).
 SAME_NUMBERS = ["allreduce", "local_sgd", "dpsgd", "sgp", "crossover", "crossover_hier", "node_based", "sesgd",
@@ -73,26 +71,6 @@ def test_a_failing_service_thread_ends_the_run_naming_it(home) -> None:
     assert result.returncode == 1
     assert "rank 2 (server) was killed" in result.stderr
     assert mlflow_run(result).info.status == "FAILED"
-
-
-def test_ctrl_c_ends_a_threads_run_killed(home) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "launcher=threads", "nodes=4", "train.epochs=50"],
-        cwd=home, env=cli_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    deadline = time.monotonic() + 90
-    while not list((home / "results" / "runs").glob("*/config.yaml")) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(2)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    run_id = next((home / "results" / "runs").iterdir()).name
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
-    assert client.get_run(run_id).info.status == "KILLED"
 
 
 def test_bad_compute_mode_and_emulation_under_serial_are_refused(home) -> None:

@@ -479,6 +479,7 @@ class ThreadTransport:
     """Rank ``rank``'s door to ``fabric``, on the groups ``group_ranks`` (name -> global ranks)."""
 
     name = "threads"
+    shares_process = True  # every rank a thread of this process
 
     def __init__(self, fabric: Fabric, rank: int, group_ranks: dict[str, list[int]]) -> None:
         self.fabric = fabric

@@ -40,6 +40,7 @@ class DistTransport:
     """torch.distributed process groups, one per name (the Cluster builds them)."""
 
     name = "dist"
+    shares_process = False  # one rank per process
 
     def __init__(self, groups: dict[str, Any], computes_alone: bool = False) -> None:
         self.groups = groups

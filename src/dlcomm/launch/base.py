@@ -38,9 +38,6 @@ class Launcher:
     services: ClassVar[bool] = False
     """Whether it starts the service processes an algorithm names in ``roles()`` (a parameter
     server, a gossip manager) beside the workers."""
-    in_process: ClassVar[bool] = False
-    """Whether the ranks are threads of one process: what is measured per process (peak
-    memory) is then the whole job's, not a rank's."""
     ended_by: ClassVar[str] = "driver"
     """Who closes the MLflow run: ``"driver"``, this dlcomm process (tags ``hostname`` and
     ``driver_pid``: the run is lost when that process is gone), or ``"slurm_job"``, the tasks of

@@ -110,7 +110,8 @@ def train_rank(
     if rank == 0:
         from dlcomm.tracking.reporter import Rank0Reporter
 
-        reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs)
+        reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs,
+                                 shared_process=cluster.transport.shares_process)
     per_epoch, total = plan_steps(cfg.train, data.train_size, layout.world_size)
     algorithm.plan(per_epoch, total)
     scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))

@@ -61,7 +61,6 @@ class ThreadsLauncher(DriverLauncher):
 
     name = "threads"
     Config = ThreadsLauncherConfig
-    in_process = True
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:

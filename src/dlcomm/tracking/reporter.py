@@ -24,8 +24,10 @@ def _table(rows: list[IterationRow]) -> pd.DataFrame:
 
 
 class Rank0Reporter:
-    def __init__(self, spec: RunSpec, batch_size: int, world_size: int, epochs: int) -> None:
+    def __init__(self, spec: RunSpec, batch_size: int, world_size: int, epochs: int,
+                 shared_process: bool = False) -> None:
         self.spec = spec
+        self.shared_process = shared_process  # the ranks are threads of this process: one memory figure
         self.run_dir = Path(spec.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.logger = RunLogger(spec.tracking_uri, spec.run_id)
@@ -109,7 +111,7 @@ class Rank0Reporter:
                 " network; emulated times are too high there (use network.mode=simulate, or fewer ranks per core)",
                 flush=True,
             )
-        if memory[names.PEAK_RSS_MIB] and _ranks_share_a_process(self.spec):
+        if memory[names.PEAK_RSS_MIB] and self.shared_process:
             print(f"peak memory of the process (every rank is a thread of it), MiB: RSS {max(memory[names.PEAK_RSS_MIB]):.0f}"
                   f" | PSS {max(memory[names.PEAK_PSS_MIB]):.0f}", flush=True)
         elif memory[names.PEAK_RSS_MIB]:
@@ -120,13 +122,6 @@ class Rank0Reporter:
                 + ", ".join(f"{value:.0f}" for value in memory[names.PEAK_PSS_MIB]),
                 flush=True,
             )
-
-
-def _ranks_share_a_process(spec: RunSpec) -> bool:
-    from dlcomm.launch.registry import find_launcher
-
-    launcher = find_launcher(spec.config["launcher"]["name"])
-    return launcher is not None and launcher.in_process
 
 
 def _pct(value: float | None) -> str:
