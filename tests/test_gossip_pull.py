@@ -83,7 +83,10 @@ def test_managed_pulls_never_hand_a_worker_to_two_pullers(in_process: str) -> No
     assert results[4] == {"role": "manager"}
     holds = _never_two_at_once(workers)
     assert holds >= 12  # most of the 4 x 12 windows got a peer
-    assert sum(w["pulls"] for w in workers) == holds
+    # every hold is pulled, but for one per worker at most: an assignment that reaches a worker
+    # while it finishes (the manager answered before it saw the CANCEL) is released unpulled
+    pulls = sum(w["pulls"] for w in workers)
+    assert holds - len(workers) <= pulls <= holds, (pulls, holds)
     assert all(w["pending"] is None and w["assigned"] is None for w in workers)
 
 
