@@ -97,7 +97,8 @@ def _loop_run(cluster, channel, container: dict, folder: str | None, stop_at: in
     from dlcomm.data import build_dataset
     from dlcomm.tasks import build_task
     from dlcomm.train.checkpoint import Checkpointing, Preempted
-    from dlcomm.train.loop import TrainLoop, plan_steps
+    from dlcomm.train.loop import TrainLoop
+    from dlcomm.train.plan import plan_steps
     from dlcomm.train.optim import build_optimizer, build_scheduler
 
     class Flag:

@@ -78,7 +78,8 @@ def train_jobs(cluster, channel, jobs: list) -> dict:
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.data import build_dataset
     from dlcomm.tasks import build_task
-    from dlcomm.train.loop import TrainLoop, plan_steps
+    from dlcomm.train.loop import TrainLoop
+    from dlcomm.train.plan import plan_steps
     from dlcomm.train.optim import build_optimizer, build_scheduler
 
     out = {}

@@ -11,7 +11,7 @@ from dlcomm.algorithms.buckets import make_buckets
 from dlcomm.config.choices import schema_of
 from dlcomm.config.schema import LarsConfig, SGDConfig
 from dlcomm.train.optim import build_optimizer, lr_factor
-from dlcomm.train.loop import plan_steps
+from dlcomm.train.plan import plan_steps
 from dlcomm.config.schema import TrainConfig
 
 

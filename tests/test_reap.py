@@ -161,7 +161,7 @@ def test_reap_guesses_nothing_when_the_queue_cannot_be_read(tmp_path) -> None:
 
 # --- dlcomm report shows them ------------------------------------------------------------------
 
-def test_report_names_lost_runs_and_leaves_them_out_of_the_table(tmp_path, monkeypatch) -> None:
+def test_report_closes_lost_runs_and_leaves_them_out_of_the_table(tmp_path, monkeypatch) -> None:
     import pandas as pd
 
     from dlcomm.launch import squeue
@@ -173,9 +173,12 @@ def test_report_names_lost_runs_and_leaves_them_out_of_the_table(tmp_path, monke
     queued = _open(client, experiment, launcher="slurm", slurm_job_id="61")
     monkeypatch.setattr(squeue, "live_job_ids", lambda: {"61", "50"})
     lines = list(run_report(["experiment=x", f"tracking.uri={uri}", f"out={tmp_path / 'out'}"], False))
-    assert lines[0] == (f"x: 1 lost run(s), RUNNING in MLflow with nothing left to end them, not in the table: {lost} "
-                        "(SLURM job 60_2 is no longer in squeue); run 'dlcomm runs reap' to close them as FAILED")
+    # opening the store closes the lost run (issue 20), and the table leaves it out
+    assert lines[0] == f"dlcomm: closed lost run {lost} (experiment x) as FAILED: SLURM job 60_2 is no longer in squeue"
     assert lines[1].startswith("x: wrote ") and len(lines) == 2
+    assert _status(client, lost) == "FAILED" and _status(client, queued) == "RUNNING"
+    assert client.get_run(lost).data.tags["error"] == ("lost while RUNNING: SLURM job 60_2 is no longer in squeue; "
+                                                        "closed by dlcomm report")
     table = pd.read_csv(tmp_path / "out" / "x" / "table.csv")
     assert set(table.loc[0, "runs"].split()) == set(finished) and table.loc[0, "seeds"] == 2
     assert lost not in (tmp_path / "out" / "x" / "table.md").read_text() and queued not in table.loc[0, "runs"]
@@ -185,7 +188,7 @@ def test_report_names_lost_runs_and_leaves_them_out_of_the_table(tmp_path, monke
 
     monkeypatch.setattr(squeue, "live_job_ids", unreadable)
     lines = list(run_report(["experiment=x", f"tracking.uri={uri}", f"out={tmp_path / 'out'}"], False))
-    assert lines[0].startswith("x: 2 RUNNING run(s), not in the table, could not be checked for loss "
+    assert lines[0].startswith("x: 1 RUNNING run(s), not in the table, could not be checked for loss "
                                "(no squeue on PATH")
     assert lines[1].startswith("x: wrote ")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from dlcomm.errors import EXIT_USAGE, UserError
 
@@ -24,8 +24,15 @@ _EPILOG = """examples:
 """
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line (no usage block), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"dlcomm: error: {message}; `{self.prog} --help` lists what it takes\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="dlcomm",
         description="Run and compare communication schemes of distributed deep learning.",
         epilog=_EPILOG,

@@ -101,6 +101,8 @@ def _one_line(error: Exception) -> str:
     cause = error.__cause__
     if cause is not None and str(cause).strip():
         message += ": " + str(cause).strip().splitlines()[0]
+    if "Error parsing override" in message:
+        message = message.split(" See https://")[0] + ": overrides are key=value, e.g. nodes=8 (see the keys with `dlcomm config`)"
     if "not in struct" in message or "Could not override" in message:
         message += ". See the keys with `dlcomm config`; a typo in the key is the usual cause"
     return message

@@ -14,3 +14,15 @@ class UserError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+class Diverged(Exception):
+    """The training loss stopped being a finite number: the run failed (exit 1) because of its
+    settings, not a bug, so the launchers report this one line and no traceback."""
+
+    def __init__(self, value: float, step: int, rank: int) -> None:
+        self.step, self.rank = step, rank
+        word = "NaN" if value != value else "inf"
+        super().__init__(
+            f"loss became {word} at step {step} (rank {rank}); lower optim.lr or enable warm-up (optim.warmup_epochs=1)"
+        )

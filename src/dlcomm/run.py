@@ -13,7 +13,7 @@ from dlcomm.spec import RunSpec
 def check_runnable(cfg: DictConfig) -> None:
     """Everything that can be known wrong before any process starts or any run is recorded."""
     validate_run(cfg)
-    from dlcomm.data import check_dataset, dataset_shape
+    from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
     from dlcomm.models import check_model_fits
 
     from dlcomm.tasks import check_task
@@ -26,8 +26,15 @@ def check_runnable(cfg: DictConfig) -> None:
     except UserError as error:
         raise UserError(f"{error} (dataset={cfg.dataset.name})") from None
     from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.train.plan import check_plan
 
-    roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
+    algorithm = get_algorithm(cfg.algo.name)
+    sizes = dataset_sizes(cfg.dataset)
+    if sizes is not None:
+        train_size, test_size = sizes
+        per_epoch, total = check_plan(cfg.train, train_size, cfg.nodes * cfg.workers_per_node, test_size, cfg.dataset.name)
+        algorithm.check_plan(cfg.algo, per_epoch, total)
+    roles = algorithm.roles(cfg.algo)
     if roles and _scales_loss_here(cfg.train):
         raise UserError(
             f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "
@@ -51,10 +58,13 @@ def _scales_loss_here(train) -> bool:
 
 def prepare_run(overrides: list[str]) -> RunSpec:
     from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+    from dlcomm.tracking.store import probe
 
     cfg = compose(overrides)
     check_runnable(cfg)
-    return RunSpec.from_config(cfg, resolve_tracking_uri(cfg.tracking.uri), tuple(overrides))
+    uri = resolve_tracking_uri(cfg.tracking.uri)
+    probe(uri, cfg.tracking.connect_timeout_s)
+    return RunSpec.from_config(cfg, uri, tuple(overrides))
 
 
 def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
@@ -80,12 +90,24 @@ def run_sweep(overrides: list[str]) -> int:
     """A parent MLflow run and one child run per element, as the launcher runs sweeps: one
     SLURM job array (``launcher=slurm``, returns at once), or here, one run after another."""
     specs = prepare_sweep(overrides)
+    _close_lost(specs[0].tracking_uri)
     return _launcher(specs[0]).sweep(specs, overrides)
 
 
 def launch(spec: RunSpec) -> int:
     """Start (or submit) one prepared run with its launcher; the exit code."""
+    _close_lost(spec.tracking_uri)
     return _launcher(spec).launch(spec)
+
+
+def _close_lost(uri: str) -> None:
+    """Runs left RUNNING by a driver or job that is gone are closed FAILED before a new one starts."""
+    import sys
+
+    from dlcomm.runs.reap import close_lost_on_open
+
+    for line in close_lost_on_open(uri, "dlcomm train"):
+        print(line, file=sys.stderr)
 
 
 def _launcher(spec: RunSpec):

@@ -61,9 +61,14 @@ class Algorithm:
         """Raise ``UserError`` for knobs that do not fit the cluster's shape (e.g. groups that do
         not divide the world size)."""
 
+    @classmethod
+    def check_plan(cls, cfg: AlgoConfig, steps_per_epoch: int, total_steps: int) -> None:
+        """Raise ``UserError`` for knobs that do not fit an epoch's or the run's length (checked
+        before launch where the data set's size is known without loading it, and by :meth:`plan`)."""
+
     def plan(self, steps_per_epoch: int, total_steps: int) -> None:
-        """Told before training how long an epoch and the run are (raise ``UserError`` if a knob
-        does not fit them)."""
+        """Told before training how long an epoch and the run are."""
+        self.check_plan(self.cfg, steps_per_epoch, total_steps)
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Start every replica from rank 0's parameters and buffers."""

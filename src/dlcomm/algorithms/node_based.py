@@ -44,12 +44,16 @@ class NodeBased(Algorithm):
                 "pass a positive number of iterations, or -1 for once per epoch")
         require(cfg.bucket_mb >= 0, "algo.bucket_mb", cfg.bucket_mb, "use 0 (one bucket per tensor) or a size in MiB")
 
-    def plan(self, steps_per_epoch: int, total_steps: int) -> None:
-        if self.cfg.k_prime > steps_per_epoch:
+    @classmethod
+    def check_plan(cls, cfg: NodeBasedConfig, steps_per_epoch: int, total_steps: int) -> None:
+        if cfg.k_prime > steps_per_epoch:
             raise UserError(
-                f"algo.k_prime={self.cfg.k_prime} is invalid: an epoch has {steps_per_epoch} iterations; "
+                f"algo.k_prime={cfg.k_prime} is invalid: an epoch has {steps_per_epoch} iterations; "
                 f"pass at most {steps_per_epoch}, or -1 for once per epoch"
             )
+
+    def plan(self, steps_per_epoch: int, total_steps: int) -> None:
+        super().plan(steps_per_epoch, total_steps)
         self.steps_per_epoch = steps_per_epoch
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -277,6 +277,8 @@ class TrackingConfig:
     uri: str = ""  # empty: sqlite:///<repo>/results/mlflow.db
     experiment: str = "dlcomm"
     run_name: str = ""
+    connect_timeout_s: float = 5.0  # how long an http(s) store may take to answer before the run is refused
+    stream_every_s: float = 5.0  # rank 0's per-iteration loss and time reach MLflow this often while training; 0: off
 
 
 @dataclass

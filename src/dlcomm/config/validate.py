@@ -53,6 +53,13 @@ def validate_run(cfg: Any) -> None:
     require(task.generator_lr >= 0 and task.discriminator_lr >= 0, "task.generator_lr/discriminator_lr",
             f"{task.generator_lr}/{task.discriminator_lr}", "use 0 (optim.lr) or a positive learning rate")
     require(task.samples_per_class >= 1, "task.samples_per_class", task.samples_per_class, "pass a positive number of columns")
+    tracking = cfg.tracking
+    require(str(tracking.experiment).strip() != "", "tracking.experiment", tracking.experiment,
+            "an experiment needs a name; pass tracking.experiment=<name> (default dlcomm)")
+    require(tracking.connect_timeout_s > 0, "tracking.connect_timeout_s", tracking.connect_timeout_s,
+            "pass a positive number of seconds, e.g. 10")
+    require(tracking.stream_every_s >= 0, "tracking.stream_every_s", tracking.stream_every_s,
+            "pass 0 (metrics at epoch ends only) or a positive number of seconds, e.g. 5")
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
 
 

@@ -10,7 +10,7 @@ knobs the chosen data set's schema has.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 from dlcomm.data import cifar, folder, mnist, synthetic
 from dlcomm.data.base import ImageClassificationData, InMemoryImageData
@@ -79,6 +79,21 @@ def dataset_shape(cfg: Any) -> Tuple[Tuple[int, int, int], int]:
         return folder.shape(_root(cfg), str(cfg.train_dir), int(cfg.image_size))
     shape, num_classes, _, _ = _synthetic_args(cfg)
     return shape, num_classes
+
+
+def dataset_sizes(cfg: Any) -> Optional[Tuple[int, int]]:
+    """``(training images, test images)`` of the data set ``cfg`` describes, without loading it;
+    None for ``imagefolder`` (counting a large tree's files is not free: its ranks check)."""
+    name = _name(cfg)
+    if name in mnist.SOURCES:
+        return mnist.sizes(mnist.SOURCES[name], _root(cfg))
+    if name in cifar.SOURCES:
+        source = cifar.SOURCES[name]
+        return source.train_size, source.test_size
+    if name == "imagefolder":
+        return None
+    _, _, train_size, test_size = _synthetic_args(cfg)
+    return train_size, test_size
 
 
 def build_dataset(cfg: Any) -> ImageClassificationData:

@@ -30,6 +30,8 @@ class CifarSource:
     archive: str
     mean: Tuple[float, float, float]
     std: Tuple[float, float, float]
+    train_size: int = 50_000  # both variants: the pickles cannot be counted without loading them
+    test_size: int = 10_000
 
 
 CIFAR10 = CifarSource(

@@ -131,6 +131,22 @@ def read_idx(path: str) -> torch.Tensor:
     return torch.frombuffer(data, dtype=torch.uint8).view(dims)
 
 
+def count(path: str) -> int:
+    """The number of items an idx file holds (its first dimension), read from its header."""
+    with _open(path) as stream:
+        head = stream.read(8)
+    if len(head) != 8 or head[:3] != bytes((0, 0, _UBYTE)):
+        raise UserError(f"{path} is not an unsigned-byte idx file: bad magic number")
+    return int.from_bytes(head[4:8], "big")
+
+
+def sizes(source: IdxSource, root: str) -> Tuple[int, int]:
+    """``(training images, test images)`` from the label files' headers, after :func:`check`."""
+    check(source, root)
+    root = resolve_root(source, root)
+    return count(find_file(root, source, FILES[1])), count(find_file(root, source, FILES[3]))  # type: ignore[arg-type]
+
+
 def _load_split(root: str, source: IdxSource, images_stem: str, labels_stem: str) -> Tuple[torch.Tensor, torch.Tensor]:
     images_path = find_file(root, source, images_stem)
     labels_path = find_file(root, source, labels_stem)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlcomm.errors import EXIT_USAGE
+from dlcomm.errors import EXIT_USAGE, Diverged
 from dlcomm.launch.base import Launcher, element_label
 from dlcomm.spec import RunSpec
 
@@ -26,10 +27,30 @@ class RankFailure:
     signalled: bool = False
     at: float = 0.0
     role: str = "worker"
+    diverged_at: int | None = None  # the step whose loss was not finite: the message is the whole story
+
+    @classmethod
+    def diverged(cls, error: Diverged, role: str = "worker") -> "RankFailure":
+        return cls(error.rank, str(error), at=time.time(), role=role, diverged_at=error.step)
 
     def describe(self) -> str:
+        if self.diverged_at is not None:
+            return self.message  # names the step and the rank itself
         role = "" if self.role == "worker" else f" ({self.role})"
         return f"rank {self.rank}{role} {self.message}"
+
+
+def root_cause(failures: list[RankFailure]) -> RankFailure:
+    """The failure to report among several: a rank killed by a signal (its peers only lost their
+    connection), else the first divergence (lowest step, then rank: the same line on every
+    rerun), else the earliest reported failure."""
+    signalled = [f for f in failures if f.signalled]
+    if signalled:
+        return min(signalled, key=lambda f: f.at)
+    diverged = [f for f in failures if f.diverged_at is not None]
+    if diverged:
+        return min(diverged, key=lambda f: (f.diverged_at, f.rank))
+    return min(failures, key=lambda f: f.at)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""How much memory a job of ``launcher=threads`` will take, estimated before it starts.
+"""How much memory a job will take on this machine, estimated before it starts, and the one-line
+refusal of a job that would not fit (``launcher=threads`` and ``launcher=local``).
 
-Every rank holds its model, gradients, optimizer state and the algorithm's copies (gossip
+Threads: every rank holds its model, gradients, optimizer state and the algorithm's copies (gossip
 buffers, the evaluation's averaged model): about :data:`COPIES` times its parameters, plus
 :data:`RANK_OVERHEAD_MIB` of Python objects and allocator slack. Activations live while a rank
 computes: for one rank at a time under ``launcher.compute=serial``, for all at once under
@@ -8,6 +9,11 @@ computes: for one rank at a time under ``launcher.compute=serial``, for all at o
 outputs of every module in one forward pass of the larger of the training and evaluation
 batches, times :data:`ACTIVATION_FACTOR` (the gradients of the backward). The data set is held
 once. Checked against measured peaks in docs/benchmarks.md (64 and 256 workers).
+
+Processes (``launcher=local``): every rank is an interpreter with torch loaded
+(:data:`PROCESS_OVERHEAD_MIB` of memory of its own once the shared library pages are split
+among the ranks), its own copy of the data set, its model's copies and its activations, all at
+once; the driver is this process.
 """
 
 from __future__ import annotations
@@ -20,9 +26,13 @@ from typing import Any
 
 import torch
 
+from dlcomm.errors import UserError
+
 COPIES = 6  # parameters, gradients, momentum (Adam: two moments), algorithm buffers, evaluation copy
 RANK_OVERHEAD_MIB = 16.0  # measured: 256 ranks of the default job took 25 MiB each (6 x 1.6 MiB of parameters + 16)
 ACTIVATION_FACTOR = 2.0
+PROCESS_OVERHEAD_MIB = 450.0  # measured: 16 ranks of the default job summed 8,811 MiB PSS (551 each, less data and model)
+USABLE = 0.9  # of what the kernel reports available (plus what this process holds)
 MIB = 1 << 20
 
 
@@ -69,17 +79,67 @@ def estimate(cfg: Any, ranks: int, serial: bool) -> Footprint:
     from dlcomm.train.memory import peak_rss_mib
 
     model, shape = probe_model(cfg)
-    param_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / MIB
-    samples = int(getattr(cfg.dataset, "train_size", 0) or 0) + int(getattr(cfg.dataset, "test_size", 0) or 0)
-    data_mib = samples * math.prod(shape) / MIB  # uint8 pixels; 0 where the config does not say
     return Footprint(
         ranks=ranks,
-        per_rank_mib=COPIES * param_mib + RANK_OVERHEAD_MIB,
-        activations_mib=ACTIVATION_FACTOR * _activation_mib(model, shape, max(cfg.train.batch_size,
-                                                                                cfg.train.eval_batch_size)),
+        per_rank_mib=COPIES * _param_mib(model) + RANK_OVERHEAD_MIB,
+        activations_mib=_activations(cfg, model, shape),
         at_once=1 if serial else ranks,
-        shared_mib=peak_rss_mib() + data_mib,
+        shared_mib=peak_rss_mib() + _data_mib(cfg, shape),
     )
+
+
+def estimate_processes(cfg: Any, ranks: int) -> Footprint:
+    """The footprint of ``ranks`` processes running ``cfg`` (and this process, their driver)."""
+    from dlcomm.train.memory import peak_rss_mib
+
+    model, shape = probe_model(cfg)
+    return Footprint(
+        ranks=ranks,
+        per_rank_mib=PROCESS_OVERHEAD_MIB + COPIES * _param_mib(model) + _data_mib(cfg, shape),
+        activations_mib=_activations(cfg, model, shape),
+        at_once=ranks,
+        shared_mib=peak_rss_mib(),
+    )
+
+
+def check_fits(cfg: Any, footprint: Footprint, services: int) -> None:
+    """Refuse, in one line with the estimate and the limit, a job that would not fit in this
+    machine's memory; ``services``: how many of the footprint's ranks are not workers."""
+    budget = USABLE * (available_mib() + _own_mib())
+    if footprint.total_mib <= budget:
+        return
+    workers = cfg.nodes * cfg.workers_per_node
+    most = max(0, footprint.most_ranks(budget) - services)
+    kind = "processes" if cfg.launcher.name == "local" else "ranks"
+    raise UserError(
+        f"nodes*workers_per_node={workers} is invalid with launcher={cfg.launcher.name} on this machine: the job needs "
+        f"about {footprint.total_mib / 1024:.1f} GiB ({footprint.ranks} {kind} x {footprint.per_rank_mib:.0f} MiB, "
+        f"activations {footprint.activations_mib:.0f} MiB x {footprint.at_once}, {footprint.shared_mib:.0f} MiB "
+        f"shared) and {budget / 1024:.1f} GiB can be used; use at most {most} workers, a smaller model or "
+        f"train.batch_size, {'launcher=threads, ' if cfg.launcher.name == 'local' else ''}or launcher=slurm"
+    )
+
+
+def _own_mib() -> float:
+    from dlcomm.train.memory import peak_rss_mib
+
+    return peak_rss_mib()
+
+
+def _param_mib(model: torch.nn.Module) -> float:
+    return sum(p.numel() * p.element_size() for p in model.parameters()) / MIB
+
+
+def _data_mib(cfg: Any, shape: tuple[int, int, int]) -> float:
+    """The data set in memory (uint8 pixels); 0 when its size is not known without loading it."""
+    from dlcomm.data import dataset_sizes
+
+    sizes = dataset_sizes(cfg.dataset)
+    return sum(sizes) * math.prod(shape) / MIB if sizes else 0.0
+
+
+def _activations(cfg: Any, model: torch.nn.Module, shape: tuple[int, int, int]) -> float:
+    return ACTIVATION_FACTOR * _activation_mib(model, shape, max(cfg.train.batch_size, cfg.train.eval_batch_size))
 
 
 def _activation_mib(model: torch.nn.Module, shape: tuple[int, ...], batch: int) -> float:

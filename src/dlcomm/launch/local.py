@@ -21,8 +21,8 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from dlcomm.errors import EXIT_USAGE, UserError
-from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure
+from dlcomm.errors import EXIT_USAGE, Diverged, UserError
+from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
@@ -42,6 +42,11 @@ def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors:
         errors.close()
         errors.join_thread()
         os._exit(EXIT_USAGE)
+    except Diverged as error:
+        errors.put(RankFailure.diverged(error))
+        errors.close()
+        errors.join_thread()
+        os._exit(1)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the parent
         errors.put(
             RankFailure(rank, f"raised {type(error).__name__}: {error}", details=traceback.format_exc(), at=time.time())
@@ -108,7 +113,7 @@ def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float, roles:
         if first_failure_at is not None and time.monotonic() - first_failure_at >= _SETTLE_S:
             _teardown(processes, grace_s)
             failures.extend(_drain(errors))
-            return LaunchResult(failure=_with_role(_first(failures), roles))
+            return LaunchResult(failure=_with_role(root_cause(failures), roles))
         if all(process.exitcode == 0 for process in processes):
             return LaunchResult()
         time.sleep(_POLL_S)
@@ -134,12 +139,6 @@ def _with_role(failure: RankFailure, roles: list[str]) -> RankFailure:
     return replace(failure, role=roles[failure.rank])
 
 
-def _first(failures: list[RankFailure]) -> RankFailure:
-    """The root cause: a rank killed by a signal, else the earliest reported failure."""
-    signalled = [f for f in failures if f.signalled]
-    return min(signalled or failures, key=lambda f: f.at)
-
-
 def _teardown(processes: list[mp.Process], grace_s: float) -> None:
     for process in processes:
         if process.is_alive():
@@ -162,8 +161,12 @@ class LocalLauncher(DriverLauncher):
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
-        """Beside the base checks: ``train.device=cuda`` needs one visible GPU per rank."""
+        """Beside the base checks: the processes must fit in this machine's memory;
+        ``train.device=cuda`` needs one visible GPU per rank."""
         super().check(cfg, roles)
+        from dlcomm.launch.footprint import check_fits, estimate_processes
+
+        check_fits(cfg, estimate_processes(cfg, cfg.nodes * cfg.workers_per_node + len(roles)), len(roles))
         if cfg.train.device != "cuda":
             return
         import torch

@@ -7,6 +7,7 @@ augmentation) from ``(seed, rank)``, so the same config and seed give the same n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from datetime import timedelta
@@ -24,7 +25,8 @@ from dlcomm.data import build_dataset
 from dlcomm.spec import RunSpec
 from dlcomm.tasks import build_task
 from dlcomm.train.checkpoint import Checkpointing, WarningSignal
-from dlcomm.train.loop import TrainLoop, plan_steps
+from dlcomm.train.loop import TrainLoop
+from dlcomm.train.plan import plan_steps
 from dlcomm.train.optim import build_optimizer, build_scheduler
 from dlcomm.train.precision import Precision
 
@@ -117,8 +119,14 @@ def train_rank(
     scheduler = build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, total))
     checkpointing = Checkpointing(Path(spec.run_dir) / "checkpoints", rank, device, warning, check_every) if resumable else None
     precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
-    summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing,
-                        task, precision).run()
+    try:
+        summary = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, reporter, checkpointing,
+                            task, precision).run()
+    except BaseException:
+        if reporter is not None:  # a failed run keeps its streamed points too
+            with contextlib.suppress(Exception):
+                reporter.close()
+        raise
     if cfg.train.save_model:
         torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
     channel.barrier()

@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlcomm.config.schema import LauncherConfig
-from dlcomm.errors import UserError
-from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure
+from dlcomm.errors import Diverged, UserError
+from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 COMPUTE_MODES = ("auto", "serial", "parallel")
-MEMORY_USABLE = 0.9  # of what the kernel reports available (plus what this process holds)
 _POLL_S = 0.1
 
 
@@ -81,7 +80,9 @@ class ThreadsLauncher(DriverLauncher):
 
             if not torch.cuda.is_available():
                 raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
-        check_memory(cfg, len(roles), compute == "serial")
+        from dlcomm.launch.footprint import check_fits, estimate
+
+        check_fits(cfg, estimate(cfg, cfg.nodes * cfg.workers_per_node + len(roles), compute == "serial"), len(roles))
 
     @classmethod
     def run_job(cls, spec: RunSpec) -> LaunchResult:
@@ -117,26 +118,6 @@ def draws_while_training(cfg: Any) -> str:
     if any(isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0 for module in model.modules()):
         return f"model={cfg.model.name} (dropout)"
     return ""
-
-
-def check_memory(cfg: Any, services: int, serial: bool) -> None:
-    """Refuse, in one line with the estimate, a job that would not fit in this machine's memory."""
-    from dlcomm.launch.footprint import available_mib, estimate
-    from dlcomm.train.memory import peak_rss_mib
-
-    workers = cfg.nodes * cfg.workers_per_node
-    footprint = estimate(cfg, workers + services, serial)
-    budget = MEMORY_USABLE * (available_mib() + peak_rss_mib())
-    if footprint.total_mib <= budget:
-        return
-    most = max(0, footprint.most_ranks(budget) - services)
-    raise UserError(
-        f"nodes*workers_per_node={workers} is invalid with launcher=threads on this machine: the job needs about "
-        f"{footprint.total_mib / 1024:.1f} GiB ({footprint.ranks} ranks x {footprint.per_rank_mib:.0f} MiB, "
-        f"activations {footprint.activations_mib:.0f} MiB x {footprint.at_once}, {footprint.shared_mib:.0f} MiB "
-        f"shared) and {budget / 1024:.1f} GiB can be used; use at most {most} workers, a smaller model or "
-        "train.batch_size, or launcher=slurm"
-    )
 
 
 def torch_threads(requested: int, compute: str, ranks: int) -> int:
@@ -211,6 +192,9 @@ def _rank_thread(spec: RunSpec, rank: int, layout: Any, fabric: Any, device: Any
     except UserError as error:
         failures.append(RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time(), role=role))
         fabric.abort(f"rank {rank} stopped")
+    except Diverged as error:
+        failures.append(RankFailure.diverged(error, role))
+        fabric.abort(f"rank {rank} diverged")
     except BaseException as error:  # noqa: BLE001 - every failure must reach the driver
         failures.append(RankFailure(rank, f"raised {type(error).__name__}: {error}", details=traceback.format_exc(),
                                     at=time.time(), role=role))
@@ -234,5 +218,5 @@ def _root_cause(failures: list[RankFailure], fabric: Any, layout: Any) -> RankFa
         return RankFailure(rank, "was killed (debug.fail_mode=kill)", signalled=True, at=time.time(),
                            role=layout.role_of(rank))
     if failures:
-        return min(failures, key=lambda failure: failure.at)
+        return root_cause(failures)
     return RankFailure(0, f"ended: {fabric.failure}", at=time.time())

@@ -17,6 +17,9 @@ ITER_SIM_COMM_BUSY = "iter/sim_comm_busy_s"  # union of the operations' modelled
 ITER_COMM_MODELLED = "iter/comm_modelled_s"  # cost-model durations of the collectives joined and messages sent
 ITER_LOSS = "iter/train_loss"  # mean training loss of the iteration over ranks
 ITER_LR = "iter/lr"
+# Streamed while an epoch runs (tracking.stream_every_s), rank 0's own: what a run that dies mid-epoch keeps.
+LIVE_LOSS = "live/train_loss_rank0"
+LIVE_TIME = "live/time_s_rank0"
 
 # Per epoch (MLflow step = epoch, counted from 1).
 EPOCH_TRAIN_LOSS = "epoch/train_loss"  # mean over ranks and iterations of the epoch

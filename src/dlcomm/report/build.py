@@ -176,6 +176,9 @@ def run_report(settings: list[str], every: bool) -> Iterator[str]:
     check_store(uri)
     if every == bool(known["experiment"]):
         raise UserError("name one experiment (experiment=<name>) or pass --all")
+    from dlcomm.runs.reap import close_lost_on_open
+
+    yield from close_lost_on_open(uri, "dlcomm report")
     experiments = experiment_names(uri) if every else [known["experiment"]]
     if not experiments:
         raise UserError(f"the store {uri} has no finished run: train first (dlcomm train experiment=<name>)")

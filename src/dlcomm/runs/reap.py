@@ -25,11 +25,11 @@ def parse_settings(words: list[str]) -> dict[str, str]:
     return settings.parse_settings(words, dict.fromkeys(SETTINGS, ""), "reap", "pass experiment=<name> and/or tracking.uri=<uri>")
 
 
-def _error_tag(verdict: Verdict) -> str:
-    return f"lost while RUNNING: {verdict.reason}; closed by dlcomm runs reap"
+def _error_tag(verdict: Verdict, closer: str) -> str:
+    return f"lost while RUNNING: {verdict.reason}; closed by {closer}"
 
 
-def close_lost(uri: str, found: Census) -> list[Verdict]:
+def close_lost(uri: str, found: Census, closer: str = "dlcomm runs reap") -> list[Verdict]:
     """Close ``found.lost`` as FAILED (children before sweep parents); return those closed
     (a run that is no longer RUNNING when its turn comes is skipped)."""
     from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run, run_status
@@ -39,7 +39,7 @@ def close_lost(uri: str, found: Census) -> list[Verdict]:
         run = verdict.run
         if run_status(uri, run.run_id) != "RUNNING":
             continue
-        close_run(uri, run.run_id, "FAILED", _error_tag(verdict))
+        close_run(uri, run.run_id, "FAILED", _error_tag(verdict, closer))
         closed.append(verdict)
         if run.parent_id:
             close_parent_if_done(uri, run.parent_id)
@@ -68,3 +68,17 @@ def reap(settings: list[str], dry_run: bool = False, queue: Callable[[], set[str
     total = len(found.lost) + len(found.unchecked) + len(found.alive)
     yield (f"{verb} {len(closed)} lost run(s) as FAILED, of {total} RUNNING run(s) in {uri}" if closed
            else f"no lost run among {total} RUNNING run(s) in {uri}")
+
+
+def close_lost_on_open(uri: str, command: str) -> Iterator[str]:
+    """What every command that opens a store does first (``dlcomm train``, ``dlcomm report``):
+    close the store's lost runs as FAILED with the reason, saying so in one line each. Never
+    stops the command: runs it cannot judge (no ``squeue`` here, another host) are left."""
+    from pathlib import Path
+
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        return
+    found = survey(uri, strict=False)
+    for verdict in close_lost(uri, found, closer=command):
+        yield (f"dlcomm: closed lost run {verdict.run.run_id} (experiment {verdict.run.experiment}) as FAILED: "
+               f"{verdict.reason}")

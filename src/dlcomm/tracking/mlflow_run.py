@@ -58,13 +58,12 @@ def resolve_tracking_uri(uri: str) -> str:
 
 
 def check_store(uri: str) -> None:
-    """Raise a one-line UserError when ``uri`` names a SQLite store that does not exist (for
-    readers: ``dlcomm report``, ``dlcomm runs reap``; writers create the store)."""
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise UserError(
-            f"no MLflow store at {uri}: train first (dlcomm train experiment=<name>) or pass "
-            "tracking.uri=<the store your runs went to>"
-        )
+    """Raise a one-line UserError when ``uri`` is a store that cannot be read: a SQLite file that
+    does not exist, a server that does not answer (for readers: ``dlcomm report``, ``dlcomm runs
+    reap``; writers create the store, see :func:`dlcomm.tracking.store.probe`)."""
+    from dlcomm.tracking.store import probe
+
+    probe(uri, writer=False)
 
 
 def _client(uri: str):

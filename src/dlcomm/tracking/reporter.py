@@ -16,6 +16,7 @@ from dlcomm.metrics import names
 from dlcomm.metrics.rows import TIMING_COLUMNS, IterationRow
 from dlcomm.spec import RunSpec
 from dlcomm.tracking.mlflow_run import RunLogger
+from dlcomm.tracking.stream import MetricStream
 
 
 def _table(rows: list[IterationRow]) -> pd.DataFrame:
@@ -37,6 +38,7 @@ class Rank0Reporter:
         self._loss_ema = math.nan
         self._time_ema = math.nan
         self._timings: list[pd.DataFrame] = []
+        self.stream = MetricStream(self.logger.log_series, float(spec.config["tracking"].get("stream_every_s", 0.0)))
 
     def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None:
         """``done_steps`` and the finished epochs' ``rows`` are those of a resumed run."""
@@ -48,6 +50,8 @@ class Rank0Reporter:
         self.bar = tqdm(total=total_steps, initial=done_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5)
 
     def iteration(self, step: int, loss: float, time_s: float) -> None:
+        self.stream.add(names.LIVE_LOSS, loss, step)
+        self.stream.add(names.LIVE_TIME, time_s, step)
         self._loss_ema = loss if math.isnan(self._loss_ema) else 0.9 * self._loss_ema + 0.1 * loss
         self._time_ema = time_s if math.isnan(self._time_ema) else 0.9 * self._time_ema + 0.1 * time_s
         if self.bar is not None:
@@ -91,9 +95,14 @@ class Rank0Reporter:
         if self.bar is not None:
             self.bar.write(f"epoch {epoch}: wrote {', '.join(f'{name}/epoch_{epoch:03d}.png' for name in images)} (MLflow artifacts)")
 
-    def finish(self, summary: dict) -> None:
+    def close(self) -> None:
+        """Send the streamed points still held (also when the run failed); close the bar."""
         if self.bar is not None:
             self.bar.close()
+        self.stream.close()
+
+    def finish(self, summary: dict) -> None:
+        self.close()
         memory = {name: summary.pop(name, []) for name in (names.PEAK_RSS_MIB, names.PEAK_PSS_MIB)}
         self.logger.log_series(
             (name, value, rank) for name, values in memory.items() for rank, value in enumerate(values)

@@ -31,7 +31,8 @@ import torch
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.comm.channel import Channel
 from dlcomm.data.partition import epoch_partition
-from dlcomm.errors import UserError
+from dlcomm.errors import Diverged
+from dlcomm.train.plan import check_plan, step_batch
 from dlcomm.metrics import names, stats
 from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, run_metrics, simulated_elapsed
 from dlcomm.metrics.rows import IterationRow
@@ -141,20 +142,6 @@ def cross_entropy_loss(model: torch.nn.Module, inputs: torch.Tensor, labels: tor
     return torch.nn.functional.cross_entropy(model(inputs), labels)
 
 
-def step_batch(train: Any) -> int:
-    """Samples one rank consumes per optimizer step: ``batch_size * comm_interval``."""
-    return train.batch_size * train.comm_interval
-
-
-def plan_steps(train: Any, train_size: int, world_size: int) -> tuple[int, int]:
-    """``(iterations per epoch, iterations of the run)``: every rank holds
-    ``train_size // world_size`` samples and drops its last incomplete step batch (see
-    :func:`step_batch`); ``max_steps`` caps the run."""
-    per_epoch = (train_size // world_size) // step_batch(train)
-    total = per_epoch * train.epochs
-    return per_epoch, (min(total, train.max_steps) if train.max_steps > 0 else total)
-
-
 class TrainLoop:
     def __init__(
         self,
@@ -222,13 +209,7 @@ class TrainLoop:
     def run(self) -> dict[str, Any]:
         train = self.cfg.train
         world, rank = self.cluster.world_size, self.cluster.rank
-        per_epoch, total = plan_steps(train, self.data.train_size, world)
-        if per_epoch == 0:
-            raise UserError(
-                f"train.batch_size={train.batch_size} (x train.comm_interval={train.comm_interval}) is invalid: each of the "
-                f"{world} workers holds only {self.data.train_size // world} training samples; pass a smaller "
-                "train.batch_size or comm_interval, or fewer workers"
-            )
+        per_epoch, total = check_plan(train, self.data.train_size, world)
         saved = self.checkpointing.load() if self.checkpointing is not None else None
         if saved is not None:
             self.load_state_dict(saved)
@@ -288,8 +269,8 @@ class TrainLoop:
             comm = self.channel.end_iteration()
             time_s = perf_counter() - start
             loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                raise FloatingPointError(f"the training loss became {loss_value} at step {step}; lower optim.lr")
+            if not math.isfinite(loss_value):  # the one guard: the loss is read for the timing row anyway
+                raise Diverged(loss_value, step, rank)
             rows.append(IterationRow(
                 rank=rank, node=node, epoch=epoch, step=step, time_s=time_s, compute_s=time_s - comm.exposed_s,
                 comm_exposed_s=comm.exposed_s, comm_busy_s=comm.busy_s, data_s=data_s, bytes_sent=comm.bytes_sent,

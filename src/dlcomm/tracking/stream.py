@@ -1,0 +1,60 @@
+"""Per-iteration metrics that reach MLflow while an epoch runs, so that a run that dies mid-epoch
+keeps what it did.
+
+The loop only appends to a list (no I/O, no waiting); a daemon thread hands what accumulated to
+MLflow in one batch every ``every_s`` seconds, and :meth:`MetricStream.close` sends the rest. A
+run killed between two batches loses at most ``every_s`` seconds of points.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterable
+
+
+class MetricStream:
+    """``add(name, value, step)`` from the training loop; ``send(points)`` (MLflow's batch
+    write) from a background thread every ``every_s`` seconds. ``every_s <= 0``: off."""
+
+    def __init__(self, send: Callable[[Iterable[tuple[str, float, int]]], None], every_s: float) -> None:
+        self._send = send
+        self._points: list[tuple[str, float, int]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None  # a failed send: raised by close(), in the loop's thread
+        self.enabled = every_s > 0
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True, name="dlcomm-metric-stream")
+            self._thread.start()
+
+    def add(self, name: str, value: float, step: int) -> None:
+        if self.enabled:
+            with self._lock:
+                self._points.append((name, value, step))
+
+    def _run(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                self.flush()
+            except Exception as error:  # noqa: BLE001 - reported by close(); the epoch's own writes will fail too
+                self._error = error
+                return
+
+    def flush(self) -> None:
+        with self._lock:
+            points, self._points = self._points, []
+        if points:
+            self._send(points)
+
+    def close(self) -> None:
+        """Stop the thread and send what is left (again and again: a no-op); a send that failed in
+        the thread is raised here."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        self.flush()

@@ -1,0 +1,250 @@
+"""The fuzz suite: every bad input is answered in seconds with one line, exit 2, no traceback, and
+leaves no run behind.
+
+A table of bad inputs across every config group and subcommand, each run through the CLI's
+``main`` in this process (the checks are the same code a ``dlcomm`` process runs, without its 2 s
+of imports per row), then a generated part: random values for the numeric keys never end in
+anything but a run that checks out or a one-line refusal. The real process is checked by the
+subprocess tests at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import ALGORITHMS, FAST, run_cli
+from dlcomm import cli
+from dlcomm.errors import UserError
+
+BOUND_S = 10.0
+# 4 workers x 16 iterations per epoch: 4096 synthetic samples, batch 64
+SIXTEEN = ["dataset=synthetic", "dataset.train_size=4096", "dataset.test_size=512", "train.batch_size=64"]
+DEAD_SERVER = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+TRAIN = [
+    # -- the rows of issue 20 --
+    (["tracking.uri=sqlite:////proc/x.db"], "tracking.uri=sqlite:////proc/x.db cannot be written"),
+    ([f"tracking.uri={DEAD_SERVER}"], f"tracking.uri={DEAD_SERVER}: no server answered at 127.0.0.1:9 within 5 s"),
+    (["nodes=100000"], "nodes*workers_per_node=100000 is invalid: the 60000 training samples of fashion_mnist"),
+    (["tracking.experiment="], "tracking.experiment= is invalid: an experiment needs a name"),
+    (["algo=node_based", "algo.k_prime=100", *SIXTEEN], "algo.k_prime=100 is invalid: an epoch has 16 iterations"),
+    (["train.batch_size=100000"], "train.batch_size=100000 (x train.comm_interval=1) is invalid: each of the 4 workers"),
+    # -- unknown choices, one per config group --
+    (["algo=nope"], f"Available options in 'algo': {', '.join(ALGORITHMS)}"),
+    (["model=nope"], "Available options in 'model'"),
+    (["dataset=nope"], "Available options in 'dataset'"),
+    (["optim=nope"], "Available options in 'optim': adabelief, adam, adamw, angulargrad, lars, sgd"),
+    (["network=nope"], "Available options in 'network': eth_10g, eth_1g, eth_56g, ib_100g, lat_0.1ms, lat_5ms, off, wan_hetero"),
+    (["launcher=nope"], "Available options in 'launcher'"),
+    (["experiment=nope"], "Available options in 'experiment'"),
+    (["task=nope"], "Available options in 'task'"),
+    # -- typos and knobs of another choice --
+    (["train.epoch=3"], "Could not override 'train.epoch'"),
+    (["nodse=4"], "nodse"),
+    (["algo=local_sgd", "algo.perod=4"], "algo.perod"),
+    (["model.embed_dim=8"], "model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s"),
+    (["+model.embed_dim=8"], "model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s"),
+    (["optim.betas=[0.5,0.9]"], "optim.betas is not a knob of optim=sgd; it belongs to optim=adabelief, adam, adamw, angulargrad"),
+    (["optim=adam", "optim.momentum=0.5"], "optim.momentum is not a knob of optim=adam; it belongs to optim=lars, sgd"),
+    (["dataset.shape=[1,8,8]"], "dataset.shape is not a knob of dataset=fashion_mnist; it belongs to dataset=synthetic"),
+    (["frob"], "Error parsing override 'frob'"),
+    # -- wrong types --
+    (["nodes=four"], "nodes=four"),
+    (["train.batch_size=1.5"], "train.batch_size"),
+    (["optim.lr=fast"], "optim.lr"),
+    (["train.amp=maybe"], "train.amp"),
+    (["seed=abc"], "seed"),
+    # -- out of range --
+    (["nodes=0"], "nodes=0 is invalid"),
+    (["nodes=-3"], "nodes=-3 is invalid"),
+    (["workers_per_node=0"], "workers_per_node=0 is invalid"),
+    (["train.batch_size=0"], "train.batch_size=0 is invalid"),
+    (["train.epochs=0"], "train.epochs=0 is invalid"),
+    (["train.max_steps=0"], "train.max_steps=0 is invalid"),
+    (["train.comm_interval=0"], "train.comm_interval=0 is invalid"),
+    (["optim.lr=0"], "optim.lr=0.0 is invalid"),
+    (["optim.lr=-1"], "optim.lr=-1.0 is invalid"),
+    (["optim.warmup_epochs=-1"], "optim.warmup_epochs=-1.0 is invalid"),
+    (["optim.schedule=linear"], "optim.schedule=linear is invalid"),
+    (["train.eval_every=-1"], "train.eval_every=-1 is invalid"),
+    (["train.eval_size=-1"], "train.eval_size=-1 is invalid"),
+    (["train.eval_size=20000"], "train.eval_size=20000 is invalid: the test set of fashion_mnist has 10000 images"),
+    (["train.eval_replicas=-1"], "train.eval_replicas=-1 is invalid: pass 0 (every replica)"),
+    (["train.label_smoothing=1.0"], "train.label_smoothing=1.0 is invalid"),
+    (["train.target_acc=85"], "train.target_acc=85.0 is invalid"),
+    (["train.time_budget_s=-5"], "train.time_budget_s=-5.0 is invalid"),
+    (["train.device=tpu"], "train.device=tpu is invalid: use cpu, cuda or auto"),
+    (["train.threads_per_rank=-1"], "train.threads_per_rank=-1 is invalid"),
+    (["train.amp_dtype=fp8"], "train.amp_dtype=fp8 is invalid"),
+    (["launcher.backend=mpi"], "launcher.backend=mpi is invalid"),
+    (["tracking.connect_timeout_s=0"], "tracking.connect_timeout_s=0.0 is invalid"),
+    (["tracking.stream_every_s=-1"], "tracking.stream_every_s=-1.0 is invalid"),
+    (["algo=local_sgd", "algo.period=0"], "algo.period=0 is invalid"),
+    (["algo=gossip_pull", "algo.period=0"], "algo.period=0 is invalid: T is the number of local steps per window"),
+    (["algo=gossip_pull", "algo.overlap=late"], "algo.overlap=late is invalid: use none, naive or scheduled"),
+    (["algo=ps_layerdrop", "algo.ratio=1.0"], "algo.ratio=1.0 is invalid: R is the fraction of gradient entries dropped"),
+    (["algo=ps_layerdrop", "algo.ratio=-0.1"], "algo.ratio=-0.1 is invalid"),
+    (["network=eth_1g", "network.inter.bandwidth_gbps=-1"], "network.inter.bandwidth_gbps=-1.0 is invalid: a bandwidth must be positive"),
+    (["network=eth_1g", "network.intra.latency_ms=-0.5"], "network.intra.latency_ms=-0.5 is invalid: a latency cannot be negative"),
+    (["network=wan_hetero", "nodes=8", "network.wide_workers=9"], "network.wide_workers=9 is invalid: the job has 8 workers"),
+    (["network=eth_1g", "network.worker_bandwidth_gbps=[1,10]"], "give one Gb/s value per worker (4 values"),
+    (["network=eth_1g", "network.mode=fast"], "network.mode=fast is invalid: use off, emulate or simulate"),
+    (["launcher=threads", "launcher.compute=fast"], "launcher.compute=fast is invalid"),
+    # -- sizes that cannot fit --
+    (["nodes=300"], "nodes*workers_per_node=300 is invalid with launcher=local on this machine: the job needs about"),
+    (["nodes=900", "launcher=threads"], "nodes*workers_per_node=900 is invalid with launcher=threads on this machine"),
+    # -- contradictions --
+    (["algo=ps", "nodes=1"], "nodes=1 is invalid: a parameter server with one worker is plain SGD"),
+    (["algo=ps", "launcher=srun"], "launcher=srun is invalid for algo=ps: it needs the service process(es) server"),
+    (["launcher=srun"], "launcher=srun is invalid outside an srun step"),
+    (["train.device=cuda"], "train.device=cuda is invalid: no CUDA device is visible"),
+    (["launcher=threads", "network=eth_1g", "network.mode=emulate", "launcher.compute=serial"],
+     "network.mode=emulate is invalid with launcher=threads and serial compute"),
+    (["model=vgg16"], "model=vgg16 cannot take dataset input of shape 1x28x28"),
+    # -- missing data --
+    (["dataset.root=/no/such/folder"], "dataset.root=/no/such/folder does not exist"),
+    (["dataset=cifar10", "dataset.root=/no/such/folder"], "dataset.root=/no/such/folder"),
+    (["dataset=imagefolder", "dataset.root=/no/such/folder"], "/no/such/folder"),
+    # -- bad stores --
+    (["tracking.uri=nonsense://x"], "tracking.uri=nonsense://x cannot be used"),
+    (["tracking.uri=sqlite:///"], "tracking.uri=sqlite:/// names no file"),
+    (["tracking.uri=sqlite:////tmp"], "tracking.uri=sqlite:////tmp is a folder, not a database file"),
+    (["tracking.uri=http://"], "tracking.uri=http:// names no host"),
+]
+
+SWEEPS = [
+    (["-m", "algo=allreduce,nope"], "Available options in 'algo'"),
+    (["-m", "nodes=2,0"], "sweep element [nodes=0]: nodes=0 is invalid"),
+    (["-m", "tracking.experiment=a,b"], "a sweep may not vary tracking.uri, tracking.experiment or launcher"),
+    (["-m", "seed=1,2", "launcher=nope"], "Available options in 'launcher'"),
+    (["-m", "nodes=range(0,2)"], "nodes=0 is invalid"),
+]
+
+OTHER = [
+    (["frob"], "invalid choice: 'frob'"),
+    (["runs", "frob"], "invalid choice: 'frob' (choose from 'reap')"),
+    (["runs", "reap", "bogus=1"], "bogus"),
+    (["runs", "reap", "tracking.uri=sqlite:////no/such/store.db"], "no MLflow store at sqlite:////no/such/store.db"),
+    (["report"], "no MLflow store"),
+    (["report", "bogus=1"], "bogus"),
+    (["report", "experiment=x", f"tracking.uri={DEAD_SERVER}"], "no server answered"),
+    (["sweep", "export", "-m", "algo=nope,allreduce"], "Available options in 'algo'"),
+    (["sweep", "frob"], "invalid choice: 'frob' (choose from 'export')"),
+    (["config", "algo=nope"], "Available options in 'algo'"),
+    (["config", "nodes=four"], "nodes=four"),
+    (["topology", "topology=nope"], "topology"),
+    (["topology", "nodes=0"], "nodes"),
+    (["topology", "steps=x"], "steps"),
+    (["train", "--frob"], "unrecognized arguments: --frob"),
+]
+
+ROWS = ([(["train", *row], expected) for row, expected in TRAIN]
+        + [(["train", *row], expected) for row, expected in SWEEPS] + OTHER)
+
+
+def test_the_table_has_at_least_60_rows_over_every_subcommand() -> None:
+    assert len(ROWS) >= 60
+    assert {row[0] for row, _ in ROWS} >= {"train", "report", "runs", "sweep", "config", "topology"}
+
+
+def answer(home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, argv: list[str]) -> tuple[int, str, float]:
+    """``dlcomm <argv>`` through the CLI's main in this process: (exit code, stderr, seconds)."""
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    monkeypatch.chdir(home)
+    capsys.readouterr()
+    start = time.perf_counter()
+    try:
+        code = cli.main(argv)
+    except SystemExit as stop:  # argparse's way out
+        code = stop.code
+    seconds = time.perf_counter() - start
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return int(code or 0), captured.err, seconds
+
+
+def runs_left(home: Path) -> list[str]:
+    """Statuses of runs that are not ended in the home's default store (none when it does not exist)."""
+    database = home / "results" / "mlflow.db"
+    if not database.exists():
+        return []
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
+    return [run.info.status for experiment in client.search_experiments()
+            for run in client.search_runs([experiment.experiment_id]) if run.info.status in ("RUNNING", "KILLED")]
+
+
+@pytest.mark.parametrize("argv,expected", ROWS, ids=[" ".join(row) for row, _ in ROWS])
+def test_bad_input_is_one_line_exit_2_in_seconds_and_records_nothing(home, monkeypatch, capsys, argv, expected) -> None:
+    code, err, seconds = answer(home, monkeypatch, capsys, argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: ") and expected in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    assert not (home / "results" / "mlflow.db").exists() or argv[0] in ("report", "runs"), "a run was recorded for bad input"
+    assert runs_left(home) == []
+
+
+# -- the generated part: numeric keys over their ranges and beyond -------------------------------------------------
+NUMERIC_KEYS = [
+    "nodes", "workers_per_node", "seed", "train.batch_size", "train.epochs", "train.max_steps", "train.comm_interval",
+    "train.eval_every", "train.eval_size", "train.eval_batch_size", "train.eval_replicas", "train.label_smoothing",
+    "train.target_acc", "train.time_budget_s", "train.eval_every_s", "train.threads_per_rank", "optim.lr",
+    "optim.momentum", "optim.weight_decay", "optim.warmup_epochs", "dataset.train_size", "dataset.test_size",
+    "dataset.num_classes", "network.intra.latency_ms", "network.inter.bandwidth_gbps", "network.wide_workers",
+    "tracking.connect_timeout_s", "tracking.stream_every_s", "launcher.teardown_grace_s",
+]
+
+
+def _text(value: object) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return str(value)
+
+
+VALUES = st.one_of(
+    st.integers(-10**12, 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["", "abc", "[1,2]", "null", "true", "1e400", "-0", "0x10", "1_000"]),
+).map(_text)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.tuples(st.sampled_from(NUMERIC_KEYS), VALUES), min_size=1, max_size=3))
+def test_generated_numeric_settings_check_out_or_are_refused_in_one_line(tmp_path_factory, monkeypatch, picks) -> None:
+    from dlcomm.run import prepare_run
+
+    home = tmp_path_factory.mktemp("fuzz")
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    overrides = [*FAST, "launcher=threads", *(f"{key}={value}" for key, value in picks)]
+    start = time.perf_counter()
+    try:
+        prepare_run(overrides)
+    except UserError as error:
+        assert "\n" not in str(error) and str(error).strip()
+    assert time.perf_counter() - start < BOUND_S
+    assert not (home / "results" / "mlflow.db").exists()
+
+
+# -- the real process ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["train", "tracking.uri=sqlite:////proc/x.db"],
+    ["train", f"tracking.uri={DEAD_SERVER}", "tracking.connect_timeout_s=2"],
+    ["train", "nodes=100000"],
+], ids=["unwritable store", "dead server", "nodes=100000"])
+def test_a_dlcomm_process_refuses_in_one_line_within_the_bound(home, argv) -> None:
+    start = time.perf_counter()
+    result = run_cli(home, *argv, timeout=60)
+    seconds = time.perf_counter() - start
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("dlcomm: error: ")
+    assert seconds < BOUND_S, f"{seconds:.1f} s"
+    assert not (home / "results" / "mlflow.db").exists()
