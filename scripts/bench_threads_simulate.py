@@ -24,28 +24,15 @@ first ``--skip`` dropped: warm-up), every configuration run in one invocation of
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
-RUN_ID = re.compile(r"mlflow run ([0-9a-f]{32})")
+from benchlib import train_timings
 
 
 def run(overrides: list[str]) -> pd.DataFrame:
     """One ``dlcomm train`` in a fresh results folder; its timings.csv."""
-    with tempfile.TemporaryDirectory(prefix="dlcomm-bench-") as home:
-        env = dict(os.environ, DLCOMM_HOME=home, PYTHONWARNINGS="ignore")
-        done = subprocess.run([sys.executable, "-m", "dlcomm.cli", "train", *overrides], cwd=home, env=env,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"bench_threads_simulate: `dlcomm train {' '.join(overrides)}` failed:\n{done.stderr[-3000:]}")
-        run_id = RUN_ID.findall(done.stdout)[-1]
-        return pd.read_csv(Path(home) / "results" / "runs" / run_id / "timings.csv")
+    return train_timings(overrides, script="bench_threads_simulate")
 
 
 def per_iteration(timings: pd.DataFrame, column: str, skip: int) -> float:
