@@ -106,7 +106,7 @@ TRAIN = [
     (["train.device=cuda"], "train.device=cuda is invalid: no CUDA device is visible"),
     (["launcher=threads", "network=eth_1g", "network.mode=emulate", "launcher.compute=serial"],
      "network.mode=emulate is invalid with launcher=threads and serial compute"),
-    (["model=vgg16"], "model=vgg16 cannot take dataset input of shape 1x28x28"),
+    (["model=vgg16"], "model=vgg16 cannot take dataset=fashion_mnist input of shape 1x28x28"),
     # -- missing data --
     (["dataset.root=/no/such/folder"], "dataset.root=/no/such/folder does not exist"),
     (["dataset=cifar10", "dataset.root=/no/such/folder"], "dataset.root=/no/such/folder"),

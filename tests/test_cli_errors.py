@@ -31,3 +31,18 @@ def test_config_shows_the_chosen_model_optimizer_and_dataset_knobs_only(home) ->
     assert sections["optim"] == ["name", "lr", "weight_decay", "schedule", "milestones", "gamma", "warmup_epochs",
                                  "min_lr", "momentum", "nesterov"]
     assert sections["dataset"] == ["name", "root"]
+
+
+def test_train_help_lists_the_config_groups_and_points_to_dlcomm_config(capsys) -> None:
+    import pytest
+
+    from conftest import ALGORITHMS
+    from dlcomm import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert f"  algo       {', '.join(ALGORITHMS)}" in text
+    assert "  launcher   local, slurm, srun, threads" in text
+    assert "every key and its value: dlcomm config [overrides]" in text

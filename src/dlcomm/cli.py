@@ -4,6 +4,7 @@ overrides (``key=value``) composed over the configs shipped in the package."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn, Sequence
 
@@ -31,6 +32,26 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"dlcomm: error: {message}; `{self.prog} --help` lists what it takes\n")
 
 
+def _groups_epilog() -> str:
+    """The config groups and their choices, read from the configs shipped in the package."""
+    from importlib.resources import files
+
+    root = files("dlcomm.configs")
+    lines = ["config groups (group=choice):"]
+    for group in sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("_")):
+        choices = sorted(entry.name[:-5] for entry in root.joinpath(group).iterdir() if entry.name.endswith(".yaml"))
+        if choices:
+            lines.append(f"  {group:<10} {', '.join(choices)}")
+    lines += [
+        "",
+        "every key and its value: dlcomm config [overrides]   (e.g. dlcomm config algo=crossover shows its knobs)",
+        "examples:",
+        "  dlcomm train algo=crossover nodes=16 launcher=threads",
+        "  dlcomm train -m algo=allreduce,local_sgd seed=1,2",
+    ]
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="dlcomm",
@@ -39,7 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    train = sub.add_parser("train", help="run one training job (overrides: key=value ...), or a sweep with -m")
+    train = sub.add_parser("train", help="run one training job (overrides: key=value ...), or a sweep with -m",
+                           description="Run one training job, or a sweep with -m. Settings are Hydra overrides: "
+                                       "group=choice picks a configuration, key=value sets a knob.",
+                           epilog=_groups_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("-m", "--multirun", action="store_true",
                        help="a sweep: key=a,b choices expand to their product, one run each under a parent run")
     train.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. algo=local_sgd nodes=8 train.epochs=3")
@@ -71,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return EXIT_USAGE
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no "Creating initial MLflow database tables" on the terminal
+    if args.command == "train":  # composing and checking take seconds (imports): say at once what is going on
+        what = "the sweep" if args.multirun else "the run"
+        print(f"dlcomm: checking {what} ({' '.join(args.overrides) or 'defaults'}) ...", flush=True)
     try:
         if args.command == "config":
             return _show_config(args.overrides)

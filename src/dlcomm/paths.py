@@ -1,5 +1,5 @@
-"""Where results go: ``<repo>/results`` for a source checkout, ``./results`` otherwise;
-``DLCOMM_HOME`` overrides the base folder."""
+"""Where results go: ``./results`` under the working directory (``DLCOMM_HOME`` overrides the
+base folder); a run's own files go beside its tracking store."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ from pathlib import Path
 
 
 def project_root() -> Path:
+    """``DLCOMM_HOME``, else the working directory: results go where the user works (the
+    Makefile's targets run in the checkout, so theirs land in ``<checkout>/results``)."""
     if os.environ.get("DLCOMM_HOME"):
         return Path(os.environ["DLCOMM_HOME"]).resolve()
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "src" / "dlcomm").is_dir():
-        return checkout
     return Path.cwd().resolve()
 
 
 def results_dir() -> Path:
     return project_root() / "results"
+
+
+def runs_dir(tracking_uri: str) -> Path:
+    """Where runs' files (config.yaml, timings.csv, checkpoints) go: beside their SQLite store,
+    so that a store and its runs' files move together; under :func:`results_dir` for a server."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri[len("sqlite:///"):]).resolve().parent / "runs"
+    return results_dir() / "runs"

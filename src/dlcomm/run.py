@@ -21,10 +21,7 @@ def check_runnable(cfg: DictConfig) -> None:
     check_task(cfg)
     check_dataset(cfg.dataset)
     shape, classes = dataset_shape(cfg.dataset)
-    try:
-        check_model_fits(cfg.model, shape, classes)
-    except UserError as error:
-        raise UserError(f"{error} (dataset={cfg.dataset.name})") from None
+    check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.train.plan import check_plan
 
@@ -71,12 +68,22 @@ def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
     """Every element of the sweep, composed and checked before anything is recorded."""
     from dlcomm.sweep import expand
 
+    from dataclasses import replace
+
+    elements = expand(overrides)
+    values: dict[str, set[str]] = {}
+    for element in elements:
+        for item in element:
+            key, _, value = item.partition("=")
+            values.setdefault(key, set()).add(value)
     specs = []
-    for element in expand(overrides):
+    for element in elements:
         try:
-            specs.append(prepare_run(element))
+            spec = prepare_run(element)
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
+        varied = tuple(item for item in element if len(values[item.partition("=")[0]]) > 1)
+        specs.append(replace(spec, varied=varied))
     where = {(spec.tracking_uri, spec.config["tracking"]["experiment"], spec.config["launcher"]["name"]) for spec in specs}
     if len(where) > 1:
         raise UserError(

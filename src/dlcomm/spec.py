@@ -27,6 +27,7 @@ class RunSpec:
     run_dir: str = ""
     parent_run_id: str = ""  # the sweep's parent run, for a sweep's element
     overrides: tuple[str, ...] = ()  # the command line's overrides that composed ``config``
+    varied: tuple[str, ...] = ()  # a sweep element's overrides of the keys its sweep varies
 
     @classmethod
     def from_config(cls, cfg: DictConfig, tracking_uri: str, overrides: tuple[str, ...] = ()) -> "RunSpec":
@@ -42,6 +43,24 @@ class RunSpec:
 
     def in_sweep(self, parent_run_id: str) -> "RunSpec":
         return replace(self, parent_run_id=parent_run_id)
+
+    def run_name(self) -> str:
+        """``tracking.run_name``, else a name that tells runs apart in the MLflow UI: algorithm,
+        world size, seed, then what the sweep varies (a sweep's element) or the command line's
+        other settings (a single run), e.g. ``crossover n16 seed=2 algo.segments=4``."""
+        cfg = self.config
+        if cfg["tracking"]["run_name"]:
+            return cfg["tracking"]["run_name"]
+        shown = ("algo", "nodes", "workers_per_node", "seed")
+        quiet = ("tracking", "launcher", "debug", "report")
+        extra = [item for item in (self.varied if self.parent_run_id or self.varied else self.overrides)
+                 if _key(item) not in shown and _key(item).split(".")[0] not in quiet]
+        head = f"{cfg['algo']['name']} n{cfg['nodes'] * cfg['workers_per_node']} seed={cfg['seed']}"
+        return " ".join([head, *extra])[:250]
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ class TrainConfig:
     max_steps: int = -1  # total optimizer steps after which training stops; -1: no cap
     batch_size: int = 64  # per worker and micro-batch
     comm_interval: int = 1  # micro-batches accumulated per optimizer step and communication round
+    timing_warmup: int = 1  # first iterations logged but left out of the timing means (start-up skew); not optim.warmup_epochs
     eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
     eval_batch_size: int = 256
     eval_size: int = 0  # evaluate on the first N test images; 0: the whole test set

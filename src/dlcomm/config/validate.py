@@ -28,6 +28,8 @@ def validate_run(cfg: Any) -> None:
     require(train.batch_size >= 1, "train.batch_size", train.batch_size, "the per-worker batch must hold at least one sample; pass train.batch_size=1 or more")
     require(train.epochs >= 1, "train.epochs", train.epochs, "train for at least one epoch; pass train.epochs=1 or more")
     require(train.max_steps == -1 or train.max_steps >= 1, "train.max_steps", train.max_steps, "use -1 for no cap or a positive number of steps")
+    require(train.timing_warmup >= 0, "train.timing_warmup", train.timing_warmup,
+            "pass the number of first iterations left out of the timing means, 0 or more (default 1)")
     require(train.comm_interval >= 1, "train.comm_interval", train.comm_interval,
             "pass the number of micro-batches accumulated per step, 1 or more")
     require(train.eval_every >= 0, "train.eval_every", train.eval_every, "use 0 (evaluate only at the end) or a positive number of epochs")

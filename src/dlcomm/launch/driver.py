@@ -72,6 +72,7 @@ class DriverLauncher(Launcher):
 
     services = True
     ended_by = "driver"
+    where = "on this machine"  # how the start line says where the ranks run
 
     @classmethod
     def run_job(cls, spec: RunSpec) -> LaunchResult:
@@ -81,15 +82,17 @@ class DriverLauncher(Launcher):
     @classmethod
     def launch(cls, spec: RunSpec) -> int:
         """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
-        from dlcomm.paths import results_dir
+        from dlcomm.paths import runs_dir
         from dlcomm.tracking.mlflow_run import close_run, open_run
 
         tags = cls.driver_tags()  # this process closes the run: `dlcomm runs reap` checks it lives
         if spec.parent_run_id:
             tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
         run_id = open_run(spec, tags)
-        spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+        spec = spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id)
         Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        world = spec.config["nodes"] * spec.config["workers_per_node"]
+        print(f"dlcomm: starting {world} workers {cls.where}, MLflow run '{spec.run_name()}' ({run_id})", flush=True)
         result = None
         previous_handler = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
         try:

@@ -158,6 +158,7 @@ class LocalLauncher(DriverLauncher):
     this machine; this process waits for them and closes the run."""
 
     name = "local"
+    where = "as processes of this machine"
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:

@@ -259,11 +259,11 @@ class SlurmLauncher(Launcher):
     def launch(cls, spec: RunSpec) -> int:
         """Open the MLflow run and submit its SLURM job; return at once (or wait, ``launcher.wait``).
         The ranks close the run (FINISHED or FAILED)."""
-        from dlcomm.paths import results_dir
+        from dlcomm.paths import runs_dir
         from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
 
         run_id = open_run(spec)
-        spec = spec.with_run(run_id, results_dir() / "runs" / run_id)
+        spec = spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id)
         Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
         try:
             job = submit(spec)
@@ -282,14 +282,14 @@ class SlurmLauncher(Launcher):
         """Open the parent and every child run, then submit one job array per SLURM shape (one
         for a sweep that does not vary nodes, workers_per_node or launcher.*); the elements
         close their runs and the last one the parent."""
-        from dlcomm.paths import results_dir
+        from dlcomm.paths import results_dir, runs_dir
         from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
 
         parent, specs = cls.open_parent(specs, overrides)
         opened = []
         for spec in specs:
             run_id = open_run(spec, {"mlflow.parentRunId": parent, "sweep_element": element_label(spec)})
-            opened.append(spec.with_run(run_id, results_dir() / "runs" / run_id))
+            opened.append(spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id))
             Path(opened[-1].run_dir).mkdir(parents=True, exist_ok=True)
         folder = results_dir() / "sweeps" / parent / "slurm"
         array_ids = []

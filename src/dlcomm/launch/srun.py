@@ -48,7 +48,7 @@ def run_in_allocation(spec: RunSpec) -> dict[str, float]:
     import submitit
     import torch.distributed as dist
 
-    from dlcomm.paths import results_dir
+    from dlcomm.paths import runs_dir
     from dlcomm.tracking.mlflow_run import open_run
 
     os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
@@ -66,7 +66,7 @@ def run_in_allocation(spec: RunSpec) -> dict[str, float]:
     store = dist.TCPStore(env.hostnames[0], rendezvous_port(env.raw_job_id), env.num_tasks,
                           is_master=env.global_rank == 0, wait_for_workers=False, timeout=timedelta(seconds=600))
     if env.global_rank == 0:
-        marker = results_dir() / "runs" / "slurm-jobs" / env.raw_job_id  # this job's run, across requeues
+        marker = runs_dir(spec.tracking_uri) / "slurm-jobs" / env.raw_job_id  # this job's run, across requeues
         if marker.is_file():
             run_id = marker.read_text().strip()
         else:
@@ -75,6 +75,6 @@ def run_in_allocation(spec: RunSpec) -> dict[str, float]:
             marker.write_text(run_id + "\n")
         store.set("dlcomm/run_id", run_id)
     run_id = store.get("dlcomm/run_id").decode()
-    run_dir = results_dir() / "runs" / run_id
+    run_dir = runs_dir(spec.tracking_uri) / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     return RankTask(spec.with_run(run_id, run_dir))(store if env.global_rank == 0 else None)

@@ -59,6 +59,7 @@ class ThreadsLauncher(DriverLauncher):
     process; it waits for them and closes the run."""
 
     name = "threads"
+    where = "as threads of this process"
     Config = ThreadsLauncherConfig
 
     @classmethod

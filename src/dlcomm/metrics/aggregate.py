@@ -10,6 +10,12 @@ Over rows ``r = 1..N`` (every rank's iterations of the span), with ``mean(x) = (
 * under a network model the same on the modelled cluster's clock (``sim_*``), the cost model's
   ``mean(comm_modelled_s)``, and the simulated training time ``max_rank sum_t sim_time_s``
   (the last rank to finish).
+
+Timing warm-up: the means and the throughput leave out the run's first ``warmup`` iterations
+(``train.timing_warmup``, default 1: the first iteration holds the ranks' start-up skew and
+lazy initialisation). Their rows are still logged (``iter/*``, timings.csv) and count in the
+loss mean and in the totals (simulated training time, time to target). A span with nothing but
+warm-up iterations is aggregated whole.
 """
 
 from __future__ import annotations
@@ -25,23 +31,42 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
 
 
-def epoch_metrics(rows: Sequence[IterationRow], batch_size: int, train_wall_s: float) -> dict[str, float]:
-    """Means over ranks and iterations of the timing rows, and the throughput: every row is one
-    batch of one rank, trained within ``train_wall_s``. The simulated means appear when the rows
-    carry them (a network model was on)."""
-    count = max(1, len(rows))
+def timed_rows(rows: Sequence[IterationRow], warmup: int) -> list[IterationRow]:
+    """The rows the timing means count: steps from ``warmup`` on (all of them when none is)."""
+    kept = [row for row in rows if row.step >= warmup]
+    return kept or list(rows)
+
+
+def _warmup_wall(rows: Sequence[IterationRow], kept: Sequence[IterationRow]) -> float:
+    """Wall time of the left-out iterations: per step, the slowest rank's batch and iteration."""
+    steps = {row.step for row in kept}
+    per_step: dict[int, float] = {}
+    for row in rows:
+        if row.step not in steps:
+            per_step[row.step] = max(per_step.get(row.step, 0.0), row.time_s + row.data_s)
+    return sum(per_step.values())
+
+
+def epoch_metrics(rows: Sequence[IterationRow], batch_size: int, train_wall_s: float, warmup: int = 0) -> dict[str, float]:
+    """Means over ranks and iterations of the timing rows (from step ``warmup`` on), the loss
+    mean over all of them, and the throughput: every row is one batch of one rank, trained
+    within ``train_wall_s`` (less the left-out iterations' wall time). The simulated means
+    appear when the rows carry them (a network model was on)."""
+    kept = timed_rows(rows, warmup)
+    count = max(1, len(kept))
 
     def mean(name: str) -> float:
-        return sum(getattr(row, name) for row in rows) / count
+        return sum(getattr(row, name) for row in kept) / count
 
     time_per_iter = mean("time_s")
+    wall = train_wall_s - _warmup_wall(rows, kept)
     metrics = {
-        names.EPOCH_TRAIN_LOSS: mean("loss"),
+        names.EPOCH_TRAIN_LOSS: sum(row.loss for row in rows) / max(1, len(rows)),
         names.EPOCH_TIME_PER_ITER: time_per_iter,
         names.EPOCH_COMPUTE_PER_ITER: mean("compute_s"),
         names.EPOCH_COMM_EXPOSED_PER_ITER: mean("comm_exposed_s"),
         names.EPOCH_COMM_SHARE: _share(mean("comm_exposed_s"), time_per_iter),
-        names.EPOCH_SAMPLES_PER_S: len(rows) * batch_size / train_wall_s if train_wall_s > 0 else 0.0,
+        names.EPOCH_SAMPLES_PER_S: len(kept) * batch_size / wall if wall > 0 else 0.0,
     }
     sim_time = mean("sim_time_s")
     if not math.isnan(sim_time):
@@ -61,12 +86,13 @@ def simulated_elapsed(rows: Sequence[IterationRow]) -> float:
     return max(per_rank.values(), default=0.0)
 
 
-def run_metrics(rows: Sequence[IterationRow], batch_size: int, wall_s: float, modelled: bool) -> dict[str, float]:
+def run_metrics(rows: Sequence[IterationRow], batch_size: int, wall_s: float, modelled: bool,
+                warmup: int = 0) -> dict[str, float]:
     """The ``final/*`` metrics the rows of the whole run give: time per iteration and
     communication share, and with a network model (``modelled``) their simulated counterparts,
     the cost model's communication per iteration, the simulated training time and the emulation
     overruns (summed over ranks)."""
-    overall = epoch_metrics(rows, batch_size, wall_s)
+    overall = epoch_metrics(rows, batch_size, wall_s, warmup)
     metrics = {
         names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
         names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],

@@ -71,8 +71,8 @@ FINAL_SIM_TIME = "final/sim_time_s"  # simulated training time of the run
 FINAL_TIME_TO_TARGET = "final/train_time_to_target_s"  # wall training time when train.target_acc was first reached
 FINAL_SIM_TIME_TO_TARGET = "final/sim_time_to_target_s"  # the same on the modelled cluster's clock
 FINAL_OVERRUNS = "final/emulation_overruns"  # operations whose real transfer outlasted the model
-PEAK_RSS_MIB = "memory/peak_rss_mib"  # peak resident set of each rank (MLflow step = rank)
-PEAK_PSS_MIB = "memory/peak_pss_mib"  # peak proportional set (shared pages split among sharers)
+PEAK_RSS_MIB = "memory/peak_rss_mib"  # peak resident set: the largest rank's; "<name>/rank<r>" each rank's (processes)
+PEAK_PSS_MIB = "memory/peak_pss_mib"  # peak proportional set (shared pages split among sharers), the same way
 
 # The columns of the per-iteration timing table (artifact timings.csv) are the fields of
 # dlcomm.metrics.rows.IterationRow (TIMING_COLUMNS there).

@@ -11,7 +11,7 @@ from dlcomm.models.registry import build_model
 
 _HINT = (
     "choose a model for small images (small_cnn, mlp, nin, resnet18 with model.cifar_stem=true) "
-    "or a dataset with larger images"
+    "or a dataset of larger images (dataset=cifar10 or cifar100: 32x32; dataset=imagefolder: dataset.image_size)"
 )
 
 
@@ -22,7 +22,7 @@ def _short(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_model_fits(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> None:
+def check_model_fits(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int, dataset: str = "") -> None:
     """Build ``cfg.name`` and run a zero batch of 2 through it, in eval mode without grad.
 
     Raises :class:`UserError` (one line naming the model and the shape) when building or the
@@ -30,7 +30,7 @@ def check_model_fits(cfg: Any, input_shape: Tuple[int, int, int], num_classes: i
     model name raises the registry's own :class:`UserError`.
     """
     c, h, w = (int(d) for d in input_shape)
-    where = f"model={cfg.name} cannot take dataset input of shape {c}x{h}x{w}"
+    where = f"model={cfg.name} cannot take {f'dataset={dataset} ' if dataset else 'dataset '}input of shape {c}x{h}x{w}"
     try:
         model = build_model(cfg, (c, h, w), num_classes)
         model.eval()

@@ -32,8 +32,7 @@ def load_runs(uri: str, experiment: str) -> pd.DataFrame:
 
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(experiment) is None:
-        raise UserError(f"the store {uri} has no experiment {experiment!r}: run its sweep first "
-                        f"(the command is in configs/experiment/{experiment}.yaml), or see `dlcomm report --all`")
+        raise UserError(f"the store {uri} has no experiment {experiment!r}: {_where_to_look(uri, experiment)}")
     runs = mlflow.search_runs(experiment_names=[experiment], filter_string="attributes.status = 'FINISHED'")
     if "tags.sweep" in runs.columns:
         runs = runs[runs["tags.sweep"].fillna("") != "true"]
@@ -50,3 +49,19 @@ def metric_history(uri: str, run_id: str, key: str) -> pd.Series:
     series = pd.Series({point.step: point.value for point in sorted(points, key=lambda p: (p.step, p.timestamp))},
                        dtype=float)
     return series.sort_index()
+
+
+def _where_to_look(uri: str, experiment: str) -> str:
+    """The fix for a missing experiment: its sweep when dlcomm ships one of that name, else the
+    experiments the store does hold."""
+    from importlib.resources import files
+
+    shipped = files("dlcomm.configs").joinpath("experiment", f"{experiment}.yaml")
+    if shipped.is_file():
+        commands = [line.lstrip("# ").strip() for line in shipped.read_text().splitlines()
+                    if line.lstrip("# ").startswith(f"dlcomm train -m experiment={experiment}")]
+        return f"run its sweep first: {commands[0] if commands else f'dlcomm train experiment={experiment}'}"
+    held = experiment_names(uri)
+    if not held:
+        return "it has no finished run yet: train first"
+    return f"it holds {', '.join(held)}; pass experiment=<one of them>, or --all for every one"

@@ -158,8 +158,7 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
         "network_mode": cfg["network"]["mode"],
         **(extra_tags or {}),
     }
-    run_name = cfg["tracking"]["run_name"] or f"{cfg['algo']['name']}-{cfg['model']['name']}-{cfg['dataset']['name']}-n{world}"
-    run = retrying(client.create_run, experiment_id, run_name=run_name, tags=tags)
+    run = retrying(client.create_run, experiment_id, run_name=spec.run_name(), tags=tags)
     _log_params(client, run.info.run_id, flatten(cfg))
     return run.info.run_id
 

@@ -38,6 +38,7 @@ class Rank0Reporter:
         self._loss_ema = math.nan
         self._time_ema = math.nan
         self._timings: list[pd.DataFrame] = []
+        self.timing_warmup = int(spec.config["train"].get("timing_warmup", 0))
         self.stream = MetricStream(self.logger.log_series, float(spec.config["tracking"].get("stream_every_s", 0.0)))
 
     def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None:
@@ -53,10 +54,11 @@ class Rank0Reporter:
         self.stream.add(names.LIVE_LOSS, loss, step)
         self.stream.add(names.LIVE_TIME, time_s, step)
         self._loss_ema = loss if math.isnan(self._loss_ema) else 0.9 * self._loss_ema + 0.1 * loss
-        self._time_ema = time_s if math.isnan(self._time_ema) else 0.9 * self._time_ema + 0.1 * time_s
+        if step >= self.timing_warmup:  # as the epoch lines: the warm-up iterations' times are left out
+            self._time_ema = time_s if math.isnan(self._time_ema) else 0.9 * self._time_ema + 0.1 * time_s
         if self.bar is not None:
             self.bar.update(1)
-            if step % 10 == 0:
+            if step % 10 == 0 and not math.isnan(self._time_ema):
                 rate = self.samples_per_iteration / self._time_ema if self._time_ema > 0 else 0.0
                 self.bar.set_postfix(loss=f"{self._loss_ema:.3f}", samples_s=f"{rate:,.0f}", refresh=False)
 
@@ -104,10 +106,7 @@ class Rank0Reporter:
     def finish(self, summary: dict) -> None:
         self.close()
         memory = {name: summary.pop(name, []) for name in (names.PEAK_RSS_MIB, names.PEAK_PSS_MIB)}
-        self.logger.log_series(
-            (name, value, rank) for name, values in memory.items() for rank, value in enumerate(values)
-        )
-        self.logger.log_metrics(summary, step=0)
+        self.logger.log_metrics({**summary, **_memory_metrics(memory, self.shared_process)}, step=0)
         timings_path = self.run_dir / "timings.csv"
         timings = pd.concat(self._timings, ignore_index=True) if self._timings else _table([])
         timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)
@@ -131,6 +130,19 @@ class Rank0Reporter:
                 + ", ".join(f"{value:.0f}" for value in memory[names.PEAK_PSS_MIB]),
                 flush=True,
             )
+
+
+def _memory_metrics(memory: dict[str, list[float]], shared_process: bool) -> dict[str, float]:
+    """Peak memory as metrics of step 0: the largest rank's under the plain name, and, when the
+    ranks are processes, each rank's under ``<name>/rank<r>`` (threads share one process: one value)."""
+    metrics: dict[str, float] = {}
+    for name, values in memory.items():
+        if not values:
+            continue
+        metrics[name] = max(values)
+        if not shared_process:
+            metrics.update({f"{name}/rank{rank}": value for rank, value in enumerate(values)})
+    return metrics
 
 
 def _pct(value: float | None) -> str:

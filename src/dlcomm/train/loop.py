@@ -350,7 +350,7 @@ class TrainLoop:
             return {}
         all_rows = [row for rank in gathered for row in rank["rows"]]
         logs = [rank["stats"] for rank in gathered]
-        metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s)
+        metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s, self.cfg.train.timing_warmup)
         for name in gathered[0]["losses"]:  # the task's loss parts: mean over workers
             metrics[names.epoch_part(name)] = sum(rank["losses"][name] for rank in gathered) / len(gathered)
         metrics.update(stats.epoch_values(logs))  # the algorithm's statistics
@@ -395,7 +395,7 @@ class TrainLoop:
             names.FINAL_STEPS: float(self.state.step),
             names.FINAL_TRAIN_TIME: self.state.train_wall_s,
             **run_metrics(self.state.rows, step_batch(self.cfg.train), perf_counter() - self.state.started,
-                          self.channel.mode != "off"),
+                          self.channel.mode != "off", self.cfg.train.timing_warmup),
             **stats.final_values(self.state.run_stats, self.cluster.world_size),
             **self.state.reached,
         }
