@@ -275,7 +275,7 @@ class SlurmLauncherConfig(LauncherConfig):
 
 @dataclass
 class TrackingConfig:
-    uri: str = ""  # empty: sqlite:///<repo>/results/mlflow.db
+    uri: str = ""  # empty: sqlite:///<working directory or $DLCOMM_HOME>/results/mlflow.db
     experiment: str = "dlcomm"
     run_name: str = ""
     connect_timeout_s: float = 5.0  # how long an http(s) store may take to answer before the run is refused
