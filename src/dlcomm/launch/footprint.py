@@ -69,7 +69,8 @@ def probe_model(cfg: Any) -> tuple[torch.nn.Module, tuple[int, int, int]]:
     key = OmegaConf.to_yaml({"model": cfg.model, "dataset": cfg.dataset, "task": cfg.task})
     if key not in _PROBES:
         shape, classes = dataset_shape(cfg.dataset)
-        model = build_task(cfg).build_model(cfg.model, SimpleNamespace(input_shape=shape, num_classes=classes))
+        data = SimpleNamespace(input_shape=shape, num_classes=classes, pixel_mean=None, pixel_std=None)
+        model = build_task(cfg).build_model(cfg.model, data)
         _PROBES[key] = model, shape
     return _PROBES[key]
 
@@ -102,21 +103,21 @@ def estimate_processes(cfg: Any, ranks: int) -> Footprint:
     )
 
 
-def check_fits(cfg: Any, footprint: Footprint, services: int) -> None:
+def check_fits(cfg: Any, footprint: Footprint, services: int, launcher: str, kind: str, elsewhere: str) -> None:
     """Refuse, in one line with the estimate and the limit, a job that would not fit in this
-    machine's memory; ``services``: how many of the footprint's ranks are not workers."""
+    machine's memory; ``services``: how many of the footprint's ranks are not workers; the
+    launcher names itself, what its ranks are (``kind``) and where else the job could run."""
     budget = USABLE * (available_mib() + _own_mib())
     if footprint.total_mib <= budget:
         return
     workers = cfg.nodes * cfg.workers_per_node
     most = max(0, footprint.most_ranks(budget) - services)
-    kind = "processes" if cfg.launcher.name == "local" else "ranks"
     raise UserError(
-        f"nodes*workers_per_node={workers} is invalid with launcher={cfg.launcher.name} on this machine: the job needs "
+        f"nodes*workers_per_node={workers} is invalid with launcher={launcher} on this machine: the job needs "
         f"about {footprint.total_mib / 1024:.1f} GiB ({footprint.ranks} {kind} x {footprint.per_rank_mib:.0f} MiB, "
         f"activations {footprint.activations_mib:.0f} MiB x {footprint.at_once}, {footprint.shared_mib:.0f} MiB "
         f"shared) and {budget / 1024:.1f} GiB can be used; use at most {most} workers, a smaller model or "
-        f"train.batch_size, {'launcher=threads, ' if cfg.launcher.name == 'local' else ''}or launcher=slurm"
+        f"train.batch_size, {elsewhere}"
     )
 
 

@@ -167,7 +167,8 @@ class LocalLauncher(DriverLauncher):
         super().check(cfg, roles)
         from dlcomm.launch.footprint import check_fits, estimate_processes
 
-        check_fits(cfg, estimate_processes(cfg, cfg.nodes * cfg.workers_per_node + len(roles)), len(roles))
+        check_fits(cfg, estimate_processes(cfg, cfg.nodes * cfg.workers_per_node + len(roles)), len(roles), cls.name,
+                   "processes", "launcher=threads, or launcher=slurm")
         if cfg.train.device != "cuda":
             return
         import torch

@@ -83,7 +83,8 @@ class ThreadsLauncher(DriverLauncher):
                 raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
         from dlcomm.launch.footprint import check_fits, estimate
 
-        check_fits(cfg, estimate(cfg, cfg.nodes * cfg.workers_per_node + len(roles), compute == "serial"), len(roles))
+        check_fits(cfg, estimate(cfg, cfg.nodes * cfg.workers_per_node + len(roles), compute == "serial"), len(roles),
+                   cls.name, "ranks", "or launcher=slurm")
 
     @classmethod
     def run_job(cls, spec: RunSpec) -> LaunchResult:

@@ -171,7 +171,7 @@ def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, 
     experiment_id = _experiment_id(client, experiment, uri)
     tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "hostname": socket.gethostname(),
             **(extra_tags or {})}
-    run = retrying(client.create_run, experiment_id, run_name=f"sweep-{size}", tags=tags)
+    run = retrying(client.create_run, experiment_id, run_name=f"sweep of {size}: {' '.join(overrides)}"[:250], tags=tags)
     _log_params(client, run.info.run_id, {"sweep.overrides": " ".join(overrides)[:6000], "sweep.size": str(size)})
     return run.info.run_id
 
