@@ -181,7 +181,7 @@ def run_report(settings: list[str], every: bool) -> Iterator[str]:
     yield from close_lost_on_open(uri, "dlcomm report")
     experiments = experiment_names(uri) if every else [known["experiment"]]
     if not experiments:
-        raise UserError(f"the store {uri} has no finished run: train first (dlcomm train experiment=<name>)")
+        raise UserError(f"the store {uri} has no finished run: train first (dlcomm train tracking.experiment=<name>)")
     root = Path(known["out"]) if known["out"] else results_dir()
     found = _open_runs(uri, "" if every else known["experiment"])
     for experiment in experiments:

@@ -53,7 +53,7 @@ def _probe_sqlite(uri: str, database: Path, writer: bool) -> None:
     if not writer:
         if not database.is_file():
             raise UserError(
-                f"no MLflow store at {uri}: train first (dlcomm train experiment=<name>) or pass "
+                f"no MLflow store at {uri}: train first (dlcomm train tracking.experiment=<name>) or pass "
                 "tracking.uri=<the store your runs went to>"
             )
         return
