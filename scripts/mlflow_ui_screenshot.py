@@ -33,6 +33,9 @@ def main() -> None:
         page = browser.new_page(viewport={"width": 1600, "height": 900})
         page.goto(f"{args.url}/#/experiments/{experiment_id(args.url, args.experiment)}/runs")
         page.wait_for_timeout(6000)
+        close = page.get_by_role("button", name="Close")  # the assistant's side panel, when MLflow opens it
+        if close.count():
+            close.first.click()
         for parent in page.get_by_text("sweep of ").all():  # expand every sweep: the children are its runs
             box = parent.bounding_box()
             page.mouse.click(box["x"] - 32, box["y"] + box["height"] / 2)
