@@ -66,24 +66,18 @@ def prepare_run(overrides: list[str]) -> RunSpec:
 
 def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
     """Every element of the sweep, composed and checked before anything is recorded."""
-    from dlcomm.sweep import expand
-
     from dataclasses import replace
 
-    elements = expand(overrides)
-    values: dict[str, set[str]] = {}
-    for element in elements:
-        for item in element:
-            key, _, value = item.partition("=")
-            values.setdefault(key, set()).add(value)
+    from dlcomm.sweep import expand, swept_keys
+
+    swept = set(swept_keys(overrides))
     specs = []
-    for element in elements:
+    for element in expand(overrides):
         try:
             spec = prepare_run(element)
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
-        varied = tuple(item for item in element if len(values[item.partition("=")[0]]) > 1)
-        specs.append(replace(spec, varied=varied))
+        specs.append(replace(spec, varied=tuple(item for item in element if item.partition("=")[0] in swept)))
     where = {(spec.tracking_uri, spec.config["tracking"]["experiment"], spec.config["launcher"]["name"]) for spec in specs}
     if len(where) > 1:
         raise UserError(
