@@ -19,9 +19,13 @@ def results_dir() -> Path:
     return project_root() / "results"
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file a ``sqlite:///<path>`` URI names; None for any other store."""
+    return Path(tracking_uri[len("sqlite:///"):]) if tracking_uri.startswith("sqlite:///") else None
+
+
 def runs_dir(tracking_uri: str) -> Path:
     """Where runs' files (config.yaml, timings.csv, checkpoints) go: beside their SQLite store,
     so that a store and its runs' files move together; under :func:`results_dir` for a server."""
-    if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri[len("sqlite:///"):]).resolve().parent / "runs"
-    return results_dir() / "runs"
+    database = sqlite_path(tracking_uri)
+    return database.resolve().parent / "runs" if database is not None else results_dir() / "runs"

@@ -107,7 +107,9 @@ def check_fits(cfg: Any, footprint: Footprint, services: int, launcher: str, kin
     """Refuse, in one line with the estimate and the limit, a job that would not fit in this
     machine's memory; ``services``: how many of the footprint's ranks are not workers; the
     launcher names itself, what its ranks are (``kind``) and where else the job could run."""
-    budget = USABLE * (available_mib() + _own_mib())
+    from dlcomm.train.memory import peak_rss_mib
+
+    budget = USABLE * (available_mib() + peak_rss_mib())
     if footprint.total_mib <= budget:
         return
     workers = cfg.nodes * cfg.workers_per_node
@@ -119,12 +121,6 @@ def check_fits(cfg: Any, footprint: Footprint, services: int, launcher: str, kin
         f"shared) and {budget / 1024:.1f} GiB can be used; use at most {most} workers, a smaller model or "
         f"train.batch_size, {elsewhere}"
     )
-
-
-def _own_mib() -> float:
-    from dlcomm.train.memory import peak_rss_mib
-
-    return peak_rss_mib()
 
 
 def _param_mib(model: torch.nn.Module) -> float:

@@ -74,9 +74,10 @@ def close_lost_on_open(uri: str, command: str) -> Iterator[str]:
     """What every command that opens a store does first (``dlcomm train``, ``dlcomm report``):
     close the store's lost runs as FAILED with the reason, saying so in one line each. Never
     stops the command: runs it cannot judge (no ``squeue`` here, another host) are left."""
-    from pathlib import Path
+    from dlcomm.paths import sqlite_path
 
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    database = sqlite_path(uri)
+    if database is not None and not database.is_file():
         return
     found = survey(uri, strict=False)
     for verdict in close_lost(uri, found, closer=command):

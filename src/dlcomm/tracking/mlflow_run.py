@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dlcomm.errors import UserError
-from dlcomm.paths import results_dir
+from dlcomm.paths import results_dir, sqlite_path
 from dlcomm.spec import RunSpec
 
 _PARAMS_PER_BATCH = 100
@@ -72,9 +72,9 @@ def _client(uri: str):
     from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
-    if not uri.startswith("sqlite:///"):
+    database = sqlite_path(uri)
+    if database is None:
         return MlflowClient(tracking_uri=uri)
-    database = Path(uri[len("sqlite:///") :])
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
         client = MlflowClient(tracking_uri=uri)
@@ -84,9 +84,8 @@ def _client(uri: str):
 
 def _artifact_location(uri: str) -> str | None:
     """Artifacts beside a SQLite store (never in the current directory); servers choose their own."""
-    if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
-    return None
+    database = sqlite_path(uri)
+    return (database.parent / "mlartifacts").resolve().as_uri() if database is not None else None
 
 
 def _experiment_id(client: Any, name: str, uri: str) -> str:

@@ -38,8 +38,8 @@ class Rank0Reporter:
         self._loss_ema = math.nan
         self._time_ema = math.nan
         self._timings: list[pd.DataFrame] = []
-        self.timing_warmup = int(spec.config["train"].get("timing_warmup", 0))
-        self.stream = MetricStream(self.logger.log_series, float(spec.config["tracking"].get("stream_every_s", 0.0)))
+        self.timing_warmup = int(spec.config["train"]["timing_warmup"])
+        self.stream = MetricStream(self.logger.log_series, float(spec.config["tracking"]["stream_every_s"]))
 
     def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None:
         """``done_steps`` and the finished epochs' ``rows`` are those of a resumed run."""

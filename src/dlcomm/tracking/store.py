@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dlcomm.errors import UserError
+from dlcomm.paths import sqlite_path
 
 DEFAULT_TIMEOUT_S = 5.0
 _TRY_EVERY_S = 1.0
@@ -34,8 +35,9 @@ _FIX = "pass tracking.uri=sqlite:///<a writable folder>/mlflow.db, or leave it e
 def probe(uri: str, timeout_s: float = DEFAULT_TIMEOUT_S, writer: bool = True) -> None:
     """Return when ``uri`` can be used (``writer``: runs will be created in it); else raise a
     one-line :class:`UserError`, within about ``timeout_s`` seconds for a server."""
-    if uri.startswith("sqlite:///"):
-        _probe_sqlite(uri, Path(uri[len("sqlite:///"):]), writer)
+    database = sqlite_path(uri)
+    if database is not None:
+        _probe_sqlite(uri, database, writer)
     elif uri.startswith(("http://", "https://")):
         _probe_server(uri, timeout_s)
     elif "://" in uri and urlsplit(uri).scheme.split("+")[0] not in _OTHER_SCHEMES:
