@@ -20,16 +20,10 @@ CORES=$(nproc)
 CPUS=${DLCOMM_SLURM_CPUS:-$((4 * CORES))}
 MEMORY_MB=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 
+PROG=slurm_local
 die() { echo "slurm_local: $*" >&2; exit 2; }
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-install_packages() {
-    if command -v slurmctld >/dev/null && command -v munged >/dev/null; then return; fi
-    command -v apt-get >/dev/null || die "no apt-get: install slurm-wlm and munge with your package manager"
-    echo "slurm_local: installing slurm-wlm and munge (apt)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
-}
+# shellcheck source=scripts/slurm_common.sh
+. "$(dirname "$0")/slurm_common.sh"
 
 write_config() {
     as_root mkdir -p "$CONF_DIR" "$STATE/ctld" "$STATE/d" /var/log/slurm /run/munge /var/lib/munge /var/log/munge
@@ -69,28 +63,16 @@ EOF
     fi
 }
 
-start_munge() {
-    if [ ! -f /etc/munge/munge.key ]; then
-        as_root mkdir -p /etc/munge
-        as_root dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-    fi
-    as_root chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
-    as_root chmod 400 /etc/munge/munge.key
-    if ! pgrep -x munged >/dev/null; then
-        as_root runuser -u munge -- munged 2>/dev/null || as_root munged --force
-    fi
-}
-
 node_ready() { sinfo -h -N -o "%T" 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; }
 
 up() {
     RESTART=0
-    install_packages
+    install_slurm_packages
     write_config
     start_munge
     if [ "$RESTART" = 1 ]; then stop_daemons; fi
-    pgrep -x slurmctld >/dev/null || as_root slurmctld
-    pgrep -x slurmd >/dev/null || as_root slurmd
+    pid_alive "$STATE/slurmctld.pid" || as_root slurmctld -f "$CONF"
+    pid_alive "$STATE/slurmd.pid" || as_root slurmd -f "$CONF"
     for _ in $(seq 60); do
         if node_ready; then
             echo "slurm_local: up: partition 'local', node $HOST with $CPUS CPUs ($CORES real cores)"
@@ -103,15 +85,11 @@ up() {
     die "the node did not come up in 60 s; see /var/log/slurm/slurmctld.log and slurmd.log"
 }
 
-stop_daemons() {
-    for daemon in slurmd slurmctld; do
-        if pgrep -x "$daemon" >/dev/null; then as_root pkill -x "$daemon" || true; fi
-    done
-    for _ in $(seq 20); do pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || return 0; sleep 0.5; done
-}
+# by pid file: scripts/cluster_local.sh's daemons (same programs) are left alone
+stop_daemons() { stop_pidfile "$STATE/slurmd.pid"; stop_pidfile "$STATE/slurmctld.pid"; }
 
 down() {
-    if command -v scancel >/dev/null && pgrep -x slurmctld >/dev/null; then scancel --full --quiet -u "$(id -un)" || true; fi
+    if command -v scancel >/dev/null && pid_alive "$STATE/slurmctld.pid"; then SLURM_CONF=$CONF scancel --full --quiet -u "$(id -un)" || true; fi
     stop_daemons
     echo "slurm_local: down"
 }

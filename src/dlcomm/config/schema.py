@@ -271,6 +271,7 @@ class SlurmLauncherConfig(LauncherConfig):
     max_requeue: int = 3  # preempted or timed out: checkpoint and requeue up to this many times (0: never)
     signal_delay_s: int = 90  # SLURM's warning signal (USR2) this long before the time limit
     check_every: int = 10  # iterations between the ranks' checks for the warning signal
+    ifname: str = ""  # network interface between hosts (gloo, nccl); empty: the one towards rank 0's host
 
 
 @dataclass

@@ -22,6 +22,7 @@ from dlcomm.comm.channel import Channel
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
 from dlcomm.data import build_dataset
+from dlcomm.launch.netif import choose_interface
 from dlcomm.spec import RunSpec
 from dlcomm.tasks import build_task
 from dlcomm.train.checkpoint import Checkpointing, WarningSignal
@@ -74,6 +75,7 @@ def run_rank(
     layout = job_layout(cfg)
     store = dist.TCPStore(store_host, store_port, layout.job_size, is_master=False, timeout=timedelta(seconds=120))
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
+    choose_interface(cfg.launcher.get("ifname", ""), store_host)
     alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
     cluster = Cluster.connect(layout, rank, store, backend, device, computes_alone=alone)
     try:

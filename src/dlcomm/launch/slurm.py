@@ -322,12 +322,17 @@ class SlurmLauncher(Launcher):
         from tqdm import tqdm
 
         logging.getLogger("submitit").setLevel(logging.ERROR)  # its sacct fallback warns at every poll
-        with tqdm(desc=f"SLURM job {job.job_id}", bar_format="{desc}: {postfix} [{elapsed}]") as bar:
-            while not job.done():
+        name = f"SLURM job {job.job_id}"
+        with tqdm(desc=name, bar_format="{desc} [{elapsed}]") as bar:
+            # the queue first: submitit's own check asks sacct, which prints a warning each time on
+            # clusters without accounting
+            while True:
                 queue = subprocess.run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"], capture_output=True, text=True)
-                bar.set_postfix_str(queue.stdout.strip() or "ENDING")
+                if not queue.stdout.strip() and job.done():
+                    break
+                bar.set_description_str(f"{name}: {queue.stdout.strip() or 'ENDING'}")
                 time.sleep(2)
-            bar.set_postfix_str("ended")
+            bar.set_description_str(f"{name}: ended")
         if job.exception() is None:
             return 0
         print(f"dlcomm: error: SLURM job {job.job_id} failed; see {job.paths.stderr}", file=sys.stderr)

@@ -73,6 +73,7 @@ FINAL_SIM_TIME_TO_TARGET = "final/sim_time_to_target_s"  # the same on the model
 FINAL_OVERRUNS = "final/emulation_overruns"  # operations whose real transfer outlasted the model
 PEAK_RSS_MIB = "memory/peak_rss_mib"  # peak resident set: the largest rank's; "<name>/rank<r>" each rank's (processes)
 PEAK_PSS_MIB = "memory/peak_pss_mib"  # peak proportional set (shared pages split among sharers), the same way
+RANK_HOSTS = "rank_hosts"  # tag: each worker's host name in rank order, comma-separated (num_hosts: how many differ)
 
 # The columns of the per-iteration timing table (artifact timings.csv) are the fields of
 # dlcomm.metrics.rows.IterationRow (TIMING_COLUMNS there).

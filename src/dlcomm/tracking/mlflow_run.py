@@ -230,6 +230,10 @@ class RunLogger:
         self.client = _client(uri)
         self.run_id = run_id
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            retrying(self.client.set_tag, self.run_id, key, value[:5000])
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.log_series((key, value, step) for key, value in metrics.items())
 

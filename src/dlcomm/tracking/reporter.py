@@ -106,7 +106,10 @@ class Rank0Reporter:
     def finish(self, summary: dict) -> None:
         self.close()
         memory = {name: summary.pop(name, []) for name in (names.PEAK_RSS_MIB, names.PEAK_PSS_MIB)}
+        hosts = summary.pop(names.RANK_HOSTS, [])
         self.logger.log_metrics({**summary, **_memory_metrics(memory, self.shared_process)}, step=0)
+        if hosts:
+            self.logger.set_tags({names.RANK_HOSTS: ",".join(hosts), "num_hosts": str(len(set(hosts)))})
         timings_path = self.run_dir / "timings.csv"
         timings = pd.concat(self._timings, ignore_index=True) if self._timings else _table([])
         timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import socket
 from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any, Callable, Protocol
@@ -239,10 +240,11 @@ class TrainLoop:
             self._checkpoint()
         self.algorithm.finish()
         summary = self._summary(last)
-        peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop()), dst=0)
+        peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop(), socket.gethostname()), dst=0)
         if peaks is not None:
-            summary[names.PEAK_RSS_MIB] = [rss for rss, _ in peaks]
-            summary[names.PEAK_PSS_MIB] = [pss for _, pss in peaks]
+            summary[names.PEAK_RSS_MIB] = [rss for rss, _, _ in peaks]
+            summary[names.PEAK_PSS_MIB] = [pss for _, pss, _ in peaks]
+            summary[names.RANK_HOSTS] = [host for _, _, host in peaks]
         if self.reporter:
             self.reporter.finish(summary)
         return summary
