@@ -87,3 +87,56 @@ def test_a_two_host_run_puts_one_rank_on_each_host(two_hosts, home, monkeypatch)
     assert run.info.status == "FINISHED"
     assert run.data.metrics["final/steps"] == 20
     assert run.data.tags["rank_hosts"] == "h1,h2" and run.data.tags["num_hosts"] == "2"
+
+
+# ---- dlcomm calibrate ------------------------------------------------------------------------
+
+def test_the_fit_recovers_a_known_link_and_its_spread_is_zero_on_identical_series() -> None:
+    from dlcomm.calibrate import SIZES, fit
+
+    alpha, beta = 2e-4, 0.1e9 / 8  # 0.2 ms, 0.1 Gb/s
+    times = [alpha + size / beta for size in SIZES]
+    fitted = fit(SIZES, [times, times, times])
+    assert fitted.alpha_s == pytest.approx(alpha, rel=1e-6) and fitted.beta_Bps == pytest.approx(beta, rel=1e-9)
+    assert fitted.alpha_std_s == pytest.approx(0, abs=1e-12) and fitted.series == 3
+    slower = [alpha + size / (beta / 2) for size in SIZES]
+    assert fit(SIZES, [times, slower, times]).beta_Bps == pytest.approx(beta)  # the median series
+    assert fit(SIZES, [times, slower]).beta_std_Bps == pytest.approx(beta / 2 / 2**0.5)
+
+
+def test_calibrate_on_this_machine_writes_a_preset_that_composes(home, tmp_path) -> None:
+    import yaml
+
+    out = tmp_path / "mine.yaml"
+    done = run_cli(home, "calibrate", "--ranks", "2", "--max-mib", "1", "--repeats", "2", "--name", "mine",
+                   "--out", str(out), timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "intra-host link: alpha" in done.stdout and f"wrote {out}" in done.stdout
+    preset = yaml.safe_load(out.read_text())
+    assert preset["name"] == "mine" and preset["mode"] == "simulate" and "inter" not in preset
+    assert preset["intra"]["bandwidth_gbps"] > 0 and preset["intra"]["latency_ms"] >= 0
+    assert "inter-host link was not measured" in out.read_text()
+    again = run_cli(home, "calibrate", "--out", str(out), timeout=60)
+    assert again.returncode == 2 and again.stderr.strip().endswith("exists: pass --force to replace it, or another --name")
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "network"
+    target = shipped / "mine.yaml"
+    target.write_text(out.read_text())
+    try:
+        from dlcomm.compose import compose
+
+        cfg = compose(["network=mine"])
+        assert cfg.network.intra.bandwidth_gbps == preset["intra"]["bandwidth_gbps"]
+    finally:
+        target.unlink()
+
+
+def test_calibrate_across_two_hosts_fits_the_shaped_link(two_hosts, home, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
+    out = tmp_path / "two.yaml"
+    done = run_cli(home, "calibrate", "--slurm-nodes", "2", "--tasks-per-host", "1", "--max-mib", "4", "--repeats", "2",
+                   "--out", str(out), timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import yaml
+
+    inter = yaml.safe_load(out.read_text())["inter"]
+    assert 0.85 <= inter["bandwidth_gbps"] <= 1.1, inter  # shaped to 1 Gb/s

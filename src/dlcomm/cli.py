@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn, Sequence
 
 from dlcomm.errors import EXIT_USAGE, UserError
@@ -80,6 +81,19 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("action", choices=["reap"])
     runs.add_argument("--dry-run", action="store_true", help="list the lost runs, close nothing")
     runs.add_argument("settings", nargs="*", help="[experiment=<name>] [tracking.uri=sqlite:///...]")
+    calibrate = sub.add_parser(
+        "calibrate", help="measure this cluster's links (alpha, beta) and write a network preset for network.mode=simulate",
+        description="Measure latency and bandwidth between ranks of one host and of different hosts, and write "
+                    "configs/network/<name>.yaml. Inside an srun step every task is a rank (slurm/calibrate.sbatch); "
+                    "--slurm-nodes N submits that step; otherwise --ranks processes of this machine.")
+    calibrate.add_argument("--name", default="calibrated", help="the preset's name: network=<name> (default calibrated)")
+    calibrate.add_argument("--out", default="", help="write the preset to this path instead of configs/network/<name>.yaml")
+    calibrate.add_argument("--force", action="store_true", help="replace an existing preset")
+    calibrate.add_argument("--ranks", type=int, default=2, help="outside SLURM: processes on this machine (default 2)")
+    calibrate.add_argument("--slurm-nodes", type=int, default=0, help="submit the measurement as a SLURM job on this many hosts")
+    calibrate.add_argument("--tasks-per-host", type=int, default=2, help="with --slurm-nodes: ranks per host (default 2: intra-host links too)")
+    calibrate.add_argument("--max-mib", type=int, default=16, help="largest message, MiB (default 16)")
+    calibrate.add_argument("--repeats", type=int, default=5, help="timed messages per size and pair (default 5)")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
@@ -110,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args.settings, args.all)
         if args.command == "runs":
             return _runs(args.settings, args.dry_run)
+        if args.command == "calibrate":
+            return _calibrate(args)
         if args.multirun:
             from dlcomm.run import run_sweep
 
@@ -121,6 +137,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlcomm: interrupted", file=sys.stderr)
         return 130
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from dlcomm.calibrate import calibrate
+
+    forwarded = ["--name", args.name, "--max-mib", str(args.max_mib), "--repeats", str(args.repeats)]
+    forwarded += (["--out", str(Path(args.out).resolve())] if args.out else []) + (["--force"] if args.force else [])
+    return calibrate(args.name, args.out, args.ranks, args.max_mib, args.repeats, args.slurm_nodes, args.tasks_per_host,
+                     args.force, forwarded)
 
 
 def _show_config(overrides: list[str]) -> int:
