@@ -85,7 +85,11 @@ make_network() {
 
 write_hosts() {
     local n=$1 block
-    block=$(printf '%s\n' "$HOSTS_BEGIN"; for i in $(seq 1 "$n"); do echo "$(host_addr "h$i") h$i"; done; echo "$HOSTS_END")
+    # the IPv4-mapped IPv6 form too: a dual-stack listener (torch's TCPStore) sees its clients so
+    # and looks their names up (no DNS answers inside a host: every lookup must be in this file)
+    block=$(printf '%s\n' "$HOSTS_BEGIN"
+        for i in $(seq 1 "$n"); do echo "$(host_addr "h$i") h$i"; echo "::ffff:$(host_addr "h$i") h$i"; done
+        echo "$HOSTS_END")
     remove_hosts
     printf '%s\n' "$block" >>/etc/hosts
 }

@@ -140,3 +140,61 @@ def test_calibrate_across_two_hosts_fits_the_shaped_link(two_hosts, home, tmp_pa
 
     inter = yaml.safe_load(out.read_text())["inter"]
     assert 0.85 <= inter["bandwidth_gbps"] <= 1.1, inter  # shaped to 1 Gb/s
+
+
+# ---- faults across hosts ---------------------------------------------------------------------
+
+def test_a_transfer_timeout_reads_as_a_lost_host_and_a_peer_reset_as_its_consequence() -> None:
+    from dlcomm.launch.job_end import comm_failure_line
+
+    timed_out = RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation")
+    line, consequence = comm_failure_line(timed_out, 3, 30)
+    assert line.startswith(f"rank 3 on host {socket.gethostname()}: a transfer waited launcher.comm_timeout_s=30 s")
+    assert not consequence and "\n" not in line
+    _, consequence = comm_failure_line(RuntimeError("Connection closed by peer [10.77.0.12]:45731"), 0, 30)
+    assert consequence
+    assert comm_failure_line(ValueError("loss became NaN"), 0, 30) is None
+
+
+def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
+    """A 2-host run that would take minutes; ``act()`` 15 s in; the run once it has ended, and
+    the seconds from ``act`` to the end of the run, its ranks and its job."""
+    import time
+
+    monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
+    started = run_cli(home, "train", *FAST, "launcher=slurm", "nodes=2", "workers_per_node=1", "train.epochs=200",
+                      "launcher.comm_timeout_s=20", timeout=120)
+    assert started.returncode == 0, started.stderr
+    time.sleep(15)
+    assert mlflow_run(started).info.status == "RUNNING"
+    acted = time.monotonic()
+    act()
+    while time.monotonic() - acted < 150:
+        queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
+        ranks = subprocess.run(["pgrep", "-f", "submitit.core._submit"], capture_output=True).returncode == 0
+        if mlflow_run(started).info.status != "RUNNING" and not queue and not ranks:
+            break
+        time.sleep(2)
+    return mlflow_run(started), time.monotonic() - acted
+
+
+def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(two_hosts, home, monkeypatch) -> None:
+    pid = Path("/var/lib/dlcomm-cluster/h2/slurmd.pid").read_text().strip()
+    run, took = _fault(home, monkeypatch, lambda: os.kill(int(pid), 9))
+    subprocess.run([str(SCRIPT), "down"], capture_output=True)  # h2 is DOWN: the next test needs a fresh pair
+    assert run.info.status == "FAILED", run.data.tags
+    assert run.data.tags["error"].startswith("host(s) h2 stopped answering SLURM"), run.data.tags["error"]
+    assert took < 120
+
+
+def test_a_host_whose_link_goes_down_fails_the_run_and_leaves_nothing_running(home, monkeypatch) -> None:
+    if WHY:
+        pytest.skip(WHY)
+    subprocess.run([str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"], capture_output=True, check=True, timeout=180)
+    try:
+        run, took = _fault(home, monkeypatch, lambda: subprocess.run([str(SCRIPT), "link", "h2", "down"], check=True))
+    finally:
+        subprocess.run([str(SCRIPT), "down"], capture_output=True)
+    assert run.info.status == "FAILED", run.data.tags
+    assert "a host or its link stopped answering" in run.data.tags["error"], run.data.tags["error"]
+    assert took < 120

@@ -233,6 +233,9 @@ def calibrate(name: str, out: str, ranks: int, max_mib: int, repeats: int, slurm
             print(fits[kind].line(f"{kind}-host link"))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(preset_text(name, fits, where))
-    use = f"network={name}" if not out else f"a preset at {target} (copy it into configs/network/ to use it by name)"
-    print(f"wrote {target}: simulate this cluster with {use} network.mode=simulate")
+    if out:
+        print(f"wrote {target}: copy it to configs/network/{name}.yaml, then simulate this cluster with "
+              f"network={name} network.mode=simulate")
+    else:
+        print(f"wrote {target}: simulate this cluster with network={name} network.mode=simulate")
     return 0

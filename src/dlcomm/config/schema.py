@@ -272,6 +272,7 @@ class SlurmLauncherConfig(LauncherConfig):
     signal_delay_s: int = 90  # SLURM's warning signal (USR2) this long before the time limit
     check_every: int = 10  # iterations between the ranks' checks for the warning signal
     ifname: str = ""  # network interface between hosts (gloo, nccl); empty: the one towards rank 0's host
+    comm_timeout_s: float = 300.0  # a collective or message waiting this long fails the run (a host or link lost)
 
 
 @dataclass

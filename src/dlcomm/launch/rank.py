@@ -77,7 +77,8 @@ def run_rank(
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     choose_interface(cfg.launcher.get("ifname", ""), store_host)
     alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
-    cluster = Cluster.connect(layout, rank, store, backend, device, computes_alone=alone)
+    cluster = Cluster.connect(layout, rank, store, backend, device, timeout_s=cfg.launcher.get("comm_timeout_s", 300.0),
+                              computes_alone=alone)
     try:
         return train_rank(spec, cluster, resumable=resumable, warning=warning, check_every=check_every)
     finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.job_end import TermWatcher, cancel_job, comm_failure_line, down_hosts
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
@@ -35,6 +37,8 @@ def check_slurm_settings(launcher: Any) -> None:
     require(0 <= launcher.signal_delay_s < launcher.time_min * 60, "launcher.signal_delay_s", launcher.signal_delay_s,
             "the warning must come within the time limit: use 0 up to launcher.time_min*60 seconds")
     require(launcher.array_parallelism >= 1, "launcher.array_parallelism", launcher.array_parallelism, "pass a positive count")
+    require(launcher.comm_timeout_s >= 1, "launcher.comm_timeout_s", launcher.comm_timeout_s,
+            "pass the seconds a transfer may wait before the run fails, 1 or more (default 300)")
 
 
 def check_slurm_available() -> None:
@@ -118,16 +122,21 @@ class RankTask:
         resumable = launcher["max_requeue"] > 0
         warning = WarningSignal(signal.SIGUSR2) if resumable else None  # replaces submitit's own handler
         host, port = env.hostnames[0], rendezvous_port(env.raw_job_id)
-        terminated: list[int] = []
         requeuing: list[bool] = []
+        ending: list[bool] = []  # this rank is failing the run itself: a SIGTERM then only ends the process
 
-        def on_sigterm(signum: int, frame: object) -> None:  # scancel or the time limit: end like Ctrl-C
-            if requeuing:  # SLURM stops the job it requeues: leave quietly, the run goes on
-                os._exit(0)
-            terminated.append(signum)
-            raise KeyboardInterrupt
+        def on_term() -> None:  # in TermWatcher's thread, whatever the main thread is blocked in
+            if requeuing or ending:  # SLURM stops the job it requeues, or the job this rank cancelled
+                os._exit(0 if requeuing else 1)
+            lost = down_hosts(os.environ.get("SLURM_JOB_NODELIST", ""))
+            if lost:
+                self._end("FAILED", f"host(s) {', '.join(lost)} stopped answering SLURM, which set them DOWN and ended "
+                                    "the job; dlcomm cancelled the copy SLURM requeued")
+                cancel_job(env.raw_job_id)
+            else:
+                self._end("KILLED", "SLURM ended the job (scancel, or the time limit without a requeue)")
 
-        signal.signal(signal.SIGTERM, on_sigterm)
+        TermWatcher(on_term)
         if store is None and env.global_rank == 0:  # the master store lives as long as rank 0 trains
             store = dist.TCPStore(host, port, env.num_tasks, is_master=True, wait_for_workers=False,
                                   timeout=timedelta(seconds=300))
@@ -142,10 +151,13 @@ class RankTask:
                 self._requeue(stop, env.raw_job_id)
             return {}
         except BaseException as error:
-            if terminated:
-                self._end("KILLED", "SLURM ended the job (scancel, or the time limit without a requeue)")
-            else:
-                self._end("FAILED", _one_line(error))
+            ending.append(True)
+            line, consequence = comm_failure_line(error, env.global_rank, launcher["comm_timeout_s"]) or (_one_line(error), False)
+            if consequence:  # let the rank that timed out (the cause) write its reason first
+                time.sleep(3)
+            lost = down_hosts(os.environ.get("SLURM_JOB_NODELIST", ""))
+            self._end("FAILED", f"host(s) {', '.join(lost)} set DOWN by SLURM; {line}" if lost else line)
+            cancel_job(env.raw_job_id)  # the other ranks stop now, and SLURM does not requeue a lost host's job
             raise
         finally:
             del store
@@ -169,8 +181,11 @@ class RankTask:
         subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
 
     def _end(self, status: str, error: str = "") -> None:
-        from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
+        """End the run unless another rank ended it first (the first reason is the root cause)."""
+        from dlcomm.tracking.mlflow_run import TERMINAL, close_parent_if_done, close_run, run_status
 
+        if status != "FINISHED" and run_status(self.spec.tracking_uri, self.spec.run_id) in TERMINAL:
+            return
         close_run(self.spec.tracking_uri, self.spec.run_id, status, error)
         if self.spec.parent_run_id:
             close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id)
@@ -317,7 +332,6 @@ class SlurmLauncher(Launcher):
         (The queue is read with squeue: clusters without accounting have no sacct.)"""
         import logging
         import subprocess
-        import time
 
         from tqdm import tqdm
 
