@@ -43,7 +43,8 @@ def down_hosts(nodelist: str) -> list[str]:
 
 
 def cancel_job(job_id: str) -> None:
-    """``scancel`` the job (also a copy SLURM has requeued); errors ignored: it may be gone."""
+    """``scancel`` the job (also a copy SLURM has requeued); ``job_id`` of an array element in the
+    ``<array>_<index>`` form (a bare array id would cancel every element); errors ignored: it may be gone."""
     try:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=10)  # a cut-off host cannot reach slurmctld
     except (OSError, subprocess.TimeoutExpired):

@@ -132,7 +132,7 @@ class RankTask:
             if lost:
                 self._end("FAILED", f"host(s) {', '.join(lost)} stopped answering SLURM, which set them DOWN and ended "
                                     "the job; dlcomm cancelled the copy SLURM requeued")
-                cancel_job(env.raw_job_id)
+                cancel_job(env.job_id)
             else:
                 self._end("KILLED", "SLURM ended the job (scancel, or the time limit without a requeue)")
 
@@ -157,7 +157,7 @@ class RankTask:
                 time.sleep(3)
             lost = down_hosts(os.environ.get("SLURM_JOB_NODELIST", ""))
             self._end("FAILED", f"host(s) {', '.join(lost)} set DOWN by SLURM; {line}" if lost else line)
-            cancel_job(env.raw_job_id)  # the other ranks stop now, and SLURM does not requeue a lost host's job
+            cancel_job(env.job_id)  # the other ranks stop now, and SLURM does not requeue a lost host's job
             raise
         finally:
             del store
