@@ -112,19 +112,7 @@ ClusterName=dlcomm-hosts
 SlurmctldHost=$CTLD_HOST($CTLD_ADDR)
 SlurmctldPort=6827
 SlurmdPort=6828
-SlurmUser=root
-AuthType=auth/munge
-AuthInfo=cred_expire=10
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SlurmdParameters=config_overrides
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(common_slurm_settings)
 StateSaveLocation=$STATE/ctld
 SlurmctldPidFile=$STATE/slurmctld.pid
 SlurmctldLogFile=$STATE/slurmctld.log
@@ -136,7 +124,8 @@ SlurmdTimeout=20
 KillWait=10
 NodeName=DEFAULT CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
 $(for i in $(seq 1 "$n"); do echo "NodeName=h$i NodeAddr=$(host_addr "h$i") NodeHostname=h$i"; done)
-PartitionName=hosts Nodes=h[1-$n] Default=YES MaxTime=INFINITE State=UP
+# LLN: a job goes to the least loaded hosts, so a sweep's elements spread over them
+PartitionName=hosts Nodes=h[1-$n] Default=YES MaxTime=INFINITE State=UP LLN=YES
 EOF
 }
 

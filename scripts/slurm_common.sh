@@ -36,3 +36,24 @@ stop_pidfile() {
     as_root kill -9 "$pid" 2>/dev/null || true
     rm -f "$1"
 }
+
+# The settings both of dlcomm's clusters share: root runs everything, munge authenticates, no
+# cgroups or accounting, nodes may declare more CPUs than they have (small test jobs side by side).
+common_slurm_settings() {
+    cat <<'SETTINGS'
+SlurmUser=root
+AuthType=auth/munge
+# a requeued job waits this long before it may start again (default 120 s)
+AuthInfo=cred_expire=10
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SETTINGS
+}

@@ -32,20 +32,7 @@ write_config() {
 # Written by dlcomm's scripts/slurm_local.sh: a one-machine cluster for trying and testing.
 ClusterName=dlcomm-local
 SlurmctldHost=$HOST
-SlurmUser=root
-AuthType=auth/munge
-# a requeued job waits this long before it may start again (default 120 s)
-AuthInfo=cred_expire=10
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SlurmdParameters=config_overrides
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(common_slurm_settings)
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/d
 SlurmctldPidFile=$STATE/slurmctld.pid

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,3 +75,31 @@ def mlflow_run(result: CliResult):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=result.tracking_uri).get_run(result.run_id)
+
+
+# ---- sweeps: a parent run and its children in the store under <home>/results -----------------
+
+def store_client(home: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+
+
+def parent_id(result) -> str:
+    return re.search(r"parent mlflow run ([0-9a-f]{32})", result.stdout).group(1)
+
+
+def children(home: Path, parent: str) -> list:
+    client = store_client(home)
+    experiment = client.get_run(parent).info.experiment_id
+    return client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+
+
+def wait_until_ended(home: Path, parent: str, count: int, timeout_s: float) -> list:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = children(home, parent)
+        if len(runs) == count and all(run.info.status != "RUNNING" for run in runs):
+            return runs
+        assert time.monotonic() < deadline, [(run.info.run_name, run.info.status) for run in runs]
+        time.sleep(3)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST, mlflow_run, run_cli
+from conftest import FAST, mlflow_run, parent_id, run_cli, wait_until_ended
 from dlcomm.errors import UserError
 from dlcomm.launch.netif import choose_interface, interface_addresses, interface_towards
 
@@ -88,6 +88,16 @@ def test_a_two_host_run_puts_one_rank_on_each_host(two_hosts, home, monkeypatch)
     assert run.data.metrics["final/steps"] == 20
     assert run.data.tags["rank_hosts"] == "h1,h2" and run.data.tags["num_hosts"] == "2"
 
+
+
+def test_a_sweeps_elements_land_on_different_hosts(two_hosts, home, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
+    result = run_cli(home, "train", "-m", "seed=1,2", *FAST, "launcher=slurm", "nodes=1", "workers_per_node=1",
+                     "train.max_steps=20", timeout=120)
+    assert result.returncode == 0, result.stderr
+    runs = wait_until_ended(home, parent_id(result), 2, 240)
+    assert all(run.info.status == "FINISHED" for run in runs)
+    assert sorted(run.data.tags["rank_hosts"] for run in runs) == ["h1", "h2"]
 
 # ---- dlcomm calibrate ------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST, cli_env, mlflow_run, run_cli
+from conftest import FAST, children, cli_env, mlflow_run, parent_id, run_cli, store_client, wait_until_ended
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,32 +77,6 @@ def test_more_nodes_than_the_partition_has_is_refused(home) -> None:
 
 # ---- sweeps as job arrays ------------------------------------------------------------------
 
-def _client(home: Path):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
-
-
-def _parent_id(result) -> str:
-    return re.search(r"parent mlflow run ([0-9a-f]{32})", result.stdout).group(1)
-
-
-def _children(home: Path, parent: str) -> list:
-    client = _client(home)
-    experiment = client.get_run(parent).info.experiment_id
-    return client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
-
-
-def _wait_until_ended(home: Path, parent: str, count: int, timeout_s: float) -> list:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        runs = _children(home, parent)
-        if len(runs) == count and all(run.info.status != "RUNNING" for run in runs):
-            return runs
-        assert time.monotonic() < deadline, [(run.info.run_name, run.info.status) for run in runs]
-        time.sleep(3)
-
-
 @needs_slurm
 def test_a_sweep_is_one_job_array_of_child_runs_under_one_parent(home) -> None:
     result = run_cli(home, "train", "-m", "seed=1,2", "algo=allreduce,local_sgd", *FAST, "launcher=slurm", "nodes=1",
@@ -110,17 +84,17 @@ def test_a_sweep_is_one_job_array_of_child_runs_under_one_parent(home) -> None:
     assert result.returncode == 0, result.stderr
     arrays = re.findall(r"submitted SLURM job array (\d+) \((\d+) elements", result.stdout)
     assert arrays and len(arrays) == 1 and arrays[0][1] == "4", result.stdout
-    parent = _parent_id(result)
-    assert _client(home).get_run(parent).info.status == "RUNNING"  # returned before the jobs finished
-    assert all(run.info.status == "RUNNING" for run in _children(home, parent))
+    parent = parent_id(result)
+    assert store_client(home).get_run(parent).info.status == "RUNNING"  # returned before the jobs finished
+    assert all(run.info.status == "RUNNING" for run in children(home, parent))
 
-    runs = _wait_until_ended(home, parent, 4, 400)
+    runs = wait_until_ended(home, parent, 4, 400)
     assert sorted(run.info.status for run in runs) == ["FINISHED"] * 4
     assert {run.data.tags["slurm_job_id"] for run in runs} == {f"{arrays[0][0]}_{i}" for i in range(4)}
     assert {(run.data.params["seed"], run.data.tags["algo"]) for run in runs} == {
         ("1", "allreduce"), ("1", "local_sgd"), ("2", "allreduce"), ("2", "local_sgd")}
     assert all(run.data.metrics["final/steps"] == 20 for run in runs)
-    parent_run = _client(home).get_run(parent)
+    parent_run = store_client(home).get_run(parent)
     assert parent_run.info.status == "FINISHED"
     assert parent_run.data.params["sweep.overrides"].startswith("seed=1,2 algo=allreduce,local_sgd")
     assert parent_run.data.params["sweep.size"] == "4"
@@ -135,10 +109,10 @@ def test_eight_elements_writing_one_sqlite_store_at_once_lose_nothing(home) -> N
                      f"train.epochs={epochs}", "train.eval_every=1", "launcher=slurm", "nodes=1", "workers_per_node=1",
                      "launcher.array_parallelism=8")
     assert result.returncode == 0, result.stderr
-    parent = _parent_id(result)
-    runs = _wait_until_ended(home, parent, 8, 500)
+    parent = parent_id(result)
+    runs = wait_until_ended(home, parent, 8, 500)
     assert [run.info.status for run in runs] == ["FINISHED"] * 8
-    client = _client(home)
+    client = store_client(home)
     for run in runs:
         for name in ("epoch/test_acc_mean", "epoch/train_loss", "epoch/time_per_iter_s"):
             steps = sorted(point.step for point in client.get_metric_history(run.info.run_id, name))
@@ -165,16 +139,16 @@ def test_a_failing_element_is_failed_with_its_error_and_spares_the_others(home, 
     array = re.search(r"submitted SLURM job array (\d+)", result.stdout).group(1)
     shutil.rmtree(roots[1])  # gone from the "compute node" before the element starts
     subprocess.run(["scontrol", "release", array], check=True)
-    runs = {run.data.params["dataset.root"]: run for run in _wait_until_ended(home, _parent_id(result), 2, 400)}
+    runs = {run.data.params["dataset.root"]: run for run in wait_until_ended(home, parent_id(result), 2, 400)}
     assert runs[str(roots[0])].info.status == "FINISHED"
     assert runs[str(roots[0])].data.metrics["final/steps"] == 10
     failed = runs[str(roots[1])]
     assert failed.info.status == "FAILED"
     assert "data_gone" in failed.data.tags["error"], failed.data.tags["error"]
-    logs = home / "results" / "sweeps" / _parent_id(result) / "slurm"
+    logs = home / "results" / "sweeps" / parent_id(result) / "slurm"
     job = failed.data.tags["slurm_job_id"]
     assert "data_gone" in (logs / f"{job}_0_log.err").read_text()
-    assert _client(home).get_run(_parent_id(result)).info.status == "FAILED"
+    assert store_client(home).get_run(parent_id(result)).info.status == "FAILED"
 
 
 @needs_slurm
@@ -187,17 +161,17 @@ def test_a_run_stopped_by_the_warning_signal_is_requeued_and_ends_as_if_never_st
                      "train.batch_size=32", "train.threads_per_rank=1", "train.eval_every=1", "launcher=slurm",
                      "nodes=1", "workers_per_node=2", "launcher.check_every=5")
     assert result.returncode == 0, result.stderr
-    array, parent = re.search(r"submitted SLURM job array (\d+)", result.stdout).group(1), _parent_id(result)
-    stopped = next(run for run in _children(home, parent) if run.info.run_name == "stopped")
+    array, parent = re.search(r"submitted SLURM job array (\d+)", result.stdout).group(1), parent_id(result)
+    stopped = next(run for run in children(home, parent) if run.info.run_name == "stopped")
     deadline = time.monotonic() + 300
-    while not _client(home).get_metric_history(stopped.info.run_id, "epoch/train_loss"):  # after epoch 1
+    while not store_client(home).get_metric_history(stopped.info.run_id, "epoch/train_loss"):  # after epoch 1
         assert time.monotonic() < deadline
         time.sleep(1)
     subprocess.run(["scancel", "--signal=USR2", f"{array}_0"], check=True)
-    runs = {run.info.run_name: run for run in _wait_until_ended(home, parent, 2, 500)}
+    runs = {run.info.run_name: run for run in wait_until_ended(home, parent, 2, 500)}
     assert runs["stopped"].info.status == runs["straight"].info.status == "FINISHED"
     assert runs["stopped"].data.tags["requeues"] == "1" and "requeues" not in runs["straight"].data.tags
-    client = _client(home)
+    client = store_client(home)
     for name in ("final/test_acc_mean", "final/train_loss", "final/steps", "final/test_acc_avg_model"):
         assert runs["stopped"].data.metrics[name] == runs["straight"].data.metrics[name], name
     for name in ("epoch/test_acc_mean", "epoch/train_loss", "iter/train_loss"):
@@ -222,7 +196,7 @@ def test_plain_sbatch_array_runs_the_lines_of_an_exported_sweep(home) -> None:
     while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline
         time.sleep(3)
-    runs = _client(home).search_runs([_client(home).get_experiment_by_name("dlcomm").experiment_id])
+    runs = store_client(home).search_runs([store_client(home).get_experiment_by_name("dlcomm").experiment_id])
     assert sorted((run.data.params["seed"], run.info.status) for run in runs) == [("1", "FINISHED"), ("2", "FINISHED")]
     assert all(run.data.tags["launcher"] == "srun" and run.data.tags["world_size"] == "2" for run in runs)
     assert all(run.data.metrics["final/steps"] == 10 for run in runs)
