@@ -1,44 +1,44 @@
 #!/usr/bin/env python
-"""Simulated time under ``launcher=threads`` against ``launcher=local`` and against one worker.
+"""Simulated time under ``launcher=threads`` and ``launcher=local`` against one worker.
 
-``network.mode=simulate`` charges each rank its measured compute (CPU time, see
-:mod:`dlcomm.comm.clock`) plus the modelled communication. The default job (small CNN,
-Fashion-MNIST, batch 64, AllReduce-SGD) on the ``eth_1g`` preset, ``--steps`` iterations (the
-first ``--skip`` dropped: warm-up), every configuration run in one invocation of this script:
+``network.mode=simulate`` charges each rank its measured compute (see :mod:`dlcomm.comm.clock`)
+plus the modelled communication. The default job (small CNN, Fashion-MNIST, batch 64,
+AllReduce-SGD) on the ``eth_1g`` preset, ``--steps`` iterations (the first ``--skip`` dropped:
+warm-up), every configuration run ``--repeats`` times, the repeats interleaved (configuration
+1, 2, ..., 1, 2, ...) so that a slow spell of the machine does not fall on one configuration.
 
-(a) compute: the mean simulated compute per iteration (``sim_compute_s``) at ``--workers`` (16)
-    workers under ``launcher=threads`` (``compute=auto``: serial under simulate), over the same at
-    one worker (``launcher=local``). Target: within 5%. Both have the machine's cores to
-    themselves while they compute, so both measure compute as wall time.
-(b) the mean simulated time per iteration (``sim_time_s``) at 4 workers (2 per core here) under
-    ``launcher=threads launcher.compute=parallel`` over the same under ``launcher=local``: both
-    give each rank one torch thread and measure the thread's CPU time. Target: within 5%. Serial
-    turns (the default under simulate) beside it for comparison: each rank then computes with
-    every core, so its compute, and the simulated time, are those of a rank alone on this machine
-    (as in (a)), not of one of 4 ranks sharing 2 cores.
+Per run, the figure of an iteration is the mean over ranks; the run's figure is the **median over
+iterations** (a single step slowed 5x by the machine moves a mean over 40 steps by 10%, a median not
+at all); the configuration's figure is the median of its repeats, printed with their range.
 
-    python scripts/bench_threads_simulate.py                    # ~5 minutes on 2 cores
-    python scripts/bench_threads_simulate.py --workers 8 --steps 20
+(a) compute: simulated compute per iteration (``sim_compute_s``) at ``--workers`` (16) workers
+    under ``launcher=threads`` (``compute=auto``: serial under simulate) over one worker
+    (``launcher=local``). Target: within 5%.
+(b) simulated time per iteration (``sim_time_s``) at 4 workers (2 per core here) under
+    ``launcher=threads`` over ``launcher=local``, both on their defaults (serial compute turns
+    under simulate). Target: within 5%. ``launcher=local launcher.compute=parallel`` (each of the 4
+    processes charged the compute it measured while sharing 2 cores) beside it for comparison.
+
+    python scripts/bench_threads_simulate.py                    # ~12 minutes on 2 cores
+    python scripts/bench_threads_simulate.py --workers 8 --steps 20 --repeats 1
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import pandas as pd
 
 from benchlib import train_timings
 
-
-def run(overrides: list[str]) -> pd.DataFrame:
-    """One ``dlcomm train`` in a fresh results folder; its timings.csv."""
-    return train_timings(overrides, script="bench_threads_simulate")
+COLUMNS = ("sim_compute_s", "sim_comm_exposed_s", "sim_time_s", "time_s")
 
 
 def per_iteration(timings: pd.DataFrame, column: str, skip: int) -> float:
-    """Mean over steps (after ``skip``) of the mean over ranks of ``column``, in ms."""
+    """Median over steps (after ``skip``) of the mean over ranks of ``column``, in ms."""
     kept = timings[timings["step"] >= skip]
-    return 1000 * float(kept.groupby("step")[column].mean().mean())
+    return 1000 * float(kept.groupby("step")[column].mean().median())
 
 
 def main() -> None:
@@ -46,38 +46,42 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip", type=int, default=5, help="first iterations left out (warm-up)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of every configuration, interleaved")
     args = parser.parse_args()
     common = ["network=eth_1g", "network.mode=simulate", f"train.max_steps={args.steps}", "train.eval_size=1000"]
+    many = f"{args.workers} workers, threads"
     configurations = {
         "1 worker, local": ["nodes=1", "launcher=local"],
-        f"{args.workers} workers, threads serial": [f"nodes={args.workers}", "launcher=threads"],
-        f"{args.workers} workers, threads parallel": [f"nodes={args.workers}", "launcher=threads",
-                                                      "launcher.compute=parallel"],
+        many: [f"nodes={args.workers}", "launcher=threads"],
+        "4 workers, threads": ["nodes=4", "launcher=threads"],
         "4 workers, local": ["nodes=4", "launcher=local"],
-        "4 workers, threads parallel": ["nodes=4", "launcher=threads", "launcher.compute=parallel"],
-        "4 workers, threads serial": ["nodes=4", "launcher=threads"],
+        "4 workers, local parallel": ["nodes=4", "launcher=local", "launcher.compute=parallel"],
     }
-    rows = {}
-    for label, overrides in configurations.items():
-        print(f"running {label} ...", flush=True)
-        timings = run([*common, *overrides])
-        rows[label] = {column: per_iteration(timings, column, args.skip)
-                       for column in ("sim_compute_s", "sim_comm_exposed_s", "sim_time_s", "time_s")}
-    table = pd.DataFrame(rows).T.rename(columns=lambda c: c.replace("_s", "") + " ms")
-    print(table.round(2).to_string())
-    one = rows["1 worker, local"]["sim_compute_s"]
-    serial = rows[f"{args.workers} workers, threads serial"]["sim_compute_s"]
-    parallel = rows[f"{args.workers} workers, threads parallel"]["sim_compute_s"]
-    local4 = rows["4 workers, local"]["sim_time_s"]
-    parallel4, serial4 = rows["4 workers, threads parallel"]["sim_time_s"], rows["4 workers, threads serial"]["sim_time_s"]
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label in configurations}
+    for repeat in range(args.repeats):
+        for label, overrides in configurations.items():
+            print(f"repeat {repeat + 1}/{args.repeats}: {label} ...", flush=True)
+            timings = train_timings([*common, *overrides], script="bench_threads_simulate")
+            runs[label].append({column: per_iteration(timings, column, args.skip) for column in COLUMNS})
+
+    def figure(label: str, column: str) -> float:
+        return statistics.median(run[column] for run in runs[label])
+
+    table = pd.DataFrame({label: {column: figure(label, column) for column in COLUMNS} for label in configurations}).T
+    table = table.rename(columns=lambda c: c.replace("_s", "") + " ms").round(2)
+    table["sim compute ms, repeats"] = [
+        ", ".join(f"{run['sim_compute_s']:.2f}" for run in runs[label]) for label in configurations]
+    print(table.to_string())
+    one = figure("1 worker, local", "sim_compute_s")
     checks = [
-        (f"(a) simulated compute/iter, {args.workers} workers threads serial / 1 worker", serial / one),
-        (f"    (for comparison) {args.workers} workers threads parallel / 1 worker", parallel / one),
-        ("(b) simulated time/iter, 4 workers threads parallel / local", parallel4 / local4),
-        ("    (for comparison) 4 workers threads serial / local", serial4 / local4),
+        (f"(a) simulated compute/iter, {many} / 1 worker", figure(many, "sim_compute_s") / one, True),
+        ("(b) simulated time/iter, 4 workers threads / local", figure("4 workers, threads", "sim_time_s")
+         / figure("4 workers, local", "sim_time_s"), True),
+        ("    (for comparison) 4 workers threads / local parallel", figure("4 workers, threads", "sim_time_s")
+         / figure("4 workers, local parallel", "sim_time_s"), False),
     ]
-    for label, ratio in checks:
-        verdict = "" if label.startswith("    ") else ("PASS" if abs(ratio - 1) <= 0.05 else "FAIL")
+    for label, ratio, judged in checks:
+        verdict = ("PASS" if abs(ratio - 1) <= 0.05 else "FAIL") if judged else ""
         print(f"{label}: {ratio:.3f} (target 1 +- 0.05) {verdict}")
 
 

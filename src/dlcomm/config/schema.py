@@ -343,6 +343,5 @@ SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
     ("optim", "adabelief_schema", AdaBeliefConfig),
     ("optim", "angulargrad_schema", AngularGradConfig),
     ("network", "network_schema", NetworkConfig),
-    ("launcher", "launcher_schema", LauncherConfig),
     ("launcher", "slurm_launcher_schema", SlurmLauncherConfig),
 )
