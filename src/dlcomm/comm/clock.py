@@ -5,9 +5,8 @@
 * :class:`VirtualClock` (``network.mode=simulate``): a per-rank clock that only moves while the
   rank trains (inside an iteration) and only by (a) its compute time and (b) waiting for
   modelled communication. Compute is measured as wall time when the rank has its cores to itself
-  while it computes (serial compute turns, ``launcher.compute=serial`` under ``threads`` or
-  ``local``; a process whose machine's cores cover every local rank's torch threads), else as
-  CPU time, so that many ranks sharing a
+  while it computes (``launcher=threads`` with serial compute turns; a process whose machine's
+  cores cover every local rank's torch threads), else as CPU time, so that many ranks sharing a
   few cores do not slow each other's clocks: the calling thread's CPU time when torch runs one
   thread per rank (the CPU autograd engine runs backward on the calling thread, and the
   communication library's own threads are not compute), the whole process's CPU time when torch

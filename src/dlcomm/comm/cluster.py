@@ -29,7 +29,6 @@ import torch.distributed as dist
 
 from dlcomm.comm.inprocess import Fabric, ThreadTransport
 from dlcomm.comm.layout import ClusterLayout
-from dlcomm.comm.process_turns import RankTurn
 from dlcomm.comm.transport import DistTransport
 
 # How long a service or a control receive may wait for its next message: a dead peer is found by
@@ -104,11 +103,9 @@ class Cluster:
         device: torch.device,
         timeout_s: float = 300.0,
         computes_alone: bool = False,
-        turn: RankTurn | None = None,
     ) -> "Cluster":
         """Join the job through ``store`` and build the worker, intra-node and leader groups;
-        ``computes_alone``: this process's cores are its own while it computes (see
-        :mod:`dlcomm.comm.clock`); ``turn``: its side of serial compute turns, if any."""
+        ``computes_alone``: this process's cores are its own (see :mod:`dlcomm.comm.clock`)."""
         timeout = timedelta(seconds=timeout_s)
         # A service (parameter server, manager) waits for the workers' next message for as long
         # as they evaluate, which may outlast any timeout: the job's group (workers <-> services)
@@ -136,8 +133,7 @@ class Cluster:
         groups["control"] = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         groups["leaders"] = dist.new_group(layout.leaders(), timeout=timeout)
         members = group_ranks_of(layout, rank)
-        transport = DistTransport({name: group for name, group in groups.items() if name in members}, computes_alone,
-                                  turn)
+        transport = DistTransport({name: group for name, group in groups.items() if name in members}, computes_alone)
         return cls(layout=layout, rank=rank, device=device, backend=backend, transport=transport, group_ranks=members)
 
     def close(self) -> None:

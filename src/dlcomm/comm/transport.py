@@ -27,8 +27,6 @@ from typing import Any, ContextManager, Protocol
 import torch
 import torch.distributed as dist
 
-from dlcomm.comm.process_turns import RankTurn, TurnWork
-
 
 class Work(Protocol):
     def wait(self) -> Any: ...
@@ -44,59 +42,50 @@ class DistTransport:
     name = "dist"
     shares_process = False  # one rank per process
 
-    def __init__(self, groups: dict[str, Any], computes_alone: bool = False, turn: RankTurn | None = None) -> None:
+    def __init__(self, groups: dict[str, Any], computes_alone: bool = False) -> None:
         self.groups = groups
         self.computes_alone = computes_alone  # the rank's cores are its own (dlcomm.comm.clock)
-        self.turn = turn  # serial compute turns among this machine's rank processes (launcher.compute)
-
-    def _work(self, work: Any) -> Work:
-        return work if self.turn is None else TurnWork(work, self.turn)
 
     def all_reduce(self, tensor: torch.Tensor, group: str, op: str = "sum") -> Work:
-        return self._work(dist.all_reduce(tensor, op=_OPS[op], group=self.groups[group], async_op=True))
+        return dist.all_reduce(tensor, op=_OPS[op], group=self.groups[group], async_op=True)
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: str) -> Work:
-        return self._work(dist.broadcast(tensor, src=src, group=self.groups[group], async_op=True))
+        return dist.broadcast(tensor, src=src, group=self.groups[group], async_op=True)
 
     def reduce(self, tensor: torch.Tensor, dst: int, group: str) -> Work:
-        return self._work(dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self.groups[group], async_op=True))
+        return dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self.groups[group], async_op=True)
 
     def all_gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor, group: str) -> Work:
-        return self._work(dist.all_gather(outputs, tensor, group=self.groups[group], async_op=True))
+        return dist.all_gather(outputs, tensor, group=self.groups[group], async_op=True)
 
     def isend(self, tensor: torch.Tensor, dst: int, group: str, tag: int) -> Work:
-        return self._work(dist.isend(tensor, dst=dst, group=self.groups[group], tag=tag))
+        return dist.isend(tensor, dst=dst, group=self.groups[group], tag=tag)
 
     def irecv(self, tensor: torch.Tensor, src: int | None, group: str, tag: int) -> Work:
-        return self._work(dist.irecv(tensor, src=src, group=self.groups[group], tag=tag))
+        return dist.irecv(tensor, src=src, group=self.groups[group], tag=tag)
 
     @staticmethod
     def source_rank(work: Any) -> int:
         return work._source_rank()
 
     def barrier(self, group: str) -> None:
-        with self.blocking():
-            dist.barrier(group=self.groups[group])
+        dist.barrier(group=self.groups[group])
 
     def gather_object(self, obj: Any, gathered: list[Any] | None, dst: int, group: str) -> None:
         """``gathered`` (None except on ``dst``) receives a copy of every member's ``obj``."""
-        with self.blocking():
-            dist.gather_object(obj, gathered, dst=dst, group=self.groups[group])
+        dist.gather_object(obj, gathered, dst=dst, group=self.groups[group])
 
     def blocking(self) -> ContextManager[None]:
-        """Around a wait outside the transport (a queue, a thread join): the compute turn is
-        handed over meanwhile, where ranks take turns."""
-        return nullcontext() if self.turn is None else self.turn.waiting()
+        """Around a wait outside the transport (a queue, a thread join): nothing to do here."""
+        return nullcontext()
 
     def alone(self) -> ContextManager[None]:
         """A section no other rank of this process runs at once: a process holds one rank."""
         return nullcontext()
 
     def pass_turn(self) -> None:
-        """At an iteration's start: ranks that take compute turns let the others go first
-        (:mod:`dlcomm.comm.process_turns`); without turns, nothing to do."""
-        if self.turn is not None:
-            self.turn.pass_turn()
+        """At an iteration's start: ranks that share compute turns let the others go first
+        (:class:`dlcomm.comm.inprocess.Turns`); processes run at once, nothing to do."""
 
     @staticmethod
     def kill_self() -> None:
@@ -104,7 +93,5 @@ class DistTransport:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
-        if self.turn is not None:
-            self.turn.close()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -343,5 +343,6 @@ SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
     ("optim", "adabelief_schema", AdaBeliefConfig),
     ("optim", "angulargrad_schema", AngularGradConfig),
     ("network", "network_schema", NetworkConfig),
+    ("launcher", "launcher_schema", LauncherConfig),
     ("launcher", "slurm_launcher_schema", SlurmLauncherConfig),
 )

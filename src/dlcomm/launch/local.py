@@ -18,13 +18,10 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from dlcomm.comm.process_turns import ProcessTurns
-from dlcomm.config.schema import LauncherConfig
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
-from dlcomm.launch.compute import check_compute, resolve_compute
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
@@ -33,15 +30,13 @@ _POLL_S = 0.1
 _SETTLE_S = 1.0  # after a first failure, how long to collect the other ranks' reports
 
 
-def _rank_process(
-    spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int, turns: ProcessTurns | None,
-) -> None:
+def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _exit_when_orphaned(parent_pid)
     try:
         from dlcomm.launch.rank import run_rank
 
-        run_rank(spec, rank, "127.0.0.1", port, machine_rank=rank, local_ranks=local_ranks, turns=turns)
+        run_rank(spec, rank, "127.0.0.1", port, machine_rank=rank, local_ranks=local_ranks)
     except UserError as error:
         errors.put(RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time()))
         errors.close()
@@ -84,16 +79,11 @@ def launch_local(spec: RunSpec) -> LaunchResult:
     context = mp.get_context("spawn")
     errors: mp.Queue = context.Queue()
     local_ranks = world  # all ranks share this machine
-    compute, why = resolve_compute(spec.cfg())
-    turns = ProcessTurns(context, local_ranks) if compute == "serial" and layout.world_size > 1 else None
-    if turns is not None:
-        print(f"launcher=local: the {layout.world_size} workers compute one at a time, each with every core ({why})",
-              flush=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     processes = [
         context.Process(
             target=_rank_process,
-            args=(spec, rank, store.port, local_ranks, errors, os.getpid(), turns),
+            args=(spec, rank, store.port, local_ranks, errors, os.getpid()),
             name=f"dlcomm-{layout.role_of(rank)}{rank}",
         )
         for rank in range(world)
@@ -162,14 +152,6 @@ def _teardown(processes: list[mp.Process], grace_s: float) -> None:
             process.join(timeout=5.0)
 
 
-@dataclass
-class LocalLauncherConfig(LauncherConfig):
-    """``launcher=local``: every rank a process of this machine."""
-
-    name: str = "local"
-    compute: str = "auto"  # serial: one worker computes at a time with every core | parallel | auto (dlcomm.launch.compute)
-
-
 @register
 class LocalLauncher(DriverLauncher):
     """``launcher=local``: the ranks, and the algorithm's service processes, are processes of
@@ -177,15 +159,12 @@ class LocalLauncher(DriverLauncher):
 
     name = "local"
     where = "as processes of this machine"
-    Config = LocalLauncherConfig
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
-        """Beside the base checks: a known ``launcher.compute`` (no wall-clock emulation under
-        serial turns); the processes must fit in this machine's memory; ``train.device=cuda``
-        needs one visible GPU per rank."""
+        """Beside the base checks: the processes must fit in this machine's memory;
+        ``train.device=cuda`` needs one visible GPU per rank."""
         super().check(cfg, roles)
-        check_compute(cfg, cls.name)
         from dlcomm.launch.footprint import check_fits, estimate_processes
 
         check_fits(cfg, estimate_processes(cfg, cfg.nodes * cfg.workers_per_node + len(roles)), len(roles), cls.name,

@@ -21,9 +21,7 @@ from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
-from dlcomm.comm.process_turns import ProcessTurns
 from dlcomm.data import build_dataset
-from dlcomm.launch.compute import torch_threads
 from dlcomm.launch.netif import choose_interface
 from dlcomm.spec import RunSpec
 from dlcomm.tasks import build_task
@@ -67,27 +65,20 @@ def job_layout(cfg) -> ClusterLayout:
 def run_rank(
     spec: RunSpec, rank: int, store_host: str, store_port: int, machine_rank: int, local_ranks: int,
     resumable: bool = False, warning: WarningSignal | None = None, check_every: int = 10,
-    turns: ProcessTurns | None = None,
 ) -> dict[str, float]:
     """Train as ``rank`` of the job whose rendezvous store listens on ``store_host:store_port``;
     this process is number ``machine_rank`` of the ``local_ranks`` on its machine. ``resumable``:
     checkpoint at epoch ends (and, with ``warning``, when the scheduler warns, checking every
-    ``check_every`` iterations) and resume from the run's newest checkpoint. ``turns``: the
-    machine's workers compute one at a time, each with every core (``launcher.compute=serial``)."""
+    ``check_every`` iterations) and resume from the run's newest checkpoint."""
     cfg = spec.cfg()
+    torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
     layout = job_layout(cfg)
-    turn = turns.for_rank(machine_rank) if turns is not None and layout.role_of(rank) == "worker" else None
-    if turn is not None:
-        torch.set_num_threads(torch_threads(cfg.train.threads_per_rank, "serial", local_ranks))
-    else:
-        torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
     store = dist.TCPStore(store_host, store_port, layout.job_size, is_master=False, timeout=timedelta(seconds=120))
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     choose_interface(cfg.launcher.get("ifname", ""), store_host)
-    # no other rank competes for a core while this one computes
-    alone = turn is not None or local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)
+    alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
     cluster = Cluster.connect(layout, rank, store, backend, device, timeout_s=cfg.launcher.get("comm_timeout_s", 300.0),
-                              computes_alone=alone, turn=turn)
+                              computes_alone=alone)
     try:
         return train_rank(spec, cluster, resumable=resumable, warning=warning, check_every=check_every)
     finally:

@@ -5,12 +5,13 @@ does (:func:`dlcomm.launch.rank.train_rank`); the data set is loaded once and sh
 only read). The Channel runs over the in-process fabric (:mod:`dlcomm.comm.inprocess`), whose
 sums follow gloo's order, so the numbers are those of ``launcher=local`` on the CPU.
 
-``launcher.compute`` (the rule is :mod:`dlcomm.launch.compute`'s, shared with ``launcher=local``):
+``launcher.compute``:
 
 * ``serial``: one rank computes at a time with all of torch's threads and hands the turn over
   whenever it waits for communication (and at every iteration's start). The interleaving is
   deterministic, each rank keeps its own random stream, and a rank's compute is measured alone
-  (what ``network.mode=simulate`` wants).
+  (what ``network.mode=simulate`` wants). ``network.mode=emulate`` is refused (its waits are
+  wall-clock sleeps, which would hold the turn).
 * ``parallel``: every thread runs when it can, one torch thread each (torch releases the GIL in
   its kernels): on the 2-core machine 1.4x the samples/s of ``serial`` at 16 workers (figures in
   docs/benchmarks.md). Initial weights are drawn one rank at a time, but the process's random
@@ -36,12 +37,11 @@ from typing import Any
 
 from dlcomm.config.schema import LauncherConfig
 from dlcomm.errors import Diverged, UserError
-from dlcomm.launch.compute import check_compute, torch_threads
-from dlcomm.launch.compute import resolve_compute as shared_resolve_compute
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
+COMPUTE_MODES = ("auto", "serial", "parallel")
 _POLL_S = 0.1
 
 
@@ -67,7 +67,15 @@ class ThreadsLauncher(DriverLauncher):
         """Beside the base checks: a known ``launcher.compute``, no wall-clock emulation under
         serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
         super().check(cfg, roles)
-        compute = check_compute(cfg, cls.name, draws_while_training)
+        if cfg.launcher.compute not in COMPUTE_MODES:
+            raise UserError(f"launcher.compute={cfg.launcher.compute} is invalid; use one of: {', '.join(COMPUTE_MODES)}")
+        compute, why = resolve_compute(cfg)
+        if compute == "serial" and cfg.network.mode == "emulate":
+            raise UserError(
+                f"network.mode=emulate is invalid with launcher=threads and serial compute ({why}): emulation "
+                "sleeps in wall time while one rank holds the turn; use network.mode=simulate or "
+                "launcher.compute=parallel"
+            )
         if cfg.train.device == "cuda":
             import torch
 
@@ -85,9 +93,16 @@ class ThreadsLauncher(DriverLauncher):
 
 
 def resolve_compute(cfg: Any) -> tuple[str, str]:
-    """``(serial or parallel, why)`` for ``launcher.compute`` under threads: :mod:`dlcomm.launch.compute`'s
-    rule, and serial where the ranks would share the process's random generator while training."""
-    return shared_resolve_compute(cfg, draws_while_training)
+    """``(serial or parallel, why)`` for ``launcher.compute`` (``auto`` decided as the module
+    docstring says)."""
+    if cfg.launcher.compute != "auto":
+        return cfg.launcher.compute, f"launcher.compute={cfg.launcher.compute}"
+    if cfg.network.mode == "simulate":
+        return "serial", "auto: network.mode=simulate measures each rank's compute alone"
+    drawing = draws_while_training(cfg)
+    if drawing:
+        return "serial", f"auto: {drawing} draws from the random generator while training"
+    return "parallel", "auto"
 
 
 def draws_while_training(cfg: Any) -> str:
@@ -107,20 +122,13 @@ def draws_while_training(cfg: Any) -> str:
     return ""
 
 
-def share_one_heap() -> bool:
-    """Under serial turns, let the rank threads allocate from glibc's main heap (``mallopt
-    (M_ARENA_MAX, 1)``) instead of one arena per thread: the rank whose turn it is reuses the
-    memory the previous rank just freed (activations, gradients' temporaries), which is warm in
-    the caches, instead of faulting in and touching its own cold arena. Only one rank computes at
-    a time, so the shared heap's lock is not contended. False where the C library has no mallopt."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(-8, 1))  # M_ARENA_MAX (glibc's malloc.h)
-    except (OSError, AttributeError):
-        return False
+def torch_threads(requested: int, compute: str, ranks: int) -> int:
+    """torch's (process-wide) thread count: ``train.threads_per_rank`` if set, else every core
+    for the one rank computing at a time (serial), else the cores shared among the ranks."""
+    if requested > 0:
+        return requested
+    cores = os.cpu_count() or 1
+    return cores if compute == "serial" else max(1, cores // ranks)
 
 
 def launch_threads(spec: RunSpec) -> LaunchResult:
@@ -141,8 +149,6 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
     data = build_dataset(cfg.dataset)
     ranks = range(layout.job_size)
-    if compute == "serial" and os.environ.get("DLCOMM_ONE_HEAP", "1") == "1":
-        share_one_heap()
     fabric = Fabric(Turns(ranks) if compute == "serial" else None)
     failures: list[RankFailure] = []
     threads = [
