@@ -4,11 +4,11 @@ table.csv, table.tex and PNG figures). Grouping: :mod:`dlcomm.report.groups`; nu
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pandas as pd
 
 from dlcomm.errors import UserError
@@ -22,17 +22,26 @@ from dlcomm.runs.lost import Census, survey
 DEFAULT_BASELINE = "allreduce"
 
 
+def seed_curves(per_seed: list[pd.Series]) -> pd.DataFrame:
+    """Columns ``mean`` and ``std`` (sample standard deviation, ddof=1: nan for one seed) over
+    seeds of curves ``y`` against ``x`` (their index), one per seed. Seeds evaluated at
+    different ``x`` (clock times) are interpolated linearly onto the union of their points
+    within the range they all cover."""
+    aligned = pd.concat(per_seed, axis=1, ignore_index=True).sort_index()
+    aligned = aligned.interpolate(method="index", limit_area="inside").dropna()
+    return pd.DataFrame({"mean": aligned.mean(axis=1), "std": aligned.std(axis=1, ddof=1)})
+
+
 class Histories:
-    """Seed-mean accuracy curves of a method's runs, read once per run and metric."""
+    """Accuracy curves over seeds of a method's runs, read once per run and metric."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self._read = lru_cache(maxsize=None)(lambda run_id, key: metric_history(uri, run_id, key))
 
-    def _mean_curve(self, frame: pd.DataFrame, y_key: str, x_key: str | None) -> pd.Series:
-        """The seed mean of ``y`` against ``x`` (the MLflow step when ``x_key`` is None). Seeds
-        evaluated at different ``x`` (clock times) are interpolated linearly onto the union of
-        their points within the range they all cover."""
+    def _seed_curves(self, frame: pd.DataFrame, y_key: str, x_key: str | None) -> pd.DataFrame:
+        """:func:`seed_curves` of ``y`` against ``x`` (the MLflow step when ``x_key`` is None)
+        over ``frame``'s runs; empty when some run lacks them."""
         per_run = []
         for run_id in frame["run_id"]:
             y = self._read(run_id, y_key)
@@ -40,21 +49,17 @@ class Histories:
                 x = self._read(run_id, x_key)
                 y = pd.Series(y.values, index=x.reindex(y.index).values).dropna()
             if y.empty or pd.isna(y.index).any():
-                return pd.Series(dtype=float)
+                return pd.DataFrame(columns=["mean", "std"], dtype=float)
             per_run.append(y[~y.index.duplicated(keep="last")].sort_index())
-        if all(curve.index.equals(per_run[0].index) for curve in per_run):
-            return pd.concat(per_run, axis=1).mean(axis=1)
-        low, high = max(c.index.min() for c in per_run), min(c.index.max() for c in per_run)
-        grid = np.unique(np.concatenate([c.index.values for c in per_run]))
-        grid = grid[(grid >= low) & (grid <= high)]
-        return pd.Series(np.mean([np.interp(grid, c.index.values, c.values) for c in per_run], axis=0), index=grid)
+        return seed_curves(per_run)
 
-    def curve(self, frame: pd.DataFrame, kind: str) -> tuple[str, pd.Series] | None:
-        """``kind`` "epoch": accuracy by epoch; "time": by training time (the clock evaluations
-        when the runs have them, else the epochs' simulated or wall time); "ma": the axis the
-        MA-acceleration uses (the clock for runs evaluated on it, else epochs)."""
-        by_epoch = self._mean_curve(frame, names.EPOCH_TEST_ACC_MEAN, None)
-        clock = self._mean_curve(frame, names.CLOCK_TEST_ACC_MEAN, names.CLOCK_TIME)
+    def curves(self, frame: pd.DataFrame, kind: str) -> tuple[str, pd.DataFrame] | None:
+        """The axis name and :func:`seed_curves` of the accuracy. ``kind`` "epoch": by epoch;
+        "time": by training time (the clock evaluations when the runs have them, else the
+        epochs' simulated or wall time); "ma": the axis the MA-acceleration uses (the clock for
+        runs evaluated on it, else epochs)."""
+        by_epoch = self._seed_curves(frame, names.EPOCH_TEST_ACC_MEAN, None)
+        clock = self._seed_curves(frame, names.CLOCK_TEST_ACC_MEAN, names.CLOCK_TIME)
         if kind == "epoch":
             return ("epoch", by_epoch)
         if kind == "ma":
@@ -62,10 +67,15 @@ class Histories:
         if not clock.empty:
             return ("training clock s", clock)
         for x_key, label in ((names.EPOCH_SIM_TIME, "simulated training time s"), (names.EPOCH_TRAIN_TIME, "wall training time s")):
-            series = self._mean_curve(frame, names.EPOCH_TEST_ACC_MEAN, x_key)
-            if not series.empty and not pd.isna(series.index).any():
-                return (label, series)
+            curves = self._seed_curves(frame, names.EPOCH_TEST_ACC_MEAN, x_key)
+            if not curves.empty and not pd.isna(curves.index).any():
+                return (label, curves)
         return None
+
+    def curve(self, frame: pd.DataFrame, kind: str) -> tuple[str, pd.Series] | None:
+        """The axis name and the seed-mean accuracy of :meth:`curves` (what the table uses)."""
+        found = self.curves(frame, kind)
+        return None if found is None else (found[0], found[1]["mean"])
 
 
 def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
@@ -109,6 +119,25 @@ def _latex(table: pd.DataFrame) -> str:
     return text.replace("±", r"$\pm$")
 
 
+def figure_title(experiment: str, longest: int = 60) -> str:
+    """The shipped experiment's description, for figure titles: the first line of the comment
+    that opens configs/experiment/<name>.yaml (it names the paper and the figure or table), cut
+    before its first '(' or ':' when longer than ``longest``; ``experiment`` itself when dlcomm
+    ships no such file or it has no comment."""
+    from importlib.resources import files
+
+    shipped = files("dlcomm.configs").joinpath("experiment", f"{experiment}.yaml")
+    if not shipped.is_file():
+        return experiment
+    for line in shipped.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("# ").strip()
+        if text and not text.startswith("@package"):  # Hydra's directive, not a description
+            return re.split(r"[(:]", text, maxsplit=1)[0].strip(" ,") if len(text) > longest else text
+    return experiment
+
+
 def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     """Read, summarise, write. Returns the files written."""
     runs, axes = assign(load_runs(uri, experiment))
@@ -116,19 +145,21 @@ def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     histories = Histories(uri)
     table = summarise(runs, baseline, lambda frame: histories.curve(frame, "ma"))
     folder.mkdir(parents=True, exist_ok=True)
-    figures = [plots.accuracy(runs, histories.curve, folder / "accuracy.png", experiment),
-               plots.time_breakdown(table, folder / "time_per_iteration.png", experiment)]
+    title = figure_title(experiment)
+    figures = [plots.accuracy(runs, histories.curves, folder / "accuracy.png", title),
+               plots.time_breakdown(table, folder / "time_per_iteration.png", title)]
     params = {key: "params." + key for key in axes}
     if "nodes" in params or "workers_per_node" in params:
         runs = runs.assign(world=runs["tags.world_size"].astype(float))
-        figures.append(plots.against(table, runs, "world", "workers", "speedup", f"speedup over {baseline}",
-                                     folder / "speedup_vs_workers.png", experiment))
+        over = " / ".join(plots.method_text(method) for method in sorted(set(table["baseline"]) - {""}))
+        figures.append(plots.against(table, runs, "world", "workers", "speedup", f"speedup over {over}",
+                                     folder / "speedup_vs_workers.png", title))
     for key in axes:
-        if key.endswith("latency_ms"):
+        if key.endswith("latency_ms"):  # latencies span decades (0.1 to 5 ms): a log axis, as the SESGD paper's Fig. 5
             time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
             y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
             figures.append(plots.against(table, runs, params[key], key, time_column, y_label,
-                                         folder / "time_vs_latency.png", experiment))
+                                         folder / "time_vs_latency.png", title, log_x=True))
     figures = [figure for figure in figures if figure is not None]
     markdown, csv, tex = folder / "table.md", folder / "table.csv", folder / "table.tex"
     markdown.write_text(_markdown(experiment, uri, table, baseline, figures))

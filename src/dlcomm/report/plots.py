@@ -1,16 +1,60 @@
 """The report's figures (PNG): accuracy against epoch and time, the per-iteration time split
 into compute and exposed communication, speedup against workers, time per iteration against
 latency. Each function returns the file it wrote, or None when the runs cannot show it (a
-single world size has no speedup-against-workers curve)."""
+single world size has no speedup-against-workers curve).
+
+Figures speak words where the table speaks config strings: algorithms by their papers' names
+(:data:`DISPLAY_NAMES`), knobs and settings as ``key value`` (:func:`method_text`,
+:func:`setting_text`). The table and its CSV keep the config strings."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-Curve = tuple[str, pd.Series] | None
+# One (axis label, seed curves) per method; the frame has columns "mean" and "std" over seeds
+# against x (its index): :func:`dlcomm.report.build.seed_curves`.
+Curve = tuple[str, pd.DataFrame] | None
+
+# ``algo.name`` -> the name the papers use for it; names not listed are shown as they are.
+DISPLAY_NAMES = {
+    "allreduce": "AllReduce-SGD",
+    "allreduce_hier": "hierarchical AllReduce-SGD",
+    "local_sgd": "Local-SGD",
+    "dpsgd": "D-PSGD",
+    "sgp": "SGP",
+    "crossover": "Crossover-SGD",
+    "crossover_hier": "hierarchical Crossover-SGD",
+    "node_based": "node-based averaging",
+    "sesgd": "Shuffle-Exchange SGD",
+    "local_sesgd": "local Shuffle-Exchange SGD",
+    "gossip_pull": "pull-gossip",
+    "ps": "parameter server",
+    "ps_layerdrop": "parameter server with layer dropping",
+}
+_KEY_VALUE = re.compile(r" (?=[\w.]+=)")  # splits "a=1 b=[1, 2]" before each "key=", not inside values
+
+
+def _key_values(words: str) -> str:
+    """``"overlap=scheduled scheduler=managed"`` -> ``"overlap scheduled, scheduler managed"``."""
+    return ", ".join(" ".join(pair.partition("=")[::2]) for pair in _KEY_VALUE.split(words) if pair)
+
+
+def method_text(method: str) -> str:
+    """A method label of :func:`dlcomm.report.groups.method_labels` in words: the algorithm's
+    display name, then its knobs in parentheses (``gossip_pull overlap=scheduled`` ->
+    ``pull-gossip (overlap scheduled)``)."""
+    name, _, knobs = method.partition(" ")
+    shown = DISPLAY_NAMES.get(name, name)
+    return f"{shown} ({_key_values(knobs)})" if knobs else shown
+
+
+def setting_text(setting: str) -> str:
+    """A setting label (``nodes=4 workers_per_node=2``) as ``nodes 4, workers_per_node 2``."""
+    return _key_values(setting)
 
 
 def _pyplot():
@@ -23,37 +67,60 @@ def _pyplot():
 
 
 def _label(setting: str, method: str, several: bool) -> str:
-    return f"{method} [{setting}]" if several else method
+    return f"{method_text(method)} — {setting_text(setting)}" if several else method_text(method)
 
 
-def accuracy(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], path: Path, title: str) -> Path | None:
-    """Mean test accuracy over seeds against epoch (left) and against training time (right)."""
+def _save(figure, path: Path) -> Path:
+    """Write ``figure`` to ``path`` as PNG and free it."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    _pyplot().close(figure)
+    return path
+
+
+def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], title: str):
+    """The accuracy figure (see :func:`accuracy`), or None when no method has a curve."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     several = runs["setting"].nunique() > 1
     figure, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(14, 4.2))
-    drawn = False
+    drawn = banded = False
     for (setting, method), frame in runs.groupby(["setting", "method"], sort=True):
         label = _label(setting, method, several)
         for axis, kind in ((by_epoch, "epoch"), (by_time, "time")):
             curve = curve_of(frame, kind)
-            if curve is not None and len(curve[1]) > 0:
-                axis.plot(curve[1].index, 100 * curve[1].values, marker="o", ms=3, label=label)
-                axis.set_xlabel(curve[0])
-                drawn = True
+            if curve is None or curve[1].empty:
+                continue
+            x, mean, std = curve[1].index, 100 * curve[1]["mean"], 100 * curve[1]["std"]
+            (line,) = axis.plot(x, mean, marker="o", ms=3, label=label)
+            if std.notna().any():  # two or more seeds
+                axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+                banded = True
+            axis.set_xlabel(curve[0])
+            drawn = True
     if not drawn:
         plt.close(figure)
         return None
     by_epoch.set(ylabel="test accuracy % (mean over workers and seeds)", title="against epochs")
+    by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one epoch: tick 1, not 0.95-1.05
     by_time.set(title="against training time")
     for axis in (by_epoch, by_time):
         axis.grid(alpha=0.3)
     legend_from = by_time if len(by_time.lines) >= len(by_epoch.lines) else by_epoch
-    legend_from.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    legend_from.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                       title="line: mean over seeds" + ("\nband: ±1 std over seeds" if banded else ""), title_fontsize=7)
     figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return figure
+
+
+def accuracy(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], path: Path, title: str) -> Path | None:
+    """Test accuracy against epoch (left) and against training time (right): per (setting,
+    method) the mean over seeds as a line and, for two or more seeds, a band of ±1 sample
+    standard deviation over seeds. ``curve_of(frame, kind)`` gives a method's curves for
+    ``kind`` "epoch" or "time"."""
+    figure = _accuracy_figure(runs, curve_of, title)
+    return None if figure is None else _save(figure, path)
 
 
 def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
@@ -73,27 +140,36 @@ def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
     axis.set(ylabel=f"{'simulated' if simulated else 'wall'} ms per iteration", title=title)
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     axis.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
-def against(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y: str, y_label: str,
-            path: Path, title: str) -> Path | None:
-    """``y`` of every method against the setting parameter ``x_key`` (one line per method)."""
+def _against_figure(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y: str, y_label: str,
+                    title: str, log_x: bool = False):
+    """The figure of :func:`against`, or None when it has nothing to show."""
     x_of = runs.drop_duplicates("setting").set_index("setting")[x_key].astype(float)
     if x_of.nunique() < 2 or table[y].isna().all():
         return None
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4.2))
+    spread = f"{y}_std"
     for method, frame in table.groupby("method", sort=True):
-        points = pd.Series(frame[y].values, index=frame["setting"].map(x_of).values).sort_index()
-        axis.plot(points.index, points.values, marker="o", label=method)
-    axis.set(xlabel=x_label, ylabel=y_label, title=title)
-    axis.grid(alpha=0.3)
+        points = frame.assign(x=frame["setting"].map(x_of)).sort_values("x")
+        errors = points[spread] if spread in points else None
+        axis.errorbar(points["x"], points[y], yerr=errors, marker="o", capsize=3, label=method_text(method))
+    if log_x:  # labelled at the swept values (0.1, 1, 5), not at powers of ten
+        swept = sorted(x_of.unique())
+        axis.set_xscale("log")
+        axis.set_xticks(swept, [f"{x:g}" for x in swept])
+    axis.set(xlabel=x_label, ylabel=y_label + (" (mean ± std over seeds)" if spread in table else ""), title=title)
+    axis.grid(alpha=0.3, which="both" if log_x else "major")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return figure
+
+
+def against(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y: str, y_label: str,
+            path: Path, title: str, log_x: bool = False) -> Path | None:
+    """``y`` of every method against the setting parameter ``x_key`` (one line per method),
+    with error bars of ±``<y>_std`` where the table has that column; ``log_x``: a logarithmic
+    x axis (for latencies, as the SESGD paper's Fig. 5; every x must then be positive)."""
+    figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x)
+    return None if figure is None else _save(figure, path)

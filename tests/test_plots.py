@@ -1,0 +1,145 @@
+"""The report's figures: seed mean and spread of accuracy curves against hand-computed numbers,
+the words that replace config strings, and what the rendered axes hold (bands, integer epoch
+ticks, error bars, a log latency axis)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+
+from dlcomm.report import plots
+from dlcomm.report.build import figure_title, seed_curves
+
+
+def test_seed_curves_are_the_mean_and_sample_std_over_seeds() -> None:
+    seeds = [pd.Series([0.5, 0.6, 0.7], index=[1, 2, 3]), pd.Series([0.7, 0.8, 0.7], index=[1, 2, 3]),
+             pd.Series([0.6, 1.0, 0.7], index=[1, 2, 3])]
+    curves = seed_curves(seeds)
+    assert list(curves.index) == [1, 2, 3]
+    assert list(curves["mean"]) == pytest.approx([0.6, 0.8, 0.7])
+    # x=1: deviations -0.1, 0.1, 0 -> sqrt(0.02 / 2); x=2: -0.2, 0, 0.2 -> sqrt(0.08 / 2); x=3: all equal
+    assert list(curves["std"]) == pytest.approx([0.1, 0.2, 0.0])
+
+
+def test_one_seed_has_its_curve_as_mean_and_no_spread() -> None:
+    curves = seed_curves([pd.Series([0.5, 0.6], index=[1, 2])])
+    assert list(curves["mean"]) == pytest.approx([0.5, 0.6])
+    assert curves["std"].isna().all()  # one seed says nothing about the spread: nan, not 0
+
+
+def test_seeds_at_different_x_are_interpolated_onto_the_range_they_all_cover() -> None:
+    a = pd.Series([0.0, 0.4, 0.8], index=[0.0, 2.0, 4.0])  # a line of slope 0.2
+    b = pd.Series([0.2, 0.2, 0.6], index=[1.0, 3.0, 5.0])
+    curves = seed_curves([a, b])
+    assert list(curves.index) == [1.0, 2.0, 3.0, 4.0]  # union of both within [1, 4]
+    # a at 1..4: 0.2 0.4 0.6 0.8; b: 0.2 0.2 0.2 0.4; two values' sample std is |a - b| / sqrt(2)
+    assert list(curves["mean"]) == pytest.approx([0.2, 0.3, 0.4, 0.6])
+    assert list(curves["std"]) == pytest.approx([0.0, 0.2 / math.sqrt(2), 0.4 / math.sqrt(2), 0.4 / math.sqrt(2)])
+
+
+def test_methods_and_settings_read_as_words() -> None:
+    assert plots.method_text("allreduce") == "AllReduce-SGD"
+    assert plots.method_text("gossip_pull overlap=scheduled scheduler=managed") == \
+        "pull-gossip (overlap scheduled, scheduler managed)"
+    assert plots.method_text("local_sgd period=4") == "Local-SGD (period 4)"
+    assert plots.method_text("sesgd") == "Shuffle-Exchange SGD"
+    assert plots.method_text("ps_layerdrop layers=[1, 2]") == "parameter server with layer dropping (layers [1, 2])"
+    assert plots.method_text("my_algo k=1") == "my_algo (k 1)"  # unknown names pass through
+    assert plots.setting_text("nodes=4 workers_per_node=2") == "nodes 4, workers_per_node 2"
+    assert plots.setting_text("network.inter.latency_ms=0.5") == "network.inter.latency_ms 0.5"
+
+
+def test_every_shipped_algorithm_has_a_display_name() -> None:
+    from importlib.resources import files
+
+    shipped = {path.name.removesuffix(".yaml") for path in files("dlcomm.configs").joinpath("algo").iterdir()
+               if path.name.endswith(".yaml")}
+    assert shipped and shipped <= set(plots.DISPLAY_NAMES)
+
+
+def test_figure_titles_name_the_paper_and_figure() -> None:
+    assert figure_title("sesgd_fig5") == "SESGD paper, Fig. 5"  # cut before "(time per iteration ..."
+    assert figure_title("crossover_fmnist") == "Crossover-SGD paper, Figs. 8-9"
+    assert figure_title("my_own") == "my_own"  # not shipped: its name
+
+
+def _accuracy_runs(seeds: dict[str, int], epochs: int = 3) -> tuple[pd.DataFrame, dict]:
+    """Runs of one setting, ``seeds[method]`` per method, and their curves: accuracy 0.5, 0.6,
+    0.7, ... at epochs 1, 2, 3, ..., shifted by 0.02 per seed."""
+    rows, per_seed = [], {}
+    for method, count in seeds.items():
+        for seed in range(count):
+            rows.append({"setting": "all", "method": method, "run_id": f"{method}{seed}"})
+            accuracy = pd.Series([0.5 + 0.1 * epoch for epoch in range(epochs)], index=range(1, epochs + 1))
+            per_seed.setdefault(method, []).append(accuracy + 0.02 * seed)
+    curves = {method: seed_curves(series) for method, series in per_seed.items()}
+    return pd.DataFrame(rows), curves
+
+
+def _axes(seeds: dict[str, int], epochs: int = 3):
+    runs, curves = _accuracy_runs(seeds, epochs)
+    figure = plots._accuracy_figure(runs, lambda frame, kind: ("epoch", curves[frame["method"].iloc[0]]), "t")
+    figure.canvas.draw()
+    return figure, figure.axes[0]
+
+
+def test_accuracy_draws_a_band_for_two_seeds_and_none_for_one() -> None:
+    figure, by_epoch = _axes({"allreduce": 2})
+    bands = [c for c in by_epoch.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1 and len(by_epoch.lines) == 1
+    top = bands[0].get_paths()[0].vertices[:, 1].max()
+    assert top == pytest.approx(100 * (0.71 + 0.02 / math.sqrt(2)))  # mean + 1 sample std at epoch 3
+    plt.close(figure)
+    figure, by_epoch = _axes({"allreduce": 1})
+    assert len(by_epoch.lines) == 1 and not any(isinstance(c, PolyCollection) for c in by_epoch.collections)
+    plt.close(figure)
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_accuracy_has_integer_epoch_ticks_and_worded_legend(epochs: int) -> None:
+    figure, by_epoch = _axes({"allreduce": 2, "local_sgd period=4": 1}, epochs)
+    ticks = [label.get_text() for label in by_epoch.get_xticklabels()]
+    assert ticks and all(re.fullmatch(r"−?\d+", tick) for tick in ticks), ticks
+    assert all(float(tick).is_integer() for tick in by_epoch.get_xticks())
+    legend = next(axis.get_legend() for axis in figure.axes if axis.get_legend())
+    assert [text.get_text() for text in legend.get_texts()] == ["AllReduce-SGD", "Local-SGD (period 4)"]
+    plt.close(figure)
+
+
+def test_accuracy_writes_a_png_or_nothing(tmp_path: Path) -> None:
+    runs, curves = _accuracy_runs({"allreduce": 2})
+    path = plots.accuracy(runs, lambda frame, kind: ("epoch", curves["allreduce"]), tmp_path / "a.png", "t")
+    assert path == tmp_path / "a.png" and path.read_bytes()[:4] == b"\x89PNG"
+    assert plots.accuracy(runs, lambda frame, kind: None, tmp_path / "none.png", "t") is None
+    assert not (tmp_path / "none.png").exists()
+
+
+def _latency_sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two methods at latencies 0.1, 1 and 5 ms: the runs (one per setting suffices) and the table."""
+    latencies = {"lat=0.1": 0.1, "lat=1": 1.0, "lat=5": 5.0}
+    runs = pd.DataFrame({"setting": list(latencies), "latency": list(latencies.values())})
+    table = pd.DataFrame([{"setting": s, "method": m, "ms": ms * (2 if m == "allreduce" else 1)}
+                          for m in ("allreduce", "sesgd") for s, ms in zip(latencies, (10.0, 20.0, 60.0))])
+    return runs, table
+
+
+def test_against_latency_on_a_log_axis_with_error_bars_where_the_table_has_a_std() -> None:
+    runs, table = _latency_sweep()
+    figure = plots._against_figure(table, runs, "latency", "latency ms", "ms", "ms", "t", log_x=True)
+    axis = figure.axes[0]
+    assert axis.get_xscale() == "log"
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["0.1", "1", "5"]  # the swept latencies
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["AllReduce-SGD", "Shuffle-Exchange SGD"]
+    assert not any(container.has_yerr for container in axis.containers)  # no ms_std column: no bars
+    plt.close(figure)
+    figure = plots._against_figure(table.assign(ms_std=1.5), runs, "latency", "latency ms", "ms", "ms", "t")
+    axis = figure.axes[0]
+    assert axis.get_xscale() == "linear"
+    assert len(axis.containers) == 2 and all(container.has_yerr for container in axis.containers)
+    plt.close(figure)
