@@ -147,7 +147,9 @@ def test_a_failing_element_is_failed_with_its_error_and_spares_the_others(home, 
     assert "data_gone" in failed.data.tags["error"], failed.data.tags["error"]
     logs = home / "results" / "sweeps" / parent_id(result) / "slurm"
     job = failed.data.tags["slurm_job_id"]
-    assert "data_gone" in (logs / f"{job}_0_log.err").read_text()
+    # the rank that raised first logs the error and cancels the job, so its peer may end before
+    # writing one: the error is in the element's log of some task, whichever raised
+    assert any("data_gone" in log.read_text() for log in logs.glob(f"{job}_*_log.err")), sorted(logs.iterdir())
     assert store_client(home).get_run(parent_id(result)).info.status == "FAILED"
 
 
