@@ -65,9 +65,12 @@ reproduce-crossover: setup
 	$(DLCOMM) train -m experiment=crossover_fmnist algo=crossover,sgp,allreduce seed=0
 	$(DLCOMM) report experiment=crossover_fmnist
 
-# Node-based averaging (Table III: clusters 2x2 and 4x2, two seeds): about 10 minutes
+# Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, 3 epochs, seeds 0-2)
 reproduce-node-based: setup
-	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based,allreduce nodes=2,4 workers_per_node=2 seed=0,1
+	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=2,4,6,8 seed=0,1,2
+	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=4 workers_per_node=4 seed=0,1,2
+	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based algo.k_prime=50 nodes=2,4,6,8 seed=0,1,2
+	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based algo.k_prime=50 nodes=4 workers_per_node=4 seed=0,1,2
 	$(DLCOMM) report experiment=node_based_table3
 
 # Wide-area pull-gossip (Table 3 setting, 2 wide workers, 25 simulated s, two seeds): 65 to 100 minutes here
