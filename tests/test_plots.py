@@ -64,8 +64,21 @@ def test_every_shipped_algorithm_has_a_display_name() -> None:
 
 
 def test_figure_titles_name_the_paper_and_figure() -> None:
-    assert figure_title("sesgd_fig5") == "SESGD paper, Fig. 5"  # cut before "(time per iteration ..."
-    assert figure_title("crossover_fmnist") == "Crossover-SGD paper, Figs. 8-9"
+    assert figure_title("sesgd_fig5") == "SESGD paper, Fig. 5"  # the unfinished "(time per iteration ..." left out
+    wrapped = figure_title("crossover_fmnist")  # wrapped, not cut
+    assert wrapped.replace("\n", " ") == "Crossover-SGD paper, Figs. 8-9 (accuracy of the gossip methods against AllReduce-SGD)"
+    assert wrapped.count("\n") == 1 and max(len(line) for line in wrapped.splitlines()) <= 80
+    expected = {"wan_gossip_fmnist": "The wide-area pull-gossip paper, Fashion-MNIST + Network-in-Network (its Table 3)",
+                "node_based_table3": "Node-based paper, Table III",
+                "layerdrop_1g": "The layer-dropping parameter-server paper, its 1 Gb/s setting (Table 1)"}
+    for experiment, title in expected.items():
+        assert figure_title(experiment).replace("\n", " ") == title
+    from importlib.resources import files
+
+    for path in files("dlcomm.configs").joinpath("experiment").iterdir():
+        if path.name.endswith(".yaml"):
+            title = figure_title(path.name.removesuffix(".yaml")).replace("\n", " ")
+            assert title.count("(") == title.count(")") and not title.endswith((",", ":")), title
     assert figure_title("my_own") == "my_own"  # not shipped: its name
 
 
@@ -142,4 +155,66 @@ def test_against_latency_on_a_log_axis_with_error_bars_where_the_table_has_a_std
     axis = figure.axes[0]
     assert axis.get_xscale() == "linear"
     assert len(axis.containers) == 2 and all(container.has_yerr for container in axis.containers)
+    plt.close(figure)
+
+
+def test_against_draws_a_line_per_method_and_split_value_and_the_papers_points() -> None:
+    """Speedup against workers for the node-based clusters 2x2, 4x2, 4x4: two lines per method (2
+    and 4 workers per node), error bars from speedup_std, and the paper's points as their own line."""
+    from dlcomm.report.papers import PaperMarks
+
+    clusters = {"nodes=2 wpn=2": (4, 2), "nodes=4 wpn=2": (8, 2), "nodes=4 wpn=4": (16, 4)}
+    runs = pd.DataFrame({"setting": list(clusters), "world": [w for w, _ in clusters.values()],
+                         "params.wpn": [str(r) for _, r in clusters.values()]})
+    table = pd.DataFrame([{"setting": s, "method": m, "speedup": 1.0 if m == "allreduce" else 1.1,
+                           "speedup_std": 0.02} for m in ("allreduce", "node_based") for s in clusters])
+    paper = PaperMarks("paper, Table III", ((4, 1.01), (8, 1.05)))
+    figure = plots._against_figure(table, runs, "world", "workers", "speedup", "speedup", "t",
+                                   split_key="params.wpn", paper=paper)
+    axis = figure.axes[0]
+    legend = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert legend == ["AllReduce-SGD, wpn 2", "AllReduce-SGD, wpn 4", "node-based averaging, wpn 2",
+                      "node-based averaging, wpn 4", "paper, Table III"]
+    by_label = {container.get_label(): container.lines[0] for container in axis.containers}
+    assert list(by_label["node-based averaging, wpn 2"].get_xdata()) == [4, 8]
+    assert list(by_label["paper, Table III"].get_ydata()) == [1.01, 1.05]
+    assert sum(container.has_yerr for container in axis.containers) == 4
+    plt.close(figure)
+
+
+def test_a_zero_latency_keeps_a_linear_axis() -> None:
+    runs, table = _latency_sweep()
+    runs.loc[0, "latency"] = 0.0
+    figure = plots._against_figure(table, runs, "latency", "latency ms", "ms", "ms", "t", log_x=True)
+    assert figure.axes[0].get_xscale() == "linear" and 0.0 in figure.axes[0].lines[0].get_xdata()
+    plt.close(figure)
+
+
+def test_each_swept_latency_key_and_a_batch_sweep_get_their_own_figure(tmp_path) -> None:
+    """Two latency keys swept at once write two files with their axes in words; a sweep of the
+    per-worker batch writes best accuracy against the global mini-batch (world x batch x
+    micro-batches) on a log axis."""
+    from dlcomm.report.build import _against_figures
+
+    settings = ["inter=0.1 intra=0.01", "inter=1 intra=0.1"]
+    runs = pd.DataFrame({"setting": settings, "params.network.inter.latency_ms": ["0.1", "1"],
+                         "params.network.intra.latency_ms": ["0.01", "0.1"], "tags.world_size": ["4", "4"]})
+    table = pd.DataFrame({"setting": settings, "method": "allreduce", "baseline": "allreduce",
+                          "sim_ms_per_iter": [10.0, 20.0], "sim_ms_per_iter_std": [1.0, 2.0]})
+    written = _against_figures("mine", table, runs, ["network.inter.latency_ms", "network.intra.latency_ms"], "t",
+                               tmp_path)
+    assert sorted(path.name for path in written) == ["time_vs_latency.png", "time_vs_network_intra_latency_ms.png"]
+    figure = plots._against_figure(table, runs, "params.network.intra.latency_ms",
+                                   plots.AXIS_NAMES["network.intra.latency_ms"], "sim_ms_per_iter", "ms", "t", True)
+    assert figure.axes[0].get_xlabel() == "latency inside a node (ms)"
+    plt.close(figure)
+    batches = ["batch=64", "batch=256"]
+    runs = pd.DataFrame({"setting": batches, "tags.world_size": ["16", "16"], "params.train.batch_size": ["64", "256"],
+                         "params.train.comm_interval": ["2", "2"]})
+    table = pd.DataFrame({"setting": batches, "method": "crossover", "baseline": "", "sim_ms_per_iter": [1.0, 2.0],
+                          "best_acc_mean": [90.0, 85.0], "best_acc_std": [0.5, 1.0]})
+    written = _against_figures("mine", table, runs, ["train.batch_size"], "t", tmp_path)
+    assert [path.name for path in written if path is not None] == ["accuracy_vs_batch.png"]
+    figure = plots._against_figure(table, runs.assign(g=[2048.0, 8192.0]), "g", "global", "best_acc_mean", "%", "t", True)
+    assert [label.get_text() for label in figure.axes[0].get_xticklabels()] == ["2048", "8192"]
     plt.close(figure)

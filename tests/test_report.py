@@ -68,6 +68,23 @@ def test_table_numbers_match_hand_computation() -> None:
     assert local["commits"] == "abcdef0123"
 
 
+def test_time_and_speedup_spreads_are_over_seeds_with_speedups_paired_by_seed() -> None:
+    """Baseline seeds 0-2 at 200, 300, 400 ms; the method's seeds 0 and 1 at 100 and 200 ms:
+    speedup = 300 / 150 = 2 (ratio of the means), its spread the std of the per-seed ratios 2.0
+    and 1.5 (seed 2 has no partner); the baseline's own speedup has no spread."""
+    runs = pd.DataFrame([_run("b0", 1, "allreduce", 0, 0.8, 0.2, 0.5), _run("b1", 2, "allreduce", 1, 0.8, 0.3, 0.5),
+                         _run("b2", 3, "allreduce", 2, 0.8, 0.4, 0.5), _run("m0", 4, "sgp", 0, 0.8, 0.1, 0.5),
+                         _run("m1", 5, "sgp", 1, 0.8, 0.2, 0.5)])
+    table = summarise(assign(runs)[0], "allreduce", lambda frame: None).set_index("method")
+    assert table.loc["allreduce", "wall_ms_per_iter_std"] == pytest.approx(100.0)
+    assert table.loc["sgp", "speedup"] == pytest.approx(2.0)
+    assert table.loc["sgp", "speedup_std"] == pytest.approx(math.sqrt(0.125))  # std(2.0, 1.5), ddof=1
+    assert math.isnan(table.loc["allreduce", "speedup_std"])
+    shown = presentable(table.reset_index()).set_index("method")
+    assert shown.loc["sgp", "speedup"] == "2.00 ± 0.35" and shown.loc["allreduce", "speedup"] == "1.00"
+    assert shown.loc["allreduce", "wall ms/iter (compute + comm)"] == "300.0 ± 100.0 (150.0 + 150.0)"
+
+
 def test_one_seed_prints_n_a_and_two_seeds_a_number_in_every_format(tmp_path) -> None:
     runs, _ = assign(_runs())
     table = summarise(runs, "allreduce", lambda frame: None)
@@ -76,7 +93,8 @@ def test_one_seed_prints_n_a_and_two_seeds_a_number_in_every_format(tmp_path) ->
     assert shown.loc[("nodes=8", "allreduce"), "best acc %"] == "50.00 ± n/a"
     assert shown.loc[("nodes=4", "allreduce"), "final acc %"] == "82.00 ± 2.00"  # three seeds
     assert shown.loc[("nodes=4", "local_sgd period=4"), "final acc %"] == "76.00 ± 2.83"  # two seeds
-    assert "± 0.00" not in presentable(table).to_markdown(index=False)
+    one_seed = presentable(table)[table["seeds"] == 1]  # (local_sgd period=4's speedup is 2.00 ± 0.00: 2.0 at both seeds)
+    assert not one_seed.map(lambda cell: "± 0.0" in str(cell)).any().any()
     tex = _latex(table)
     assert r"50.00 $\pm$ n/a" in tex and r"82.00 $\pm$ 2.00" in tex
     table.to_csv(tmp_path / "table.csv", index=False, float_format="%.6g")  # as write_report writes it

@@ -15,6 +15,7 @@ from dlcomm.errors import UserError
 from dlcomm.metrics import names
 from dlcomm.report import plots
 from dlcomm.report.groups import assign
+from dlcomm.report.papers import marks
 from dlcomm.report.runs import load_runs, metric_history
 from dlcomm.report.table import presentable, summarise
 from dlcomm.runs.lost import Census, survey
@@ -119,11 +120,33 @@ def _latex(table: pd.DataFrame) -> str:
     return text.replace("±", r"$\pm$")
 
 
-def figure_title(experiment: str, longest: int = 60) -> str:
+def _description(line: str) -> str:
+    """The title part of a description's first line: up to its first ':' outside parentheses.
+    Without one the line runs on into the next, and its unfinished end is left out: from a
+    '(' it does not close, else after its last ',' outside parentheses."""
+    depth, opened, last_comma = 0, -1, -1
+    for at, char in enumerate(line):
+        if char == "(":
+            opened, depth = (at if depth == 0 else opened), depth + 1
+        elif char == ")":
+            depth -= 1
+        elif depth == 0 and char == ":":
+            return line[:at].strip(" ,")
+        elif depth == 0 and char == ",":
+            last_comma = at
+    if depth > 0:
+        return line[:opened].strip(" ,")
+    if line.endswith("."):
+        return line.rstrip(".")
+    return (line[:last_comma] if last_comma > 0 else line).strip(" ,")
+
+
+def figure_title(experiment: str, width: int = 80) -> str:
     """The shipped experiment's description, for figure titles: the first line of the comment
-    that opens configs/experiment/<name>.yaml (it names the paper and the figure or table), cut
-    before its first '(' or ':' when longer than ``longest``; ``experiment`` itself when dlcomm
+    that opens configs/experiment/<name>.yaml (it names the paper and the figure or table; see
+    :func:`_description`), wrapped at ``width`` characters; ``experiment`` itself when dlcomm
     ships no such file or it has no comment."""
+    import textwrap
     from importlib.resources import files
 
     shipped = files("dlcomm.configs").joinpath("experiment", f"{experiment}.yaml")
@@ -134,8 +157,43 @@ def figure_title(experiment: str, longest: int = 60) -> str:
             break
         text = line.lstrip("# ").strip()
         if text and not text.startswith("@package"):  # Hydra's directive, not a description
-            return re.split(r"[(:]", text, maxsplit=1)[0].strip(" ,") if len(text) > longest else text
+            return textwrap.fill(_description(text), width, break_on_hyphens=False)
     return experiment
+
+
+def _against_figures(experiment: str, table: pd.DataFrame, runs: pd.DataFrame, axes: list[str], title: str,
+                     folder: Path) -> list[Path | None]:
+    """The figures of a number against a swept setting (:func:`dlcomm.report.plots.against`):
+    speedup against workers (a line per workers-per-node when that varies too: the node-based
+    paper's clusters), best accuracy against the global mini-batch (the Crossover paper's Fig. 9)
+    when the per-worker batch or the micro-batches per step vary, and time per iteration against
+    each swept latency on a log axis (the SESGD paper's Fig. 5). The papers' own points are
+    marked where :mod:`dlcomm.report.papers` has them."""
+    params = {key: "params." + key for key in axes}
+    figures: list[Path | None] = []
+    if "nodes" in params or "workers_per_node" in params:
+        world = runs.assign(world=runs["tags.world_size"].astype(float))
+        over = " / ".join(plots.method_text(method) for method in sorted(set(table["baseline"]) - {""}))
+        figures.append(plots.against(table, world, "world", "workers", "speedup", f"speedup over {over}",
+                                     folder / "speedup_vs_workers.png", title,
+                                     split_key=params.get("workers_per_node") if "nodes" in params else None,
+                                     paper=marks(experiment, "speedup_vs_workers")))
+    if "train.batch_size" in params or "train.comm_interval" in params:
+        batch = runs.assign(global_batch=runs["tags.world_size"].astype(float)
+                            * runs["params.train.batch_size"].astype(float)
+                            * runs.get("params.train.comm_interval", pd.Series(1, index=runs.index)).astype(float))
+        figures.append(plots.against(table, batch, "global_batch", "global mini-batch (images per step)", "best_acc_mean",
+                                     "best test accuracy %", folder / "accuracy_vs_batch.png", title, log_x=True,
+                                     paper=marks(experiment, "accuracy_vs_batch")))
+    time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
+    y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
+    for key in axes:
+        if key.endswith("latency_ms"):  # latencies span decades (0.1 to 5 ms): a log axis, as the SESGD paper's Fig. 5
+            name = "time_vs_latency" if key == "network.inter.latency_ms" else "time_vs_" + key.replace(".", "_")
+            figures.append(plots.against(table, runs, params[key], plots.AXIS_NAMES.get(key, key), time_column,
+                                         y_label, folder / f"{name}.png", title, log_x=True,
+                                         paper=marks(experiment, name)))
+    return figures
 
 
 def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
@@ -148,18 +206,7 @@ def write_report(experiment: str, uri: str, folder: Path) -> list[Path]:
     title = figure_title(experiment)
     figures = [plots.accuracy(runs, histories.curves, folder / "accuracy.png", title),
                plots.time_breakdown(table, folder / "time_per_iteration.png", title)]
-    params = {key: "params." + key for key in axes}
-    if "nodes" in params or "workers_per_node" in params:
-        runs = runs.assign(world=runs["tags.world_size"].astype(float))
-        over = " / ".join(plots.method_text(method) for method in sorted(set(table["baseline"]) - {""}))
-        figures.append(plots.against(table, runs, "world", "workers", "speedup", f"speedup over {over}",
-                                     folder / "speedup_vs_workers.png", title))
-    for key in axes:
-        if key.endswith("latency_ms"):  # latencies span decades (0.1 to 5 ms): a log axis, as the SESGD paper's Fig. 5
-            time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
-            y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
-            figures.append(plots.against(table, runs, params[key], key, time_column, y_label,
-                                         folder / "time_vs_latency.png", title, log_x=True))
+    figures += _against_figures(experiment, table, runs, axes, title, folder)
     figures = [figure for figure in figures if figure is not None]
     markdown, csv, tex = folder / "table.md", folder / "table.csv", folder / "table.tex"
     markdown.write_text(_markdown(experiment, uri, table, baseline, figures))

@@ -15,6 +15,8 @@ from typing import Callable
 
 import pandas as pd
 
+from dlcomm.report.papers import PaperMarks
+
 # One (axis label, seed curves) per method; the frame has columns "mean" and "std" over seeds
 # against x (its index): :func:`dlcomm.report.build.seed_curves`.
 Curve = tuple[str, pd.DataFrame] | None
@@ -34,6 +36,11 @@ DISPLAY_NAMES = {
     "gossip_pull": "pull-gossip",
     "ps": "parameter server",
     "ps_layerdrop": "parameter server with layer dropping",
+}
+# setting keys a figure puts on an axis -> the axis label
+AXIS_NAMES = {
+    "network.inter.latency_ms": "latency between nodes (ms)",
+    "network.intra.latency_ms": "latency inside a node (ms)",
 }
 _KEY_VALUE = re.compile(r" (?=[\w.]+=)")  # splits "a=1 b=[1, 2]" before each "key=", not inside values
 
@@ -144,32 +151,44 @@ def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
 
 
 def _against_figure(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y: str, y_label: str,
-                    title: str, log_x: bool = False):
+                    title: str, log_x: bool = False, split_key: str | None = None, paper: PaperMarks | None = None):
     """The figure of :func:`against`, or None when it has nothing to show."""
-    x_of = runs.drop_duplicates("setting").set_index("setting")[x_key].astype(float)
+    per_setting = runs.drop_duplicates("setting").set_index("setting")
+    x_of = per_setting[x_key].astype(float)
     if x_of.nunique() < 2 or table[y].isna().all():
         return None
+    log_x = log_x and bool((x_of > 0).all())  # a 0 ms latency has no place on a log axis
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4.2))
+    figure, axis = plt.subplots(figsize=(6.4, 4.2))
     spread = f"{y}_std"
-    for method, frame in table.groupby("method", sort=True):
-        points = frame.assign(x=frame["setting"].map(x_of)).sort_values("x")
+    split_of = per_setting[split_key] if split_key else pd.Series("", index=per_setting.index)
+    lines = table.assign(x=table["setting"].map(x_of), split=table["setting"].map(split_of))
+    for (method, split), points in lines.groupby(["method", "split"], sort=True):
+        points = points.sort_values("x")
         errors = points[spread] if spread in points else None
-        axis.errorbar(points["x"], points[y], yerr=errors, marker="o", capsize=3, label=method_text(method))
+        label = method_text(method) + (f", {split_key.rpartition('.')[2].replace('_', ' ')} {split}" if split_key else "")
+        axis.errorbar(points["x"], points[y], yerr=errors, marker="o", capsize=3, label=label)
+    if paper is not None:
+        xs, ys = zip(*paper.points)
+        axis.errorbar(xs, ys, linestyle=":", marker="*", ms=9, color="black", label=paper.label)
     if log_x:  # labelled at the swept values (0.1, 1, 5), not at powers of ten
         swept = sorted(x_of.unique())
         axis.set_xscale("log")
         axis.set_xticks(swept, [f"{x:g}" for x in swept])
+        axis.minorticks_off()
     axis.set(xlabel=x_label, ylabel=y_label + (" (mean ± std over seeds)" if spread in table else ""), title=title)
-    axis.grid(alpha=0.3, which="both" if log_x else "major")
-    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
     return figure
 
 
 def against(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y: str, y_label: str,
-            path: Path, title: str, log_x: bool = False) -> Path | None:
-    """``y`` of every method against the setting parameter ``x_key`` (one line per method),
-    with error bars of ±``<y>_std`` where the table has that column; ``log_x``: a logarithmic
-    x axis (for latencies, as the SESGD paper's Fig. 5; every x must then be positive)."""
-    figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x)
+            path: Path, title: str, log_x: bool = False, split_key: str | None = None,
+            paper: PaperMarks | None = None) -> Path | None:
+    """``y`` of every method against the setting parameter ``x_key`` (one line per method, and
+    per value of the setting parameter ``split_key`` when given), with error bars of
+    ±``<y>_std`` where the table has that column; ``log_x``: a logarithmic x axis ticked at the
+    swept values (for latencies, as the SESGD paper's Fig. 5; linear when some x is not
+    positive); ``paper``: the paper's own points, marked beside ours."""
+    figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x, split_key, paper)
     return None if figure is None else _save(figure, path)

@@ -13,8 +13,12 @@ and ``table.tex``, never ``0``):
 * ``layers_dropped_pct``: the parameter server's ``final/ps_dropped_fraction`` in % (the
   fraction of gradient entries in the layers the workers dropped, the layer-dropping paper's
   knob beside its communication cut); empty for other algorithms, absent when no run has it;
+* ``wall_ms_per_iter_std`` and ``sim_ms_per_iter_std``: the sample standard deviation of ``t``
+  over seeds;
 * ``speedup = t_baseline / t_method`` with the simulated times when every run of the setting
-  has them, else the wall times (column ``speedup_clock``);
+  has them, else the wall times (column ``speedup_clock``); ``speedup_std`` is the sample
+  standard deviation over seeds of the per-seed ratios ``t_baseline(s) / t_method(s)`` (seeds
+  that both have; undefined below two, and for the baseline itself);
 * ``ma_acceleration`` (the node-based paper's Table III): with ``A`` the best accuracy of the
   baseline's seed-mean accuracy curve, reached at ``x_b``, and ``x_m`` the first point at which
   the method's curve reaches ``A``: ``x_b / x_m`` (> 1: the method gets there sooner; empty
@@ -40,6 +44,7 @@ METRIC = "metrics."
 MEASURED = (
     "wall_ms_per_iter", "wall_compute_ms", "wall_comm_exposed_ms",
     "sim_ms_per_iter", "sim_compute_ms", "sim_comm_exposed_ms", "speedup",
+    "wall_ms_per_iter_std", "sim_ms_per_iter_std", "speedup_std",
 )
 OPTIONAL = ("layers_dropped_pct",)  # present only when some run of the table has it
 Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
@@ -66,11 +71,11 @@ def method_row(frame: pd.DataFrame) -> dict:
         mean, std = _mean_std(100 * _metric(frame, key))
         row[f"{name}_mean"], row[f"{name}_std"] = mean, std
     wall, share = _metric(frame, names.FINAL_TIME_PER_ITER), _metric(frame, names.FINAL_COMM_SHARE)
-    row["wall_ms_per_iter"] = 1e3 * wall.mean()
+    row["wall_ms_per_iter"], row["wall_ms_per_iter_std"] = (1e3 * v for v in _mean_std(wall))
     row["wall_compute_ms"] = 1e3 * (wall * (1 - share)).mean()
     row["wall_comm_exposed_ms"] = 1e3 * (wall * share).mean()
     sim, sim_share = _metric(frame, names.FINAL_SIM_TIME_PER_ITER), _metric(frame, names.FINAL_SIM_COMM_SHARE)
-    row["sim_ms_per_iter"] = 1e3 * sim.mean()
+    row["sim_ms_per_iter"], row["sim_ms_per_iter_std"] = (1e3 * v for v in _mean_std(sim))
     row["sim_compute_ms"] = 1e3 * (sim * (1 - sim_share)).mean()
     row["sim_comm_exposed_ms"] = 1e3 * (sim * sim_share).mean()
     row["comm_modelled_ms"] = 1e3 * _metric(frame, names.FINAL_COMM_MODELLED_PER_ITER).mean()
@@ -79,6 +84,14 @@ def method_row(frame: pd.DataFrame) -> dict:
     row["runs"] = " ".join(frame["run_id"])
     row["commits"] = " ".join(sorted(set(frame.get("tags.git_commit", pd.Series(["unknown"])).fillna("unknown").str[:10])))
     return row
+
+
+def per_seed_speedup_std(base: pd.DataFrame, method: pd.DataFrame, time_key: str) -> float:
+    """Sample standard deviation over seeds of ``t_baseline(s) / t_method(s)``, pairing the two
+    methods' runs by seed (``time_key``: the final per-iteration metric both are timed by)."""
+    base_t = _metric(base, time_key).set_axis(base["seed"].to_numpy())
+    method_t = _metric(method, time_key).set_axis(method["seed"].to_numpy())
+    return _mean_std((base_t / method_t).dropna())[1]
 
 
 def first_reaching(curve: pd.Series, level: float) -> float:
@@ -107,11 +120,14 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
         clock = "simulated" if simulated else "wall"
         base_curve = curves(methods[base]) if base else None
         time_key = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
+        time_metric = names.FINAL_SIM_TIME_PER_ITER if simulated else names.FINAL_TIME_PER_ITER
         base_time = method_row(methods[base])[time_key] if base else math.nan
         for method, frame in methods.items():
             row = {"setting": setting, "method": method, "baseline": base or "", **method_row(frame)}
             if base:
                 row["speedup"], row["speedup_clock"] = base_time / row[time_key], clock
+                # the baseline against itself is 1 by definition: no spread to show
+                row["speedup_std"] = math.nan if method == base else per_seed_speedup_std(methods[base], frame, time_metric)
                 curve = curves(frame)
                 row["ma_acceleration"] = (
                     ma_acceleration(base_curve[1], curve[1]) if base_curve and curve and curve[0] == base_curve[0]
@@ -120,6 +136,7 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
                 row["ma_axis"] = base_curve[0] if base_curve else ""
             else:
                 row["speedup"], row["speedup_clock"], row["ma_acceleration"], row["ma_axis"] = math.nan, "", math.nan, ""
+                row["speedup_std"] = math.nan
             rows.append(row)
     table = pd.DataFrame(rows)
     optional = [c for c in OPTIONAL if c in table and table[c].isna().all()]
@@ -147,19 +164,21 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
         "best acc %": [_pm(m, s) for m, s in zip(table["best_acc_mean"], table["best_acc_std"])],
         "steps": [_num(v, 0) for v in table["steps"]],
         "wall ms/iter (compute + comm)": [
-            f"{_num(t)} ({_num(c)} + {_num(e)})" for t, c, e in
-            zip(table["wall_ms_per_iter"], table["wall_compute_ms"], table["wall_comm_exposed_ms"])
+            f"{_pm(t, s, 1)} ({_num(c)} + {_num(e)})" for t, s, c, e in
+            zip(table["wall_ms_per_iter"], table["wall_ms_per_iter_std"], table["wall_compute_ms"],
+                table["wall_comm_exposed_ms"])
         ],
     })
     if table["sim_ms_per_iter"].notna().any():
         out["simulated ms/iter (compute + comm)"] = [
-            f"{_num(t)} ({_num(c)} + {_num(e)})" if not math.isnan(t) else ""
-            for t, c, e in zip(table["sim_ms_per_iter"], table["sim_compute_ms"], table["sim_comm_exposed_ms"])
+            f"{_pm(t, s, 1)} ({_num(c)} + {_num(e)})" if not math.isnan(t) else ""
+            for t, s, c, e in zip(table["sim_ms_per_iter"], table["sim_ms_per_iter_std"], table["sim_compute_ms"],
+                                  table["sim_comm_exposed_ms"])
         ]
         out["modelled comm ms/iter"] = [_num(v, 2) for v in table["comm_modelled_ms"]]
     if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
         out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
-    out["speedup"] = [_num(v, 2) for v in table["speedup"]]
+    out["speedup"] = [_num(m, 2) + ("" if math.isnan(s) else f" ± {s:.2f}") for m, s in zip(table["speedup"], table["speedup_std"])]
     out["MA-acceleration"] = [_num(v, 2) for v in table["ma_acceleration"]]
     if (out["setting"] == "all").all():
         out = out.drop(columns="setting")
