@@ -218,3 +218,17 @@ def test_each_swept_latency_key_and_a_batch_sweep_get_their_own_figure(tmp_path)
     figure = plots._against_figure(table, runs.assign(g=[2048.0, 8192.0]), "g", "global", "best_acc_mean", "%", "t", True)
     assert [label.get_text() for label in figure.axes[0].get_xticklabels()] == ["2048", "8192"]
     plt.close(figure)
+
+
+def test_with_several_settings_colour_tells_the_setting_and_dash_the_method() -> None:
+    runs = pd.DataFrame([{"setting": s, "method": m, "run_id": f"{s}{m}"}
+                         for s in ("nodes=2", "nodes=4") for m in ("allreduce", "node_based")])
+    curve = seed_curves([pd.Series([0.8, 0.9], index=[1, 2])])
+    figure = plots._accuracy_figure(runs, lambda frame, kind: ("epoch", curve), "t")
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    two, four = "nodes 2", "nodes 4"
+    assert lines[f"AllReduce-SGD — {two}"].get_color() == lines[f"node-based averaging — {two}"].get_color()
+    assert lines[f"AllReduce-SGD — {two}"].get_color() != lines[f"AllReduce-SGD — {four}"].get_color()
+    assert lines[f"AllReduce-SGD — {two}"].get_linestyle() == lines[f"AllReduce-SGD — {four}"].get_linestyle()
+    assert lines[f"AllReduce-SGD — {two}"].get_linestyle() != lines[f"node-based averaging — {two}"].get_linestyle()
+    plt.close(figure)

@@ -85,12 +85,34 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
+_DASHES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _line_styles(runs: pd.DataFrame, several: bool) -> Callable[[str, str], dict]:
+    """Line style per (setting, method): with several settings the colour tells the setting and
+    the dash and marker the method (ten lines stay readable as five colours by two dashes);
+    with one setting the colour tells the method."""
+    settings = sorted(runs["setting"].unique())
+    methods = sorted(runs["method"].unique())
+
+    def style(setting: str, method: str) -> dict:
+        m = methods.index(method)
+        if not several:
+            return {"color": f"C{m % 10}", "marker": "o"}
+        return {"color": f"C{settings.index(setting) % 10}", "linestyle": _DASHES[m % len(_DASHES)],
+                "marker": _MARKERS[m % len(_MARKERS)]}
+
+    return style
+
+
 def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], title: str):
     """The accuracy figure (see :func:`accuracy`), or None when no method has a curve."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
     several = runs["setting"].nunique() > 1
+    style = _line_styles(runs, several)
     figure, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(14, 4.2))
     drawn = banded = False
     for (setting, method), frame in runs.groupby(["setting", "method"], sort=True):
@@ -100,7 +122,7 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
             if curve is None or curve[1].empty:
                 continue
             x, mean, std = curve[1].index, 100 * curve[1]["mean"], 100 * curve[1]["std"]
-            (line,) = axis.plot(x, mean, marker="o", ms=3, label=label)
+            (line,) = axis.plot(x, mean, ms=3, label=label, **style(setting, method))
             if std.notna().any():  # two or more seeds
                 axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
                 banded = True
