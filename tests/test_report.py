@@ -217,3 +217,34 @@ def test_plots_against_a_setting_key(tmp_path) -> None:
     assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
     one = runs[runs["params.nodes"] == "4"]
     assert plots.against(table[table["setting"] == "nodes=4"], one, "world", "w", "speedup", "s", tmp_path / "n.png", "t") is None
+
+
+def test_compare_results_ignores_clock_columns_and_provenance_but_not_accuracy(tmp_path) -> None:
+    """scripts/compare_results.py: a second generation that differs only in what a clock
+    measured (or in a clock's column an older table lacks) and in run ids is identical; one whose
+    accuracy or a non-clock column differs is not, exit 1, naming the cell."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "compare_results.py"
+    base = pd.DataFrame({"setting": ["all"], "method": ["allreduce"], "final_acc_mean": [90.4], "speedup": [1.0],
+                         "runs": ["a b c"]})
+    variants = {
+        "clock": base.assign(speedup=1.3, speedup_std=0.1, runs="d e f"),
+        "accuracy": base.assign(final_acc_mean=90.5),
+        "column": base.assign(extra=1),
+    }
+    (tmp_path / "old" / "x").mkdir(parents=True)
+    base.to_csv(tmp_path / "old" / "x" / "table.csv", index=False)
+    outcome = {}
+    for name, frame in variants.items():
+        (tmp_path / name / "x").mkdir(parents=True)
+        frame.to_csv(tmp_path / name / "x" / "table.csv", index=False)
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "old"),
+                               str(tmp_path / name)], capture_output=True, text=True)
+        outcome[name] = (done.returncode, done.stdout.strip())
+    assert outcome["clock"] == (0, "x: identical except measured columns and run ids")
+    assert outcome["accuracy"] == (1, "x: allreduce final_acc_mean: 90.4 against 90.5")
+    assert outcome["column"][0] == 1 and "columns differ: ['extra']" in outcome["column"][1]
