@@ -4,7 +4,7 @@ table.csv, table.tex and PNG figures). Grouping: :mod:`dlcomm.report.groups`; nu
 
 from __future__ import annotations
 
-import re
+import textwrap
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
@@ -146,7 +146,6 @@ def figure_title(experiment: str, width: int = 80) -> str:
     that opens configs/experiment/<name>.yaml (it names the paper and the figure or table; see
     :func:`_description`), wrapped at ``width`` characters; ``experiment`` itself when dlcomm
     ships no such file or it has no comment."""
-    import textwrap
     from importlib.resources import files
 
     shipped = files("dlcomm.configs").joinpath("experiment", f"{experiment}.yaml")
