@@ -51,8 +51,10 @@ def test_methods_and_settings_read_as_words() -> None:
     assert plots.method_text("sesgd") == "Shuffle-Exchange SGD"
     assert plots.method_text("ps_layerdrop layers=[1, 2]") == "parameter server with layer dropping (layers [1, 2])"
     assert plots.method_text("my_algo k=1") == "my_algo (k 1)"  # unknown names pass through
-    assert plots.setting_text("nodes=4 workers_per_node=2") == "nodes 4, workers_per_node 2"
-    assert plots.setting_text("network.inter.latency_ms=0.5") == "network.inter.latency_ms 0.5"
+    assert plots.setting_text("nodes=4 workers_per_node=2") == "4 nodes, 2 workers per node"
+    assert plots.setting_text("network.inter.latency_ms=0.5") == "0.5 ms between nodes"
+    assert plots.setting_text("model.width=0.25") == "model.width 0.25"  # no phrase: key value
+    assert plots.method_text("ps_layerdrop ratio=0.97") == "parameter server with layer dropping (R = 0.97)"
 
 
 def test_every_shipped_algorithm_has_a_display_name() -> None:
@@ -163,20 +165,22 @@ def test_against_draws_a_line_per_method_and_split_value_and_the_papers_points()
     and 4 workers per node), error bars from speedup_std, and the paper's points as their own line."""
     from dlcomm.report.papers import PaperMarks
 
-    clusters = {"nodes=2 wpn=2": (4, 2), "nodes=4 wpn=2": (8, 2), "nodes=4 wpn=4": (16, 4)}
+    clusters = {"nodes=2 workers_per_node=2": (4, 2), "nodes=4 workers_per_node=2": (8, 2),
+                "nodes=4 workers_per_node=4": (16, 4)}
     runs = pd.DataFrame({"setting": list(clusters), "world": [w for w, _ in clusters.values()],
-                         "params.wpn": [str(r) for _, r in clusters.values()]})
+                         "params.workers_per_node": [str(r) for _, r in clusters.values()]})
     table = pd.DataFrame([{"setting": s, "method": m, "speedup": 1.0 if m == "allreduce" else 1.1,
                            "speedup_std": 0.02} for m in ("allreduce", "node_based") for s in clusters])
     paper = PaperMarks("paper, Table III", ((4, 1.01), (8, 1.05)))
     figure = plots._against_figure(table, runs, "world", "workers", "speedup", "speedup", "t",
-                                   split_key="params.wpn", paper=paper)
+                                   split_key="params.workers_per_node", paper=paper)
     axis = figure.axes[0]
     legend = [text.get_text() for text in axis.get_legend().get_texts()]
-    assert legend == ["AllReduce-SGD, wpn 2", "AllReduce-SGD, wpn 4", "node-based averaging, wpn 2",
-                      "node-based averaging, wpn 4", "paper, Table III"]
+    assert legend == ["AllReduce-SGD, 2 workers per node", "AllReduce-SGD, 4 workers per node",
+                      "node-based averaging, 2 workers per node", "node-based averaging, 4 workers per node",
+                      "paper, Table III"]
     by_label = {container.get_label(): container.lines[0] for container in axis.containers}
-    assert list(by_label["node-based averaging, wpn 2"].get_xdata()) == [4, 8]
+    assert list(by_label["node-based averaging, 2 workers per node"].get_xdata()) == [4, 8]
     assert list(by_label["paper, Table III"].get_ydata()) == [1.01, 1.05]
     assert sum(container.has_yerr for container in axis.containers) == 4
     plt.close(figure)

@@ -15,6 +15,7 @@ from typing import Callable
 
 import pandas as pd
 
+from dlcomm.report.groups import PARAM
 from dlcomm.report.papers import PaperMarks
 
 # One (axis label, seed curves) per method; the frame has columns "mean" and "std" over seeds
@@ -42,12 +43,24 @@ AXIS_NAMES = {
     "network.inter.latency_ms": "latency between nodes (ms)",
     "network.intra.latency_ms": "latency inside a node (ms)",
 }
+# setting and knob keys that read better as a phrase in a legend ("{}" is the value); other keys
+# are shown as ``key value``
+KEY_PHRASES = {
+    "nodes": "{} nodes",
+    "workers_per_node": "{} workers per node",
+    "network.inter.latency_ms": "{} ms between nodes",
+    "network.intra.latency_ms": "{} ms inside a node",
+    "ratio": "R = {}",
+    "k_prime": "K' = {}",
+}
 _KEY_VALUE = re.compile(r" (?=[\w.]+=)")  # splits "a=1 b=[1, 2]" before each "key=", not inside values
 
 
 def _key_values(words: str) -> str:
-    """``"overlap=scheduled scheduler=managed"`` -> ``"overlap scheduled, scheduler managed"``."""
-    return ", ".join(" ".join(pair.partition("=")[::2]) for pair in _KEY_VALUE.split(words) if pair)
+    """``"overlap=scheduled scheduler=managed"`` -> ``"overlap scheduled, scheduler managed"``;
+    keys of :data:`KEY_PHRASES` as their phrase (``"nodes=4"`` -> ``"4 nodes"``)."""
+    pairs = (pair.partition("=")[::2] for pair in _KEY_VALUE.split(words) if pair)
+    return ", ".join(KEY_PHRASES[k].format(v) if k in KEY_PHRASES else f"{k} {v}" for k, v in pairs)
 
 
 def method_text(method: str) -> str:
@@ -60,7 +73,7 @@ def method_text(method: str) -> str:
 
 
 def setting_text(setting: str) -> str:
-    """A setting label (``nodes=4 workers_per_node=2``) as ``nodes 4, workers_per_node 2``."""
+    """A setting label (``nodes=4 workers_per_node=2``) as ``4 nodes, 2 workers per node``."""
     return _key_values(setting)
 
 
@@ -188,7 +201,7 @@ def _against_figure(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label
     for (method, split), points in lines.groupby(["method", "split"], sort=True):
         points = points.sort_values("x")
         errors = points[spread] if spread in points else None
-        label = method_text(method) + (f", {split_key.rpartition('.')[2].replace('_', ' ')} {split}" if split_key else "")
+        label = method_text(method) + (f", {_key_values(f'{split_key.removeprefix(PARAM)}={split}')}" if split_key else "")
         axis.errorbar(points["x"], points[y], yerr=errors, marker="o", capsize=3, label=label)
     if paper is not None:
         xs, ys = zip(*paper.points)
