@@ -63,6 +63,9 @@ def test_table_numbers_match_hand_computation() -> None:
     assert local["final_acc_mean"] == pytest.approx(76.0) and local["runs"] == "l0 l1-again"
     assert local["wall_comm_exposed_ms"] == pytest.approx(0.2 * 105.0)
     assert local["speedup"] == pytest.approx(220.0 / 105.0) and local["speedup_clock"] == "wall"
+    # exposed communication, wall clock: allreduce 0.5 x 220 ms against local_sgd 0.2 x 105 ms
+    assert local["comm_cut_pct"] == pytest.approx(100 * (1 - 21.0 / 110.0))
+    assert base["comm_cut_pct"] == pytest.approx(0.0)
     assert table.loc[("nodes=8", "allreduce")]["speedup"] == pytest.approx(1.0)
     assert math.isnan(table.loc[("nodes=8", "allreduce")]["final_acc_std"])  # one seed: no spread, not 0
     assert local["commits"] == "abcdef0123"

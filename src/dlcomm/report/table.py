@@ -19,6 +19,9 @@ and ``table.tex``, never ``0``):
   has them, else the wall times (column ``speedup_clock``); ``speedup_std`` is the sample
   standard deviation over seeds of the per-seed ratios ``t_baseline(s) / t_method(s)`` (seeds
   that both have; undefined below two, and for the baseline itself);
+* ``comm_cut_pct = 100 (1 - e_method / e_baseline)``, with ``e`` the exposed communication per
+  iteration on the speedup's clock: the communication a method saves (the layer-dropping
+  paper's "communication -95%"); its total cut is ``100 (1 - 1 / speedup)``;
 * ``ma_acceleration`` (the node-based paper's Table III): with ``A`` the best accuracy of the
   baseline's seed-mean accuracy curve, reached at ``x_b``, and ``x_m`` the first point at which
   the method's curve reaches ``A``: ``x_b / x_m`` (> 1: the method gets there sooner; empty
@@ -44,7 +47,7 @@ METRIC = "metrics."
 MEASURED = (
     "wall_ms_per_iter", "wall_compute_ms", "wall_comm_exposed_ms",
     "sim_ms_per_iter", "sim_compute_ms", "sim_comm_exposed_ms", "speedup",
-    "wall_ms_per_iter_std", "sim_ms_per_iter_std", "speedup_std",
+    "wall_ms_per_iter_std", "sim_ms_per_iter_std", "speedup_std", "comm_cut_pct",
 )
 OPTIONAL = ("layers_dropped_pct",)  # present only when some run of the table has it
 Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
@@ -121,11 +124,14 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
         base_curve = curves(methods[base]) if base else None
         time_key = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
         time_metric = names.FINAL_SIM_TIME_PER_ITER if simulated else names.FINAL_TIME_PER_ITER
-        base_time = method_row(methods[base])[time_key] if base else math.nan
+        comm_key = "sim_comm_exposed_ms" if simulated else "wall_comm_exposed_ms"
+        base_row = method_row(methods[base]) if base else {}
+        base_time, base_comm = base_row.get(time_key, math.nan), base_row.get(comm_key, math.nan)
         for method, frame in methods.items():
             row = {"setting": setting, "method": method, "baseline": base or "", **method_row(frame)}
             if base:
                 row["speedup"], row["speedup_clock"] = base_time / row[time_key], clock
+                row["comm_cut_pct"] = 100 * (1 - row[comm_key] / base_comm) if base_comm > 0 else math.nan
                 # the baseline against itself is 1 by definition: no spread to show
                 row["speedup_std"] = math.nan if method == base else per_seed_speedup_std(methods[base], frame, time_metric)
                 curve = curves(frame)
@@ -136,7 +142,7 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
                 row["ma_axis"] = base_curve[0] if base_curve else ""
             else:
                 row["speedup"], row["speedup_clock"], row["ma_acceleration"], row["ma_axis"] = math.nan, "", math.nan, ""
-                row["speedup_std"] = math.nan
+                row["speedup_std"], row["comm_cut_pct"] = math.nan, math.nan
             rows.append(row)
     table = pd.DataFrame(rows)
     optional = [c for c in OPTIONAL if c in table and table[c].isna().all()]
@@ -179,6 +185,7 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
     if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
         out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
     out["speedup"] = [_num(m, 2) + ("" if math.isnan(s) else f" ± {s:.2f}") for m, s in zip(table["speedup"], table["speedup_std"])]
+    out["comm cut %"] = [_num(v) for v in table["comm_cut_pct"]]
     out["MA-acceleration"] = [_num(v, 2) for v in table["ma_acceleration"]]
     if (out["setting"] == "all").all():
         out = out.drop(columns="setting")
