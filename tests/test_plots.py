@@ -127,6 +127,21 @@ def test_accuracy_has_integer_epoch_ticks_and_worded_legend(epochs: int) -> None
     plt.close(figure)
 
 
+def test_one_evaluation_per_run_draws_error_bars_and_no_empty_time_panel() -> None:
+    """Runs evaluated once (layer dropping's 100 steps): the spread over seeds is an error bar of
+    ±1 sample std at the point, and a clock that has no curve gets no empty panel."""
+    runs, curves = _accuracy_runs({"allreduce": 2}, epochs=1)
+    figure = plots._accuracy_figure(runs, lambda frame, kind: ("epoch", curves["allreduce"]) if kind == "epoch" else None, "t")
+    assert len(figure.axes) == 1
+    axis = figure.axes[0]
+    assert not any(isinstance(c, PolyCollection) for c in axis.collections)
+    (bar,) = [c for c in axis.collections if c.get_segments()]
+    low, high = bar.get_segments()[0][:, 1]
+    assert (low, high) == pytest.approx((100 * (0.51 - 0.02 / math.sqrt(2)), 100 * (0.51 + 0.02 / math.sqrt(2))))
+    assert "bar: ±1 std over seeds" in axis.get_legend().get_title().get_text()
+    plt.close(figure)
+
+
 def test_accuracy_writes_a_png_or_nothing(tmp_path: Path) -> None:
     runs, curves = _accuracy_runs({"allreduce": 2})
     path = plots.accuracy(runs, lambda frame, kind: ("epoch", curves["allreduce"]), tmp_path / "a.png", "t")
@@ -230,7 +245,7 @@ def test_with_several_settings_colour_tells_the_setting_and_dash_the_method() ->
     curve = seed_curves([pd.Series([0.8, 0.9], index=[1, 2])])
     figure = plots._accuracy_figure(runs, lambda frame, kind: ("epoch", curve), "t")
     lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
-    two, four = "nodes 2", "nodes 4"
+    two, four = "2 nodes", "4 nodes"
     assert lines[f"AllReduce-SGD — {two}"].get_color() == lines[f"node-based averaging — {two}"].get_color()
     assert lines[f"AllReduce-SGD — {two}"].get_color() != lines[f"AllReduce-SGD — {four}"].get_color()
     assert lines[f"AllReduce-SGD — {two}"].get_linestyle() == lines[f"AllReduce-SGD — {four}"].get_linestyle()

@@ -123,35 +123,49 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
     """The accuracy figure (see :func:`accuracy`), or None when no method has a curve."""
     from matplotlib.ticker import MaxNLocator
 
-    plt = _pyplot()
     several = runs["setting"].nunique() > 1
     style = _line_styles(runs, several)
-    figure, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(14, 4.2))
-    drawn = banded = False
+    drawn: dict[str, list] = {"epoch": [], "time": []}  # kind -> (label, setting, method, curve)
     for (setting, method), frame in runs.groupby(["setting", "method"], sort=True):
-        label = _label(setting, method, several)
-        for axis, kind in ((by_epoch, "epoch"), (by_time, "time")):
+        for kind in drawn:
             curve = curve_of(frame, kind)
-            if curve is None or curve[1].empty:
-                continue
-            x, mean, std = curve[1].index, 100 * curve[1]["mean"], 100 * curve[1]["std"]
-            (line,) = axis.plot(x, mean, ms=3, label=label, **style(setting, method))
-            if std.notna().any():  # two or more seeds
-                axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
-                banded = True
-            axis.set_xlabel(curve[0])
-            drawn = True
-    if not drawn:
-        plt.close(figure)
+            if curve is not None and not curve[1].empty:
+                drawn[kind].append((_label(setting, method, several), setting, method, curve))
+    kinds = [kind for kind in drawn if drawn[kind]]
+    if not kinds:
         return None
-    by_epoch.set(ylabel="test accuracy % (mean over workers and seeds)", title="against epochs")
-    by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one epoch: tick 1, not 0.95-1.05
-    by_time.set(title="against training time")
-    for axis in (by_epoch, by_time):
+    plt = _pyplot()
+    # a panel per clock that has curves (runs that never evaluate on the clock get no empty panel)
+    figure, axes = plt.subplots(1, len(kinds), figsize=(14 if len(kinds) == 2 else 9.5, 4.2), squeeze=False)
+    panels = dict(zip(kinds, axes[0]))
+    spread_shown = set()
+    for kind, axis in panels.items():
+        # curves of one point (runs evaluated once) side by side around their x, not on top of each other
+        single = [i for i, entry in enumerate(drawn[kind]) if len(entry[3][1]) == 1]
+        span = 0.05 * max((abs(float(drawn[kind][i][3][1].index[0])) for i in single), default=1.0)
+        for i, (label, setting, method, (x_name, curve)) in enumerate(drawn[kind]):
+            x, mean, std = curve.index, 100 * curve["mean"], 100 * curve["std"]
+            if i in single and len(single) > 1:
+                x = x + span * (single.index(i) / (len(single) - 1) - 0.5)
+            (line,) = axis.plot(x, mean, ms=3, label=label, **style(setting, method))
+            if std.notna().any() and len(x) > 1:  # two or more seeds along a curve: a band
+                axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+                spread_shown.add("band")
+            elif std.notna().any():  # one evaluation (a run of a few hundred steps): an error bar
+                axis.errorbar(x, mean, yerr=std, fmt="none", ecolor=line.get_color(), capsize=4)
+                spread_shown.add("bar")
+            axis.set_xlabel(x_name)
         axis.grid(alpha=0.3)
-    legend_from = by_time if len(by_time.lines) >= len(by_epoch.lines) else by_epoch
-    legend_from.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                       title="line: mean over seeds" + ("\nband: ±1 std over seeds" if banded else ""), title_fontsize=7)
+    if "epoch" in panels:
+        panels["epoch"].set(title="against epochs")
+        panels["epoch"].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one epoch: tick 1, not 0.95-1.05
+    if "time" in panels:
+        panels["time"].set(title="against training time")
+    axes[0][0].set(ylabel="test accuracy % (mean over workers and seeds)")
+    spread = {"band": "\nband: ±1 std over seeds", "bar": "\nbar: ±1 std over seeds"}
+    legend_from = max(panels.values(), key=lambda axis: len(axis.lines))
+    legend_from.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title_fontsize=7,
+                       title="line: mean over seeds" + "".join(spread[s] for s in sorted(spread_shown)))
     figure.suptitle(title)
     return figure
 
