@@ -53,7 +53,7 @@ reproduce-sesgd: setup
 	$(DLCOMM) report experiment=sesgd_table2
 
 # Layer dropping (Table 1 at both network settings: ResNet-18 on Fashion-MNIST, plain PS and
-# R = 0.9, 0.95, 0.97, seeds 0-2; 24 runs of 100 steps): 37 minutes here (200 steps: 61 minutes)
+# R = 0.9, 0.95, 0.97, seeds 0-2; 24 runs of 100 steps): 35-37 minutes here (200 steps: 61 minutes)
 reproduce-layerdrop: setup
 	$(DLCOMM) train -m experiment=layerdrop_1g algo=ps seed=0,1,2
 	$(DLCOMM) train -m experiment=layerdrop_1g algo=ps_layerdrop algo.ratio=0.9,0.95,0.97 seed=0,1,2
