@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import pandas as pd
 
@@ -119,18 +119,28 @@ def _line_styles(runs: pd.DataFrame, several: bool) -> Callable[[str, str], dict
     return style
 
 
+class _Drawn(NamedTuple):
+    """One method's seed curves in one panel of the accuracy figure."""
+
+    label: str
+    setting: str
+    method: str
+    x_name: str
+    curve: pd.DataFrame
+
+
 def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], title: str):
     """The accuracy figure (see :func:`accuracy`), or None when no method has a curve."""
     from matplotlib.ticker import MaxNLocator
 
     several = runs["setting"].nunique() > 1
     style = _line_styles(runs, several)
-    drawn: dict[str, list] = {"epoch": [], "time": []}  # kind -> (label, setting, method, curve)
+    drawn: dict[str, list[_Drawn]] = {"epoch": [], "time": []}
     for (setting, method), frame in runs.groupby(["setting", "method"], sort=True):
         for kind in drawn:
             curve = curve_of(frame, kind)
             if curve is not None and not curve[1].empty:
-                drawn[kind].append((_label(setting, method, several), setting, method, curve))
+                drawn[kind].append(_Drawn(_label(setting, method, several), setting, method, *curve))
     kinds = [kind for kind in drawn if drawn[kind]]
     if not kinds:
         return None
@@ -141,26 +151,25 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
     spread_shown = set()
     for kind, axis in panels.items():
         # curves of one point (runs evaluated once) side by side around their x, not on top of each other
-        single = [i for i, entry in enumerate(drawn[kind]) if len(entry[3][1]) == 1]
-        span = 0.05 * max((abs(float(drawn[kind][i][3][1].index[0])) for i in single), default=1.0)
-        for i, (label, setting, method, (x_name, curve)) in enumerate(drawn[kind]):
-            x, mean, std = curve.index, 100 * curve["mean"], 100 * curve["std"]
+        single = [i for i, entry in enumerate(drawn[kind]) if len(entry.curve) == 1]
+        span = 0.05 * max((abs(float(drawn[kind][i].curve.index[0])) for i in single), default=1.0)
+        for i, entry in enumerate(drawn[kind]):
+            x, mean, std = entry.curve.index, 100 * entry.curve["mean"], 100 * entry.curve["std"]
             if i in single and len(single) > 1:
                 x = x + span * (single.index(i) / (len(single) - 1) - 0.5)
-            (line,) = axis.plot(x, mean, ms=3, label=label, **style(setting, method))
+            (line,) = axis.plot(x, mean, ms=3, label=entry.label, **style(entry.setting, entry.method))
             if std.notna().any() and len(x) > 1:  # two or more seeds along a curve: a band
                 axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
                 spread_shown.add("band")
             elif std.notna().any():  # one evaluation (a run of a few hundred steps): an error bar
                 axis.errorbar(x, mean, yerr=std, fmt="none", ecolor=line.get_color(), capsize=4)
                 spread_shown.add("bar")
-            axis.set_xlabel(x_name)
+            axis.set_xlabel(entry.x_name)
         axis.grid(alpha=0.3)
-    if "epoch" in panels:
-        panels["epoch"].set(title="against epochs")
-        panels["epoch"].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one epoch: tick 1, not 0.95-1.05
-    if "time" in panels:
-        panels["time"].set(title="against training time")
+    for kind, axis in panels.items():
+        axis.set(title={"epoch": "against epochs", "time": "against training time"}[kind])
+    if "epoch" in panels:  # one epoch: tick 1, not 0.95-1.05
+        panels["epoch"].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     axes[0][0].set(ylabel="test accuracy % (mean over workers and seeds)")
     spread = {"band": "\nband: ±1 std over seeds", "bar": "\nbar: ±1 std over seeds"}
     legend_from = max(panels.values(), key=lambda axis: len(axis.lines))
