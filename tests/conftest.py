@@ -96,10 +96,13 @@ def children(home: Path, parent: str) -> list:
 
 
 def wait_until_ended(home: Path, parent: str, count: int, timeout_s: float) -> list:
+    """Wait for a sweep to end: its ``count`` children and then the parent, which the last child closes
+    a moment after closing itself (checking the children alone raced that moment)."""
     deadline = time.monotonic() + timeout_s
     while True:
         runs = children(home, parent)
-        if len(runs) == count and all(run.info.status != "RUNNING" for run in runs):
+        parent_status = store_client(home).get_run(parent).info.status
+        if len(runs) == count and parent_status != "RUNNING" and all(run.info.status != "RUNNING" for run in runs):
             return runs
-        assert time.monotonic() < deadline, [(run.info.run_name, run.info.status) for run in runs]
+        assert time.monotonic() < deadline, (parent_status, [(run.info.run_name, run.info.status) for run in runs])
         time.sleep(3)
