@@ -44,11 +44,11 @@ clean-results:
 DLCOMM := $(VENV)/bin/dlcomm
 .PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-node-based reproduce-wan-gossip
 
-# SESGD (Fig. 5 at three latencies; Table 2 at one seed, one epoch): about 20 minutes
+# SESGD (Fig. 5 at three latencies; Table 2: five methods x seeds 0-2, one epoch, 8 ranks as threads): about NN minutes
 reproduce-sesgd: setup
 	$(DLCOMM) train -m experiment=sesgd_fig5 algo=allreduce,sesgd algo.bucket_mb=0 network.inter.latency_ms=0.1,1,5
-	$(DLCOMM) train -m experiment=sesgd_table2 algo=allreduce,node_based,local_sgd seed=0 train.epochs=1
-	$(DLCOMM) train -m experiment=sesgd_table2 algo=sesgd,local_sesgd algo.groups=2 seed=0 train.epochs=1
+	$(DLCOMM) train -m experiment=sesgd_table2 algo=allreduce,node_based,local_sgd seed=0,1,2 train.epochs=1
+	$(DLCOMM) train -m experiment=sesgd_table2 algo=sesgd,local_sesgd algo.groups=2 seed=0,1,2 train.epochs=1
 	$(DLCOMM) report experiment=sesgd_fig5
 	$(DLCOMM) report experiment=sesgd_table2
 
@@ -62,11 +62,14 @@ reproduce-layerdrop: setup
 	$(DLCOMM) report experiment=layerdrop_1g
 	$(DLCOMM) report experiment=layerdrop_56g
 
-# Crossover-SGD (Fig. 6 mixing; Fig. 9 accuracy at 16 workers, one seed): about 40 minutes (3 runs of 11-13 min)
+# Crossover-SGD (Fig. 6 mixing; Fig. 10 accuracy at 4, 16 and 64 workers sharing a global mini-batch of
+# 1,024, crossover / SGP / AllReduce, seeds 0-2, one epoch, ranks as threads: 27 runs): about NN minutes
 reproduce-crossover: setup
-	$(DLCOMM) topology compare=crossover,sgp nodes=16 steps=20
-	$(DLCOMM) train -m experiment=crossover_fmnist algo=crossover,sgp,allreduce seed=0
-	$(DLCOMM) report experiment=crossover_fmnist
+	$(DLCOMM) topology compare=crossover,crossover_unfair,sgp nodes=16 steps=20
+	$(DLCOMM) train -m experiment=crossover_scaling algo=crossover,sgp,allreduce nodes=4 train.batch_size=256 seed=0,1,2
+	$(DLCOMM) train -m experiment=crossover_scaling algo=crossover,sgp,allreduce nodes=16 train.batch_size=64 seed=0,1,2
+	$(DLCOMM) train -m experiment=crossover_scaling algo=crossover,sgp,allreduce nodes=64 train.batch_size=16 seed=0,1,2
+	$(DLCOMM) report experiment=crossover_scaling
 
 # Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, 3 epochs, seeds 0-2): 49 minutes here (30 runs)
 reproduce-node-based: setup
