@@ -212,7 +212,7 @@ def test_a_zero_latency_keeps_a_linear_axis() -> None:
 def test_each_swept_latency_key_and_a_batch_sweep_get_their_own_figure(tmp_path) -> None:
     """Two latency keys swept at once write two files with their axes in words; a sweep of the
     per-worker batch writes best accuracy against the global mini-batch (world x batch x
-    micro-batches) on a log axis."""
+    micro-batches) on a log axis; a sweep of workers, speedup and accuracy against workers."""
     from dlcomm.report.build import _against_figures
 
     settings = ["inter=0.1 intra=0.01", "inter=1 intra=0.1"]
@@ -234,6 +234,21 @@ def test_each_swept_latency_key_and_a_batch_sweep_get_their_own_figure(tmp_path)
                           "best_acc_mean": [90.0, 85.0], "best_acc_std": [0.5, 1.0]})
     written = _against_figures("mine", table, runs, ["train.batch_size"], "t", tmp_path)
     assert [path.name for path in written if path is not None] == ["accuracy_vs_batch.png"]
+    # workers swept at a fixed global mini-batch (the Crossover paper's Fig. 10): speedup and final
+    # accuracy against workers, and no accuracy-against-batch figure with a single global batch
+    scaled = ["nodes=4 batch=256", "nodes=16 batch=64"]
+    runs = pd.DataFrame({"setting": scaled, "tags.world_size": ["4", "16"], "params.train.batch_size": ["256", "64"],
+                         "params.nodes": ["4", "16"]})
+    table = pd.DataFrame({"setting": scaled, "method": "sgp", "baseline": "allreduce", "sim_ms_per_iter": float("nan"),
+                          "wall_ms_per_iter": [1.0, 2.0], "speedup": [1.1, 1.2], "final_acc_mean": [88.0, 84.0],
+                          "final_acc_std": [0.2, 0.9], "best_acc_mean": [88.0, 84.0]})
+    written = _against_figures("mine", table, runs, ["nodes", "train.batch_size"], "t", tmp_path)
+    assert [path.name for path in written if path is not None] == ["speedup_vs_workers.png", "accuracy_vs_workers.png"]
+    figure = plots._against_figure(table, runs.assign(world=[4.0, 16.0]), "world", "workers", "final_acc_mean", "%", "t")
+    line = figure.axes[0].containers[0]
+    assert list(line.lines[0].get_xdata()) == [4.0, 16.0] and list(line.lines[0].get_ydata()) == [88.0, 84.0]
+    assert line.has_yerr
+    plt.close(figure)
     figure = plots._against_figure(table, runs.assign(g=[2048.0, 8192.0]), "g", "global", "best_acc_mean", "%", "t", True)
     assert [label.get_text() for label in figure.axes[0].get_xticklabels()] == ["2048", "8192"]
     plt.close(figure)

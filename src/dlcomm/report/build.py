@@ -163,8 +163,9 @@ def figure_title(experiment: str, width: int = 80) -> str:
 def _against_figures(experiment: str, table: pd.DataFrame, runs: pd.DataFrame, axes: list[str], title: str,
                      folder: Path) -> list[Path | None]:
     """The figures of a number against a swept setting (:func:`dlcomm.report.plots.against`):
-    speedup against workers (a line per workers-per-node when that varies too: the node-based
-    paper's clusters), best accuracy against the global mini-batch (the Crossover paper's Fig. 9)
+    speedup and final accuracy against workers (a line per workers-per-node when that varies
+    too: the node-based paper's clusters; accuracy against workers is the Crossover paper's
+    Fig. 10), best accuracy against the global mini-batch (the Crossover paper's Fig. 9)
     when the per-worker batch or the micro-batches per step vary, and time per iteration against
     each swept latency on a log axis (the SESGD paper's Fig. 5). The papers' own points are
     marked where :mod:`dlcomm.report.papers` has them."""
@@ -177,6 +178,10 @@ def _against_figures(experiment: str, table: pd.DataFrame, runs: pd.DataFrame, a
                                      folder / "speedup_vs_workers.png", title,
                                      split_key=params.get("workers_per_node") if "nodes" in params else None,
                                      paper=marks(experiment, "speedup_vs_workers")))
+        figures.append(plots.against(table, world, "world", "workers", "final_acc_mean", "final test accuracy %",
+                                     folder / "accuracy_vs_workers.png", title,
+                                     split_key=params.get("workers_per_node") if "nodes" in params else None,
+                                     paper=marks(experiment, "accuracy_vs_workers")))
     if "train.batch_size" in params or "train.comm_interval" in params:
         batch = runs.assign(global_batch=runs["tags.world_size"].astype(float)
                             * runs["params.train.batch_size"].astype(float)

@@ -218,7 +218,7 @@ def _against_figure(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label
     log_x = log_x and bool((x_of > 0).all())  # a 0 ms latency has no place on a log axis
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6.4, 4.2))
-    spread = f"{y}_std"
+    spread = f"{y.removesuffix('_mean')}_std"  # speedup -> speedup_std, best_acc_mean -> best_acc_std
     split_of = per_setting[split_key] if split_key else pd.Series("", index=per_setting.index)
     lines = table.assign(x=table["setting"].map(x_of), split=table["setting"].map(split_of))
     for (method, split), points in lines.groupby(["method", "split"], sort=True):
@@ -245,7 +245,7 @@ def against(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y
             paper: PaperMarks | None = None) -> Path | None:
     """``y`` of every method against the setting parameter ``x_key`` (one line per method, and
     per value of the setting parameter ``split_key`` when given), with error bars of
-    ±``<y>_std`` where the table has that column; ``log_x``: a logarithmic x axis ticked at the
+    ±``<y>_std`` (``<name>_std`` for ``y = <name>_mean``) where the table has that column; ``log_x``: a logarithmic x axis ticked at the
     swept values (for latencies, as the SESGD paper's Fig. 5; linear when some x is not
     positive); ``paper``: the paper's own points, marked beside ours."""
     figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x, split_key, paper)
