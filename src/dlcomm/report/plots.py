@@ -245,8 +245,9 @@ def against(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label: str, y
             paper: PaperMarks | None = None) -> Path | None:
     """``y`` of every method against the setting parameter ``x_key`` (one line per method, and
     per value of the setting parameter ``split_key`` when given), with error bars of
-    ±``<y>_std`` (``<name>_std`` for ``y = <name>_mean``) where the table has that column; ``log_x``: a logarithmic x axis ticked at the
-    swept values (for latencies, as the SESGD paper's Fig. 5; linear when some x is not
-    positive); ``paper``: the paper's own points, marked beside ours."""
+    ±``<y>_std`` (``<name>_std`` for ``y = <name>_mean``) where the table has that column;
+    ``log_x``: a logarithmic x axis ticked at the swept values (for latencies, as the SESGD
+    paper's Fig. 5; linear when some x is not positive); ``paper``: the paper's own points,
+    marked beside ours."""
     figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x, split_key, paper)
     return None if figure is None else _save(figure, path)
