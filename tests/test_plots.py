@@ -266,3 +266,22 @@ def test_with_several_settings_colour_tells_the_setting_and_dash_the_method() ->
     assert lines[f"AllReduce-SGD — {two}"].get_linestyle() == lines[f"AllReduce-SGD — {four}"].get_linestyle()
     assert lines[f"AllReduce-SGD — {two}"].get_linestyle() != lines[f"node-based averaging — {two}"].get_linestyle()
     plt.close(figure)
+
+
+def test_the_accuracy_axis_says_whose_accuracy_it_averages() -> None:
+    """train.eval_replicas decides which workers are evaluated: every one (0, or at least the world),
+    rank 0 alone (1: the parameter server's copy), or an evenly spaced subset of the larger runs."""
+    def runs(worlds: list[int], replicas: list[int]) -> pd.DataFrame:
+        return pd.DataFrame({"tags.world_size": [str(w) for w in worlds],
+                             "params.train.eval_replicas": [str(r) for r in replicas]})
+
+    assert plots.evaluated_workers(runs([4, 16], [0, 16])) == "mean over workers"
+    assert plots.evaluated_workers(runs([4, 8], [16, 16])) == "mean over workers"
+    assert plots.evaluated_workers(runs([4, 8], [1, 1])) == "rank 0"
+    assert plots.evaluated_workers(runs([4, 16, 64], [8, 8, 8])) == "mean over up to 8 workers"
+    assert plots.evaluated_workers(pd.DataFrame({"x": [1]})) == "mean over workers"  # runs without the columns
+    curve = seed_curves([pd.Series([0.8, 0.9], index=[1, 2])])
+    frame = runs([64], [8]).assign(setting="all", method="sgp", run_id="r")
+    figure = plots._accuracy_figure(frame, lambda _frame, kind: ("epoch", curve) if kind == "epoch" else None, "t")
+    assert figure.axes[0].get_ylabel() == "test accuracy % (mean over up to 8 workers, mean over seeds)"
+    plt.close(figure)

@@ -129,6 +129,22 @@ class _Drawn(NamedTuple):
     curve: pd.DataFrame
 
 
+def evaluated_workers(runs: pd.DataFrame) -> str:
+    """Whose accuracy the curves average, from ``train.eval_replicas`` (0: every worker) and the
+    world size of the runs: "mean over workers", "rank 0" or "mean over up to N workers"."""
+    world = runs.get("tags.world_size")
+    replicas = runs.get(PARAM + "train.eval_replicas")
+    if world is None or replicas is None or world.isna().any() or replicas.isna().any():
+        return "mean over workers"
+    world, replicas = world.astype(int), replicas.astype(int)
+    evaluated = replicas.where(replicas > 0, world).clip(upper=world)
+    if (evaluated == world).all():
+        return "mean over workers"
+    if (evaluated == 1).all():
+        return "rank 0"
+    return f"mean over up to {evaluated.max()} workers"
+
+
 def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], title: str):
     """The accuracy figure (see :func:`accuracy`), or None when no method has a curve."""
     from matplotlib.ticker import MaxNLocator
@@ -170,7 +186,7 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
         axis.set(title={"epoch": "against epochs", "time": "against training time"}[kind])
     if "epoch" in panels:  # one epoch: tick 1, not 0.95-1.05
         panels["epoch"].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    axes[0][0].set(ylabel="test accuracy % (mean over workers and seeds)")
+    axes[0][0].set(ylabel=f"test accuracy % ({evaluated_workers(runs)}, mean over seeds)")
     spread = {"band": "\nband: ±1 std over seeds", "bar": "\nbar: ±1 std over seeds"}
     legend_from = max(panels.values(), key=lambda axis: len(axis.lines))
     legend_from.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title_fontsize=7,
