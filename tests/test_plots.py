@@ -283,5 +283,5 @@ def test_the_accuracy_axis_says_whose_accuracy_it_averages() -> None:
     curve = seed_curves([pd.Series([0.8, 0.9], index=[1, 2])])
     frame = runs([64], [8]).assign(setting="all", method="sgp", run_id="r")
     figure = plots._accuracy_figure(frame, lambda _frame, kind: ("epoch", curve) if kind == "epoch" else None, "t")
-    assert figure.axes[0].get_ylabel() == "test accuracy % (mean over up to 8 workers, mean over seeds)"
+    assert figure.axes[0].get_ylabel() == "test accuracy %\n(mean over up to 8 workers, mean over seeds)"
     plt.close(figure)

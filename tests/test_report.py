@@ -50,6 +50,16 @@ def test_runs_are_grouped_by_setting_and_labelled_by_method() -> None:
     assert not matches("gossip_pull overlap=naive scheduler=managed", "overlap=none")
 
 
+def test_settings_come_in_the_order_of_their_values_in_the_runs_and_the_table() -> None:
+    """4, 16, 64 nodes in that order (as text, "nodes=16" sorts before "nodes=4"); words after numbers."""
+    rows = [_run(f"r{nodes}", i, "allreduce", 0, 0.8, 0.2, 0.5, nodes=nodes)
+            for i, nodes in enumerate(["64", "4", "auto", "16"])]
+    runs, _ = assign(pd.DataFrame(rows))
+    assert list(runs["setting"]) == ["nodes=4", "nodes=16", "nodes=64", "nodes=auto"]
+    table = summarise(runs, "allreduce", lambda frame: None)
+    assert list(table["setting"]) == ["nodes=4", "nodes=16", "nodes=64", "nodes=auto"]
+
+
 def test_table_numbers_match_hand_computation() -> None:
     runs, _ = assign(_runs())
     table = summarise(runs, "allreduce", lambda frame: None).set_index(["setting", "method"])

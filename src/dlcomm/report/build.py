@@ -174,14 +174,12 @@ def _against_figures(experiment: str, table: pd.DataFrame, runs: pd.DataFrame, a
     if "nodes" in params or "workers_per_node" in params:
         world = runs.assign(world=runs["tags.world_size"].astype(float))
         over = " / ".join(plots.method_text(method) for method in sorted(set(table["baseline"]) - {""}))
-        figures.append(plots.against(table, world, "world", "workers", "speedup", f"speedup over {over}",
-                                     folder / "speedup_vs_workers.png", title,
-                                     split_key=params.get("workers_per_node") if "nodes" in params else None,
-                                     paper=marks(experiment, "speedup_vs_workers")))
-        figures.append(plots.against(table, world, "world", "workers", "final_acc_mean", "final test accuracy %",
-                                     folder / "accuracy_vs_workers.png", title,
-                                     split_key=params.get("workers_per_node") if "nodes" in params else None,
-                                     paper=marks(experiment, "accuracy_vs_workers")))
+        split = params.get("workers_per_node") if "nodes" in params else None
+        by_factors = world["world"].max() >= 8 * world["world"].min()  # 4, 16, 64 workers: a log axis
+        for y, y_label, name in (("speedup", f"speedup over {over}", "speedup_vs_workers"),
+                                 ("final_acc_mean", "final test accuracy %", "accuracy_vs_workers")):
+            figures.append(plots.against(table, world, "world", "workers", y, y_label, folder / f"{name}.png", title,
+                                         log_x=by_factors, split_key=split, paper=marks(experiment, name)))
     if "train.batch_size" in params or "train.comm_interval" in params:
         batch = runs.assign(global_batch=runs["tags.world_size"].astype(float)
                             * runs["params.train.batch_size"].astype(float)

@@ -53,7 +53,8 @@ def method_labels(runs: pd.DataFrame) -> pd.Series:
 
 def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """``runs`` with columns ``setting`` (a label of the keys that differ between settings,
-    "all" when there is one), ``method`` and ``seed``, one run per (setting, method, seed);
+    "all" when there is one), ``method`` and ``seed``, one run per (setting, method, seed),
+    the settings in the order of their values (numbers by size);
     and the setting keys that vary (the axes a plot may use: ``nodes``, ``network.inter.latency_ms``)."""
     runs = runs.copy()
     keys = _setting_keys(runs)
@@ -62,7 +63,18 @@ def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     runs["method"] = method_labels(runs)
     runs["seed"] = runs[PARAM + "seed"].astype(int)
     runs = runs.sort_values("start_time").groupby(["setting", "method", "seed"], as_index=False).tail(1)
-    return runs.sort_values(["setting", "method", "seed"]).reset_index(drop=True), varying
+    runs["order"] = runs.apply(lambda row: tuple(_in_order(row[PARAM + k]) for k in varying), axis=1)
+    runs = runs.sort_values(["order", "method", "seed"]).drop(columns="order")
+    return runs.reset_index(drop=True), varying
+
+
+def _in_order(value: object) -> tuple[int, float, str]:
+    """A sort key of a setting value: numbers by size before words (4 nodes before 16 and 64,
+    where the labels as text would put 16 first)."""
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
 
 
 def matches(method: str, baseline: str) -> bool:

@@ -52,6 +52,8 @@ KEY_PHRASES = {
     "network.intra.latency_ms": "{} ms inside a node",
     "ratio": "R = {}",
     "k_prime": "K' = {}",
+    "train.batch_size": "batch {} per worker",
+    "train.comm_interval": "{} micro-batches per step",
 }
 _KEY_VALUE = re.compile(r" (?=[\w.]+=)")  # splits "a=1 b=[1, 2]" before each "key=", not inside values
 
@@ -152,7 +154,7 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
     several = runs["setting"].nunique() > 1
     style = _line_styles(runs, several)
     drawn: dict[str, list[_Drawn]] = {"epoch": [], "time": []}
-    for (setting, method), frame in runs.groupby(["setting", "method"], sort=True):
+    for (setting, method), frame in runs.groupby(["setting", "method"], sort=False):
         for kind in drawn:
             curve = curve_of(frame, kind)
             if curve is not None and not curve[1].empty:
@@ -186,7 +188,7 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
         axis.set(title={"epoch": "against epochs", "time": "against training time"}[kind])
     if "epoch" in panels:  # one epoch: tick 1, not 0.95-1.05
         panels["epoch"].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    axes[0][0].set(ylabel=f"test accuracy % ({evaluated_workers(runs)}, mean over seeds)")
+    axes[0][0].set(ylabel=f"test accuracy %\n({evaluated_workers(runs)}, mean over seeds)")
     spread = {"band": "\nband: ±1 std over seeds", "bar": "\nbar: ±1 std over seeds"}
     legend_from = max(panels.values(), key=lambda axis: len(axis.lines))
     legend_from.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title_fontsize=7,

@@ -113,10 +113,10 @@ def ma_acceleration(baseline: pd.Series, method: pd.Series) -> float:
 
 
 def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame:
-    """One row per (setting, method) from :func:`dlcomm.report.groups.assign`'s runs.
-    ``curves(frame)`` gives a method's seed-mean accuracy curve and its axis name."""
+    """One row per (setting, method) from :func:`dlcomm.report.groups.assign`'s runs, settings
+    in their order there (by value). ``curves(frame)`` gives a method's seed-mean accuracy curve and its axis name."""
     rows = []
-    for setting, in_setting in runs.groupby("setting", sort=True):
+    for setting, in_setting in runs.groupby("setting", sort=False):
         methods = {method: frame for method, frame in in_setting.groupby("method", sort=True)}
         base = next((m for m in methods if matches(m, baseline)), None)
         simulated = _metric(in_setting, names.FINAL_SIM_TIME_PER_ITER).notna().all()
