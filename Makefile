@@ -63,7 +63,7 @@ reproduce-layerdrop: setup
 	$(DLCOMM) report experiment=layerdrop_56g
 
 # Crossover-SGD (Fig. 6 mixing; Fig. 10 accuracy at 4, 16 and 64 workers sharing a global mini-batch of
-# 1,024, crossover / SGP / AllReduce, seeds 0-2, one epoch, ranks as threads: 27 runs): about NN minutes
+# 1,024, crossover / SGP / AllReduce, seeds 0-2, one epoch, ranks as threads: 27 runs): 20 minutes here
 reproduce-crossover: setup
 	$(DLCOMM) topology compare=crossover,crossover_unfair,sgp nodes=16 steps=20
 	$(DLCOMM) train -m experiment=crossover_scaling algo=crossover,sgp,allreduce nodes=4 train.batch_size=256 seed=0,1,2
