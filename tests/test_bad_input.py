@@ -95,6 +95,9 @@ TRAIN = [
     (["network=wan_hetero", "nodes=8", "network.wide_workers=9"], "network.wide_workers=9 is invalid: the job has 8 workers"),
     (["network=eth_1g", "network.worker_bandwidth_gbps=[1,10]"], "give one Gb/s value per worker (4 values"),
     (["network=eth_1g", "network.mode=fast"], "network.mode=fast is invalid: use off, emulate or simulate"),
+    (["network=eth_1g", "network.compute_scale=0"], "network.compute_scale=0.0 is invalid: pass a positive factor"),
+    (["network=eth_1g", "network.mode=emulate", "network.compute_scale=0.5"],
+     "network.compute_scale=0.5 is invalid: only simulated clocks can scale compute; add network.mode=simulate"),
     (["launcher=threads", "launcher.compute=fast"], "launcher.compute=fast is invalid"),
     # -- sizes that cannot fit --
     (["nodes=300"], "nodes*workers_per_node=300 is invalid with launcher=local on this machine: the job needs about"),

@@ -111,7 +111,7 @@ def test_scheduled_pulls_are_fresher_than_naive_ones() -> None:
         results = run_ranks(rank_programs.gossip_pull_run, 3, knobs, 48, 0.0, services=("manager",), timeout=120,
                             network={"name": "t", "mode": "simulate", "intra": {"latency_ms": 0.002, "bandwidth_gbps": 800},
                                      "inter": {"latency_ms": 0.01, "bandwidth_gbps": 100}, "wide_workers": 0,
-                                     "wide_bandwidth_gbps": 10, "worker_bandwidth_gbps": []})
+                                     "wide_bandwidth_gbps": 10, "worker_bandwidth_gbps": [], "compute_scale": 1.0})
         later = [s for r in results[:3] for s in r["staleness"][2:]]  # after c_ij was learnt
         staleness[overlap] = sum(later) / len(later)
     # naive: issued at the window's start, or a step or two later when the answer came late

@@ -111,6 +111,31 @@ def test_allreduce_over_nodes_is_bound_by_the_inter_node_link() -> None:
     assert model.allreduce_s(nbytes, [0, 1]) == pytest.approx(2 * (0.002 * MS + nbytes / 2 / (800 * GBIT)))
 
 
+def test_a_scaled_virtual_clock_moves_by_the_scaled_compute_and_the_unscaled_waits() -> None:
+    """network.compute_scale: devices 4x faster count a quarter of the measured compute; a modelled
+    wait (advance_to) and time outside iterations are as before."""
+    from dlcomm.comm.clock import VirtualClock
+    from rank_programs import FakeCompute
+
+    compute = FakeCompute()
+    clock = VirtualClock(compute, scale=0.25)
+    compute.seconds = 5.0  # before the iteration: not counted
+    clock.resume()
+    compute.seconds += 2.0
+    assert clock.now() == pytest.approx(0.5)
+    clock.advance_to(3.0)  # a transfer modelled to end at 3 s
+    assert clock.now() == pytest.approx(3.0)
+    compute.seconds += 4.0
+    assert clock.now() == pytest.approx(4.0)
+    clock.pause()
+    compute.seconds += 10.0
+    assert clock.now() == pytest.approx(4.0)
+    unscaled = VirtualClock(compute)
+    unscaled.resume()
+    compute.seconds += 2.0
+    assert unscaled.now() == pytest.approx(2.0)
+
+
 # ---- clocks on real ranks -----------------------------------------------------------
 def test_simulated_collective_ends_at_max_entry_plus_modelled_on_every_rank() -> None:
     compute = [0.010, 0.250, 0.040, 0.120]

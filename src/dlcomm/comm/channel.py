@@ -174,7 +174,8 @@ class Channel:
             return cls(cluster)
         model = NetworkModel.from_config(network_cfg, cluster.layout)
         alone = cluster.transport.computes_alone
-        clock = VirtualClock(compute_timer(cluster.device, alone)) if network_cfg.mode == "simulate" else WallClock()
+        simulate = network_cfg.mode == "simulate"
+        clock = VirtualClock(compute_timer(cluster.device, alone), network_cfg.compute_scale) if simulate else WallClock()
         return cls(cluster, model, clock)
 
     @property

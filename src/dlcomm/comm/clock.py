@@ -64,21 +64,24 @@ def compute_timer(device: torch.device, alone: bool = False) -> Callable[[], flo
 
 
 class VirtualClock:
-    """``now() = base + (compute() - mark)`` while running; only compute and modelled waits
-    move it. Starts paused at 0: the loop resumes it at the start of every iteration and
-    pauses it at the end, so time outside iterations (data loading, evaluation) never counts."""
+    """``now() = base + scale (compute() - mark)`` while running; only compute and modelled
+    waits move it. ``scale`` (``network.compute_scale``) models devices faster (< 1) or slower
+    (> 1) than the one measured, leaving the modelled communication as it is. Starts paused at
+    0: the loop resumes it at the start of every iteration and pauses it at the end, so time
+    outside iterations (data loading, evaluation) never counts."""
 
     simulated = True
 
-    def __init__(self, compute: Callable[[], float]) -> None:
+    def __init__(self, compute: Callable[[], float], scale: float = 1.0) -> None:
         self._compute = compute
+        self._scale = scale
         self._base = 0.0
         self._mark: float | None = None  # compute() reading when last rebased; None: paused
 
     def now(self) -> float:
         if self._mark is None:
             return self._base
-        return self._base + (self._compute() - self._mark)
+        return self._base + self._scale * (self._compute() - self._mark)
 
     def _rebase(self, value: float) -> None:
         self._base = value

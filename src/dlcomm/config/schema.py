@@ -242,6 +242,9 @@ class NetworkConfig:
     wide_bandwidth_gbps: float = 10.0
     # one Gb/s value per rank for its inter-node link (wins over the above); [] = no per-rank values
     worker_bandwidth_gbps: List[float] = field(default_factory=list)
+    # simulate: the modelled devices' compute time per rank = the measured one x compute_scale
+    # (0.05: devices 20x faster than what runs the job; 1: as measured)
+    compute_scale: float = 1.0
 
 
 @dataclass

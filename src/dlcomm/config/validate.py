@@ -66,7 +66,8 @@ def validate_run(cfg: Any) -> None:
 
 
 def validate_network(network: Any, world: int) -> None:
-    """Mode, positive bandwidths, non-negative latencies, per-worker keys within the world."""
+    """Mode, positive bandwidths, non-negative latencies, per-worker keys within the world, a
+    positive compute scale that only a simulated clock uses."""
     require(network.mode in ("off", "emulate", "simulate"), "network.mode", network.mode, "use off, emulate or simulate")
     for name in ("intra", "inter"):
         link = network[name]
@@ -87,3 +88,7 @@ def validate_network(network: Any, world: int) -> None:
         f"give one Gb/s value per worker ({world} values for nodes*workers_per_node={world}) or []",
     )
     require(all(gbps > 0 for gbps in per_rank), "network.worker_bandwidth_gbps", per_rank, "a bandwidth must be positive; pass Gb/s, e.g. 10")
+    require(network.compute_scale > 0, "network.compute_scale", network.compute_scale,
+            "pass a positive factor on the measured compute time, e.g. 0.05 for devices 20x faster")
+    require(network.compute_scale == 1 or network.mode == "simulate", "network.compute_scale", network.compute_scale,
+            "only simulated clocks can scale compute; add network.mode=simulate or leave it at 1")
