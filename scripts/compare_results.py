@@ -5,8 +5,8 @@ measured by a clock (``dlcomm.report.table.MEASURED``) and the provenance (run i
 
     python scripts/compare_results.py results/ /tmp/fresh/results/ [--experiments a,b]
 
-Prints one line per experiment (identical, or the first differing cells) and exits 1 when any
-differs.
+Rows are paired by (setting, method), whatever their order. Prints one line per experiment
+(identical, or the first differing cells) and exits 1 when any differs.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pandas as pd
 from dlcomm.report.table import MEASURED
 
 PROVENANCE = ("runs", "commits")
+ROW = ["setting", "method"]  # what a row is about
 
 
 def compare(old: Path, new: Path) -> list[str]:
@@ -30,6 +31,8 @@ def compare(old: Path, new: Path) -> list[str]:
         return [f"columns differ: {sorted(only_one)}"]
     if len(a) != len(b):
         return [f"{len(a)} rows against {len(b)}"]
+    if set(ROW) <= set(a.columns) & set(b.columns):  # the same rows in another order are the same table
+        a, b = (frame.sort_values(ROW, kind="stable").reset_index(drop=True) for frame in (a, b))
     problems = []
     for column in keep:
         left, right = a[column], b[column]

@@ -234,8 +234,8 @@ def test_plots_against_a_setting_key(tmp_path) -> None:
 
 def test_compare_results_ignores_clock_columns_and_provenance_but_not_accuracy(tmp_path) -> None:
     """scripts/compare_results.py: a second generation that differs only in what a clock
-    measured (or in a clock's column an older table lacks) and in run ids is identical; one whose
-    accuracy or a non-clock column differs is not, exit 1, naming the cell."""
+    measured (or in a clock's column an older table lacks), in run ids or in the order of its rows
+    is identical; one whose accuracy or a non-clock column differs is not, exit 1, naming the cell."""
     import subprocess
     import sys
 
@@ -249,15 +249,22 @@ def test_compare_results_ignores_clock_columns_and_provenance_but_not_accuracy(t
         "accuracy": base.assign(final_acc_mean=90.5),
         "column": base.assign(extra=1),
     }
-    (tmp_path / "old" / "x").mkdir(parents=True)
-    base.to_csv(tmp_path / "old" / "x" / "table.csv", index=False)
+    two = pd.concat([base, base.assign(setting="nodes=16", final_acc_mean=80.0)], ignore_index=True)
+    variants["reordered"] = two.iloc[::-1]  # the same rows in another order (settings sorted otherwise)
+    variants["swapped"] = two.assign(final_acc_mean=[80.0, 90.4])  # the same values on the wrong rows
+    for name, frame in (("old", base), ("old_two", two)):
+        (tmp_path / name / "x").mkdir(parents=True)
+        frame.to_csv(tmp_path / name / "x" / "table.csv", index=False)
     outcome = {}
     for name, frame in variants.items():
         (tmp_path / name / "x").mkdir(parents=True)
         frame.to_csv(tmp_path / name / "x" / "table.csv", index=False)
-        done = subprocess.run([sys.executable, str(script), str(tmp_path / "old"),
-                               str(tmp_path / name)], capture_output=True, text=True)
+        old = tmp_path / ("old_two" if name in ("reordered", "swapped") else "old")
+        done = subprocess.run([sys.executable, str(script), str(old), str(tmp_path / name)], capture_output=True,
+                              text=True)
         outcome[name] = (done.returncode, done.stdout.strip())
     assert outcome["clock"] == (0, "x: identical except measured columns and run ids")
     assert outcome["accuracy"] == (1, "x: allreduce final_acc_mean: 90.4 against 90.5")
     assert outcome["column"][0] == 1 and "columns differ: ['extra']" in outcome["column"][1]
+    assert outcome["reordered"] == (0, "x: identical except measured columns and run ids")
+    assert outcome["swapped"][0] == 1 and "final_acc_mean: 90.4 against 80.0" in outcome["swapped"][1]
