@@ -44,7 +44,7 @@ clean-results:
 DLCOMM := $(VENV)/bin/dlcomm
 .PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-node-based reproduce-wan-gossip
 
-# SESGD (Fig. 5 at three latencies; Table 2: five methods x seeds 0-2, one epoch, 8 ranks as threads): about NN minutes
+# SESGD (Fig. 5 at three latencies; Table 2: five methods x seeds 0-2, one epoch, 8 ranks as threads): 16 minutes here
 reproduce-sesgd: setup
 	$(DLCOMM) train -m experiment=sesgd_fig5 algo=allreduce,sesgd algo.bucket_mb=0 network.inter.latency_ms=0.1,1,5
 	$(DLCOMM) train -m experiment=sesgd_table2 algo=allreduce,node_based,local_sgd seed=0,1,2 train.epochs=1
