@@ -42,7 +42,7 @@ clean-results:
 # Each writes results/<experiment>/ (table.md, table.csv, table.tex, PNGs); results/README.md sets
 # them beside the papers' numbers. Times are for a 2-core machine.
 DLCOMM := $(VENV)/bin/dlcomm
-.PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-node-based reproduce-wan-gossip
+.PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-time reproduce-node-based reproduce-wan-gossip
 
 # SESGD (Fig. 5 at three latencies; Table 2: five methods x seeds 0-2, one epoch, 8 ranks as threads): 16 minutes here
 reproduce-sesgd: setup
@@ -70,6 +70,12 @@ reproduce-crossover: setup
 	$(DLCOMM) train -m experiment=crossover_scaling algo=crossover,sgp,allreduce nodes=16 train.batch_size=64 seed=0,1,2
 	$(DLCOMM) train -m experiment=crossover_scaling algo=crossover,sgp,allreduce nodes=64 train.batch_size=16 seed=0,1,2
 	$(DLCOMM) report experiment=crossover_scaling
+
+# Crossover-SGD Fig. 11 (simulated time per iteration, 8 workers, 10 Gb/s, ResNet-18-sized messages, crossover /
+# crossover_hier / SGP / AllReduce at three compute scales: 12 runs of 20 steps as threads): about NN minutes
+reproduce-crossover-time: setup
+	$(DLCOMM) train -m experiment=crossover_time algo=allreduce,sgp,crossover,crossover_hier network.compute_scale=1,0.2,0.05
+	$(DLCOMM) report experiment=crossover_time
 
 # Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, 3 epochs, seeds 0-2): 49 minutes here (30 runs)
 reproduce-node-based: setup
