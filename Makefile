@@ -72,7 +72,7 @@ reproduce-crossover: setup
 	$(DLCOMM) report experiment=crossover_scaling
 
 # Crossover-SGD Fig. 11 (simulated time per iteration, 8 workers, 10 Gb/s, ResNet-18-sized messages, crossover /
-# crossover_hier / SGP / AllReduce at three compute scales: 12 runs of 20 steps as threads): about NN minutes
+# crossover_hier / SGP / AllReduce at three compute scales: 12 runs of 20 steps as threads): 21 minutes here
 reproduce-crossover-time: setup
 	$(DLCOMM) train -m experiment=crossover_time algo=allreduce,sgp,crossover,crossover_hier network.compute_scale=1,0.2,0.05
 	$(DLCOMM) report experiment=crossover_time
