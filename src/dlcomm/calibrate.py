@@ -132,17 +132,18 @@ def _local_rank(rank: int, world: int, port: int, sizes: list[int], repeats: int
 
 def run_local(ranks: int, sizes: list[int], repeats: int) -> dict[str, Fit]:
     """``ranks`` processes on this machine."""
-    import multiprocessing as mp
     import pickle
     import socket
     import tempfile
+
+    from dlcomm.launch.procstart import rank_processes
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "fits.pickle")
-        context = mp.get_context("spawn")
+        context = rank_processes()
         processes = [context.Process(target=_local_rank, args=(r, ranks, port, sizes, repeats, out)) for r in range(ranks)]
         for process in processes:
             process.start()

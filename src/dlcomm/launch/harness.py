@@ -19,6 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from dlcomm.launch.procstart import rank_processes
+
 
 def _entry(
     fn: Callable, rank: int, nodes: int, world: int, services: tuple[str, ...], port: int, threads: int,
@@ -63,7 +65,7 @@ def run_ranks(
         return _run_in_threads(fn, world, args, nodes, services, network, in_process == "serial", threads, timeout)
     job = world + len(services)
     store = dist.TCPStore("127.0.0.1", 0, job, is_master=True, wait_for_workers=False)
-    context = mp.get_context("spawn")
+    context = rank_processes()
     results: mp.Queue = context.Queue()
     processes = [
         context.Process(target=_entry, args=(fn, rank, nodes, world, services, store.port, threads, network, cluster_timeout_s, args, results))

@@ -23,6 +23,7 @@ from typing import Any
 
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
+from dlcomm.launch.procstart import is_alive, rank_processes
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
@@ -57,9 +58,10 @@ def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors:
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
+    # The rank's own parent is the fork server (procstart), so the driver is watched by its pid.
     def watch() -> None:
         while True:
-            if os.getppid() != parent_pid:
+            if not is_alive(parent_pid):
                 os._exit(1)
             time.sleep(1.0)
 
@@ -76,7 +78,7 @@ def launch_local(spec: RunSpec) -> LaunchResult:
     layout = job_layout(spec.cfg())
     world = layout.job_size  # the workers and the algorithm's service processes
     store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
-    context = mp.get_context("spawn")
+    context = rank_processes()
     errors: mp.Queue = context.Queue()
     local_ranks = world  # all ranks share this machine
     os.environ.setdefault("OMP_NUM_THREADS", "1")
