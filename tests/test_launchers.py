@@ -48,3 +48,39 @@ def test_no_launcher_name_is_compared_outside_the_launchers() -> None:
                 if any(isinstance(c, ast.Constant) and c.value in names for c in ast.walk(node)):
                     found.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, found
+
+
+def _preloaded_modules(out) -> None:
+    import sys
+
+    out.put([name for name in ("torch._dynamo", "mlflow", "dlcomm.algorithms.sgp") if name in sys.modules])
+
+
+def test_rank_processes_start_with_the_lazy_imports_already_done() -> None:
+    """The fork server imported what a rank would import lazily (a spawned process has none of it)."""
+    from dlcomm.launch.procstart import rank_processes
+
+    context = rank_processes()
+    out = context.Queue()
+    process = context.Process(target=_preloaded_modules, args=(out,))
+    process.start()
+    assert out.get(timeout=120) == ["torch._dynamo", "mlflow", "dlcomm.algorithms.sgp"]
+    process.join(timeout=30)
+    assert process.exitcode == 0
+
+
+def test_a_driver_counts_as_gone_once_it_exits_even_before_it_is_reaped() -> None:
+    import os
+    import subprocess
+    import time
+
+    from dlcomm.launch.procstart import is_alive
+
+    assert is_alive(os.getpid())
+    child = subprocess.Popen(["sleep", "0"])
+    deadline = time.monotonic() + 10
+    while is_alive(child.pid) and time.monotonic() < deadline:  # exits at once; a zombie until waited for
+        time.sleep(0.05)
+    assert not is_alive(child.pid)
+    assert child.poll() == 0  # it was a zombie: the parent had not reaped it yet
+    assert not is_alive(child.pid)

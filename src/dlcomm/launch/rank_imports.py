@@ -6,6 +6,7 @@ their own: ``torch._dynamo`` (``torch.optim`` loads it on the first optimizer's 
 CPU per rank here), every algorithm module (the registry's discovery) and MLflow (rank 0's reporter).
 """
 
+import mlflow  # noqa: F401
 import torch._dynamo  # noqa: F401
 
 import dlcomm.launch.harness  # noqa: F401
