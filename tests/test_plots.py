@@ -175,6 +175,16 @@ def test_against_latency_on_a_log_axis_with_error_bars_where_the_table_has_a_std
     plt.close(figure)
 
 
+def test_a_long_title_is_rewrapped_to_the_figure_and_keeps_every_word() -> None:
+    runs, table = _latency_sweep()
+    title = figure_title("crossover_largebatch")  # wrapped at 80 characters: wider than a 6.4-inch figure
+    assert max(len(line) for line in title.splitlines()) > 64
+    figure = plots._against_figure(table, runs, "latency", "latency ms", "ms", "ms", title, log_x=True)
+    shown = figure.axes[0].get_title()
+    assert shown.split() == title.split() and max(len(line) for line in shown.splitlines()) <= 64
+    plt.close(figure)
+
+
 def test_against_draws_a_line_per_method_and_split_value_and_the_papers_points() -> None:
     """Speedup against workers for the node-based clusters 2x2, 4x2, 4x4: two lines per method (2
     and 4 workers per node), error bars from speedup_std, and the paper's points as their own line."""

@@ -138,7 +138,7 @@ def test_a_layer_dropping_run_shows_its_dropped_fraction_per_epoch_in_mlflow_and
 
     result = run_cli(home, "train", *FAST[:1], "dataset.train_size=1024", "dataset.test_size=256",
                      "train.eval_batch_size=256", "model=mlp", "algo=ps_layerdrop", "algo.recompute_every=1", "nodes=2",
-                     "train.epochs=2", "tracking.experiment=drop")
+                     "train.epochs=2", "tracking.experiment=drop", "launcher=threads")
     assert result.returncode == 0, result.stderr
     client = MlflowClient(tracking_uri=result.tracking_uri)
     per_epoch = client.get_metric_history(result.run_id, "epoch/ps_dropped_fraction")

@@ -125,7 +125,8 @@ def test_bf16_autocast_runs_matmuls_in_bf16_on_cpu() -> None:
 
 def test_gan_run_logs_both_losses_per_epoch_and_a_sample_grid(home) -> None:
     result = run_cli(home, "train", "task=gan", "dataset=synthetic", "dataset.shape=[1,12,12]", "dataset.train_size=256",
-                     "dataset.test_size=64", "nodes=2", "train.epochs=2", "train.batch_size=16", "task.samples_per_class=4")
+                     "dataset.test_size=64", "nodes=2", "train.epochs=2", "train.batch_size=16", "task.samples_per_class=4",
+                     "launcher=threads")
     assert result.returncode == 0, result.stderr
     run = mlflow_run(result)
     from mlflow.tracking import MlflowClient

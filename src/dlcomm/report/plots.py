@@ -92,10 +92,18 @@ def _label(setting: str, method: str, several: bool) -> str:
     return f"{method_text(method)} — {setting_text(setting)}" if several else method_text(method)
 
 
+def _fitted(title: str, figure) -> str:
+    """``title`` re-wrapped to the width of a one-axis ``figure`` (about 10 characters per inch at
+    the default title size), so that it is never cut at the figure's edges."""
+    import textwrap
+
+    return textwrap.fill(" ".join(title.split()), int(figure.get_figwidth() * 10), break_on_hyphens=False)
+
+
 def _save(figure, path: Path) -> Path:
-    """Write ``figure`` to ``path`` as PNG and free it."""
+    """Write ``figure`` to ``path`` as PNG and free it (grown to hold long rotated tick labels)."""
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
     _pyplot().close(figure)
     return path
 
@@ -220,7 +228,7 @@ def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
     axis.bar(positions, compute, label="compute")
     axis.bar(positions, comm, bottom=compute, label="exposed communication")
     axis.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=7)
-    axis.set(ylabel=f"{'simulated' if simulated else 'wall'} ms per iteration", title=title)
+    axis.set(ylabel=f"{'simulated' if simulated else 'wall'} ms per iteration", title=_fitted(title, figure))
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     axis.grid(axis="y", alpha=0.3)
     return _save(figure, path)
@@ -252,7 +260,8 @@ def _against_figure(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label
         axis.set_xscale("log")
         axis.set_xticks(swept, [f"{x:g}" for x in swept])
         axis.minorticks_off()
-    axis.set(xlabel=x_label, ylabel=y_label + (" (mean ± std over seeds)" if spread in table else ""), title=title)
+    axis.set(xlabel=x_label, ylabel=y_label + (" (mean ± std over seeds)" if spread in table else ""),
+             title=_fitted(title, figure))
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
     return figure
