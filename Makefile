@@ -83,7 +83,7 @@ reproduce-crossover-time: setup
 	$(DLCOMM) train -m experiment=crossover_time algo=allreduce,sgp,crossover,crossover_hier network.compute_scale=1,0.2,0.05
 	$(DLCOMM) report experiment=crossover_time
 
-# Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, 3 epochs, seeds 0-2): 49 minutes here (30 runs)
+# Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, an MLP for 10 epochs, seeds 0-2): ~45 minutes here (30 runs)
 reproduce-node-based: setup
 	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=2,4,6,8 seed=0,1,2
 	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=4 workers_per_node=4 seed=0,1,2
