@@ -72,9 +72,11 @@ reproduce-crossover: setup
 	$(DLCOMM) report experiment=crossover_scaling
 
 # Crossover-SGD Fig. 9 (accuracy against the global mini-batch: 16 workers, micro-batches of 32 accumulated 2 or 8
-# times = 1,024 or 4,096, LARS, 3 epochs, crossover / SGP / AllReduce, seeds 0-2: 18 runs as threads): 27 minutes here
+# times = 1,024 or 4,096, and 64 workers, micro-batches of 8 accumulated 8 times = 4,096; LARS, 3 epochs,
+# crossover / SGP / AllReduce, seeds 0-2: 27 runs as threads): ~47 minutes here
 reproduce-crossover-largebatch: setup
 	$(DLCOMM) train -m experiment=crossover_largebatch algo=crossover,sgp,allreduce train.comm_interval=2,8 seed=0,1,2
+	$(DLCOMM) train -m experiment=crossover_largebatch algo=crossover,sgp,allreduce nodes=64 train.batch_size=8 seed=0,1,2
 	$(DLCOMM) report experiment=crossover_largebatch
 
 # Crossover-SGD Fig. 11 (simulated time per iteration, 8 workers, 10 Gb/s, ResNet-18-sized messages, crossover /

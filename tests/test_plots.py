@@ -295,3 +295,46 @@ def test_the_accuracy_axis_says_whose_accuracy_it_averages() -> None:
     figure = plots._accuracy_figure(frame, lambda _frame, kind: ("epoch", curve) if kind == "epoch" else None, "t")
     assert figure.axes[0].get_ylabel() == "test accuracy %\n(mean over up to 8 workers, mean over seeds)"
     plt.close(figure)
+
+
+def test_two_mini_batches_at_one_worker_count_split_the_lines_by_workers_and_by_mini_batch(tmp_path, monkeypatch) -> None:
+    """Fig. 9 at 16 and 64 workers: 16 workers run global mini-batches 1,024 and 4,096, 64 workers
+    4,096. Against the mini-batch there is a line per worker count (not one line zigzagging
+    between 16 and 64 workers at 4,096); against workers, a line per global mini-batch."""
+    from dlcomm.report.build import _against_figures
+
+    settings = {"n16 i2": ("16", "32", "2"), "n16 i8": ("16", "32", "8"), "n64 i8": ("64", "8", "8")}
+    runs = pd.DataFrame({"setting": list(settings), "tags.world_size": [w for w, _, _ in settings.values()],
+                         "params.nodes": [w for w, _, _ in settings.values()],
+                         "params.train.batch_size": [b for _, b, _ in settings.values()],
+                         "params.train.comm_interval": [i for _, _, i in settings.values()]})
+    table = pd.DataFrame({"setting": list(settings), "method": "crossover", "baseline": "allreduce",
+                          "sim_ms_per_iter": float("nan"), "wall_ms_per_iter": 1.0, "speedup": 1.0,
+                          "final_acc_mean": [85.0, 75.0, 70.0], "best_acc_mean": [85.0, 75.0, 70.0],
+                          "best_acc_std": 0.5})
+    chosen = {}
+    real_against = plots.against
+
+    def recording(table, runs, x_key, *args, split_key=None, **kwargs):
+        chosen[x_key] = split_key
+        return real_against(table, runs, x_key, *args, split_key=split_key, **kwargs)
+
+    monkeypatch.setattr(plots, "against", recording)
+    written = _against_figures("mine", table, runs, ["nodes", "train.batch_size", "train.comm_interval"], "t",
+                               tmp_path)
+    assert [path.name for path in written if path is not None] == [
+        "speedup_vs_workers.png", "accuracy_vs_workers.png", "accuracy_vs_batch.png"]
+    assert chosen == {"world": "global_batch", "global_batch": "world"}
+    with_world = runs.assign(world=[16, 16, 64], global_batch=[1024, 4096, 4096])
+    figure = plots._against_figure(table, with_world, "global_batch", "g", "best_acc_mean", "%", "t", True,
+                                   split_key="world")
+    lines = {c.get_label(): (list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata()))
+             for c in figure.axes[0].containers}
+    assert lines == {"Crossover-SGD, 16 workers": ([1024, 4096], [85.0, 75.0]),
+                     "Crossover-SGD, 64 workers": ([4096], [70.0])}
+    plt.close(figure)
+    figure = plots._against_figure(table, with_world, "world", "w", "final_acc_mean", "%", "t",
+                                   split_key="global_batch")
+    labels = sorted(c.get_label() for c in figure.axes[0].containers)
+    assert labels == ["Crossover-SGD, global mini-batch 1024", "Crossover-SGD, global mini-batch 4096"]
+    plt.close(figure)

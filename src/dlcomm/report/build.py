@@ -166,27 +166,37 @@ def _against_figures(experiment: str, table: pd.DataFrame, runs: pd.DataFrame, a
     speedup and final accuracy against workers (a line per workers-per-node when that varies
     too: the node-based paper's clusters; accuracy against workers is the Crossover paper's
     Fig. 10), best accuracy against the global mini-batch (the Crossover paper's Fig. 9)
-    when the per-worker batch or the micro-batches per step vary, and time per iteration against
+    when the per-worker batch or the micro-batches per step vary (where several mini-batches run
+    at one worker count, the workers figures get a line per mini-batch and this one a line per
+    worker count: Fig. 9 at 16 and 64 workers), and time per iteration against
     each swept latency on a log axis (the SESGD paper's Fig. 5). The papers' own points are
     marked where :mod:`dlcomm.report.papers` has them."""
     params = {key: "params." + key for key in axes}
     figures: list[Path | None] = []
-    if "nodes" in params or "workers_per_node" in params:
-        world = runs.assign(world=runs["tags.world_size"].astype(float))
+    workers_swept = "nodes" in params or "workers_per_node" in params
+    batch_swept = "train.batch_size" in params or "train.comm_interval" in params
+    if workers_swept or batch_swept:
+        runs = runs.assign(world=runs["tags.world_size"].astype(int))
+    if batch_swept:  # images per optimizer step: workers x per-worker batch x micro-batches per step
+        interval = runs.get("params.train.comm_interval", pd.Series(1, index=runs.index)).astype(int)
+        runs = runs.assign(global_batch=runs["world"] * runs["params.train.batch_size"].astype(int) * interval)
+    # several global mini-batches at one worker count (the Crossover paper's Fig. 9 at 16 and 64
+    # workers): a line per mini-batch against workers, a line per worker count against the mini-batch
+    batches_per_world = runs.groupby("world")["global_batch"].nunique().max() if batch_swept else 1
+    if workers_swept:
         over = " / ".join(plots.method_text(method) for method in sorted(set(table["baseline"]) - {""}))
         split = params.get("workers_per_node") if "nodes" in params else None
-        by_factors = world["world"].max() >= 8 * world["world"].min()  # 4, 16, 64 workers: a log axis
+        split = "global_batch" if split is None and batches_per_world > 1 else split
+        by_factors = runs["world"].max() >= 8 * runs["world"].min()  # 4, 16, 64 workers: a log axis
         for y, y_label, name in (("speedup", f"speedup over {over}", "speedup_vs_workers"),
                                  ("final_acc_mean", "final test accuracy %", "accuracy_vs_workers")):
-            figures.append(plots.against(table, world, "world", "workers", y, y_label, folder / f"{name}.png", title,
+            figures.append(plots.against(table, runs, "world", "workers", y, y_label, folder / f"{name}.png", title,
                                          log_x=by_factors, split_key=split, paper=marks(experiment, name)))
-    if "train.batch_size" in params or "train.comm_interval" in params:
-        batch = runs.assign(global_batch=runs["tags.world_size"].astype(float)
-                            * runs["params.train.batch_size"].astype(float)
-                            * runs.get("params.train.comm_interval", pd.Series(1, index=runs.index)).astype(float))
-        figures.append(plots.against(table, batch, "global_batch", "global mini-batch (images per step)", "best_acc_mean",
+    if batch_swept:
+        split = "world" if batches_per_world > 1 and runs["world"].nunique() > 1 else None
+        figures.append(plots.against(table, runs, "global_batch", "global mini-batch (images per step)", "best_acc_mean",
                                      "best test accuracy %", folder / "accuracy_vs_batch.png", title, log_x=True,
-                                     paper=marks(experiment, "accuracy_vs_batch")))
+                                     split_key=split, paper=marks(experiment, "accuracy_vs_batch")))
     time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
     y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
     for key in axes:

@@ -54,6 +54,8 @@ KEY_PHRASES = {
     "k_prime": "K' = {}",
     "train.batch_size": "batch {} per worker",
     "train.comm_interval": "{} micro-batches per step",
+    "world": "{} workers",
+    "global_batch": "global mini-batch {}",
 }
 _KEY_VALUE = re.compile(r" (?=[\w.]+=)")  # splits "a=1 b=[1, 2]" before each "key=", not inside values
 
