@@ -176,10 +176,11 @@ def _against_figures(experiment: str, table: pd.DataFrame, runs: pd.DataFrame, a
     workers_swept = "nodes" in params or "workers_per_node" in params
     batch_swept = "train.batch_size" in params or "train.comm_interval" in params
     if workers_swept or batch_swept:
-        runs = runs.assign(world=runs["tags.world_size"].astype(int))
+        runs = runs.assign(world=runs["tags.world_size"].astype(float).astype("Int64"))  # NA where a run lacks it
     if batch_swept:  # images per optimizer step: workers x per-worker batch x micro-batches per step
-        interval = runs.get("params.train.comm_interval", pd.Series(1, index=runs.index)).astype(int)
-        runs = runs.assign(global_batch=runs["world"] * runs["params.train.batch_size"].astype(int) * interval)
+        interval = runs.get("params.train.comm_interval", pd.Series(1, index=runs.index)).astype(float).astype("Int64")
+        runs = runs.assign(global_batch=runs["world"] * runs["params.train.batch_size"].astype(float).astype("Int64")
+                           * interval)
     # several global mini-batches at one worker count (the Crossover paper's Fig. 9 at 16 and 64
     # workers): a line per mini-batch against workers, a line per worker count against the mini-batch
     batches_per_world = runs.groupby("world")["global_batch"].nunique().max() if batch_swept else 1
