@@ -73,7 +73,7 @@ reproduce-crossover: setup
 
 # Crossover-SGD Fig. 9 (accuracy against the global mini-batch: 16 workers, micro-batches of 32 accumulated 2 or 8
 # times = 1,024 or 4,096, and 64 workers, micro-batches of 8 accumulated 8 times = 4,096; LARS, 3 epochs,
-# crossover / SGP / AllReduce, seeds 0-2: 27 runs as threads): ~47 minutes here
+# crossover / SGP / AllReduce, seeds 0-2: 27 runs as threads): 46 minutes here
 reproduce-crossover-largebatch: setup
 	$(DLCOMM) train -m experiment=crossover_largebatch algo=crossover,sgp,allreduce train.comm_interval=2,8 seed=0,1,2
 	$(DLCOMM) train -m experiment=crossover_largebatch algo=crossover,sgp,allreduce nodes=64 train.batch_size=8 seed=0,1,2
@@ -85,7 +85,7 @@ reproduce-crossover-time: setup
 	$(DLCOMM) train -m experiment=crossover_time algo=allreduce,sgp,crossover,crossover_hier network.compute_scale=1,0.2,0.05
 	$(DLCOMM) report experiment=crossover_time
 
-# Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, an MLP for 10 epochs, seeds 0-2): ~45 minutes here (30 runs)
+# Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, an MLP for 10 epochs, seeds 0-2): 34 minutes here (30 runs)
 reproduce-node-based: setup
 	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=2,4,6,8 seed=0,1,2
 	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=4 workers_per_node=4 seed=0,1,2
