@@ -160,11 +160,11 @@ def p2p_clocks(cluster, channel, compute_s: list[float], numel: int) -> dict:
     compute.seconds += compute_s[cluster.rank]
     out: dict = {}
     if cluster.rank == 0:
-        handle = channel.isend(torch.arange(numel, dtype=torch.float32), dst=1)
+        (handle,) = channel.exchange(sends=[(torch.arange(numel, dtype=torch.float32), 1)]).handles
         handle.wait()
     else:
         buffer = torch.zeros(numel)
-        handle = channel.irecv(buffer, src=0)
+        (handle,) = channel.exchange(recvs=[(buffer, 0)]).handles
         handle.wait()
         out["payload_ok"] = bool(torch.equal(buffer, torch.arange(numel, dtype=torch.float32)))
     out.update(start=handle.record.start, ready=handle.record.ready, end=handle.record.end,
@@ -524,3 +524,41 @@ def messages_in_order(cluster, channel, count: int) -> list:
     work = transport.irecv(tensor, None, "world", 6)
     work.wait()
     return [transport.source_rank(work), float(tensor[0])]
+
+
+# ---- mixed precision -----------------------------------------------------------------------
+
+def fp16_loss_scales(cluster, channel, name: str, knobs: dict, steps: int, inject: tuple[int, int]) -> dict:
+    """``steps`` steps of algorithm ``name`` under fp16 autocast with dynamic loss scaling
+    (``torch.amp.GradScaler("cpu")``); rank ``inject[0]`` finds an inf in one gradient entry at
+    step ``inject[1]``. This rank's loss scale after each step, and the groups of the one-element
+    (found-inf) allreduces it took part in."""
+    from dlcomm.train.precision import Precision
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    algorithm = _gossip_algorithm(name, cluster, channel, **knobs)
+    algorithm.setup(model, optimizer)
+    algorithm.plan(steps, steps)
+    precision = Precision(True, torch.device("cpu"), "fp16")
+    target = next(p for p in model.parameters() if p.requires_grad)
+    generator = torch.Generator().manual_seed(900 + cluster.rank)
+    scales, flag_groups = [], []
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        hook = None
+        if (cluster.rank, step) == tuple(inject):
+            def poison(grad: torch.Tensor) -> torch.Tensor:
+                grad = grad.clone()
+                grad.view(-1)[0] = float("inf")
+                return grad
+            hook = target.register_hook(poison)
+        channel.begin_iteration()
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step, precision=precision)
+        records = channel.end_iteration().records
+        flag_groups += [r.group for r in records if r.kind == "allreduce" and r.payload_bytes == 4]
+        if hook is not None:
+            hook.remove()
+        scales.append(float(precision.scaler.get_scale()))
+    algorithm.finish()
+    return {"scales": scales, "flag_groups": flag_groups}

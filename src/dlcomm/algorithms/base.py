@@ -76,6 +76,23 @@ class Algorithm:
         for tensor in [*model.parameters(), *model.buffers()]:
             self.channel.broadcast(tensor.data, src=0)
 
+    def found_inf_group(self) -> str | None:
+        """Under fp16 loss scaling (:mod:`dlcomm.train.precision`): the Channel group over which
+        this rank must agree with the others whether the step's gradients overflowed, or None.
+
+        The rule: ranks that add their *scaled* gradients together must use the same loss scale
+        ``S``, or the sum ``S_a g_a + S_b g_b`` unscaled by one of them is wrong. Every rank's
+        scale starts equal and then changes only with its own found-inf flag, so the scales stay
+        equal exactly when the flag does. Where every rank of the reduction steps with the same
+        reduced gradient (``allreduce``, ``allreduce_hier``, ``node_based``'s node allreduce), the
+        flags agree by themselves (an inf in any summand is an inf in the sum): None. Where the
+        reduced gradient reaches some ranks only (``crossover_hier``'s reduce to the node leader),
+        the group of that reduction must share the flag: the train loop then sums it over this
+        group through the Channel before the scaler steps (as torch's ``ShardedGradScaler`` does
+        over its process group). Algorithms whose gradients stay local (gossip of parameters,
+        Local-SGD) need no agreement: their ranks' scales may differ. Default None."""
+        return None
+
     def before_step(self, step: int) -> None:
         pass
 

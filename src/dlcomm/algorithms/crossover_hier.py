@@ -8,7 +8,10 @@ node form a group whose first rank is its leader (``nodes`` groups of ``workers_
     4. the leader broadcasts its parameters to its node
 
 so after every step each worker equals its leader. Non-leaders also run the optimizer on their
-own gradients, which step 4 overwrites (their optimizer state is not used).
+own gradients, which step 4 overwrites (their optimizer state is not used). Under fp16 loss
+scaling the node shares the found-inf flag (:meth:`found_inf_group`): the leader sums the
+node's scaled gradients, so the node's ranks must keep one loss scale, and only the leader
+sees the sum.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class CrossoverHier(Crossover):
         super().setup(model, optimizer)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.leader = self.cluster.ranks("intra")[0]
+
+    def found_inf_group(self) -> str | None:
+        return "intra"  # the reduce to the leader adds the node's scaled gradients
 
     def reduce_gradients(self, step: int) -> None:
         if self.cluster.layout.workers_per_node == 1:

@@ -133,9 +133,18 @@ def hooked_step(
             total += part_loss.detach().float().cpu()
         loss = total / micro_batches
     algorithm.reduce_gradients(step)
-    precision.step(optimizer)
+    precision.step(optimizer, _found_inf_sharing(algorithm))
     algorithm.after_step(step)
     return loss
+
+
+def _found_inf_sharing(algorithm: Algorithm) -> Callable[[torch.Tensor], Any] | None:
+    """The sum of the fp16 found-inf flag over the algorithm's ``found_inf_group`` (None: the
+    flags agree without it), so that ranks that add scaled gradients keep one loss scale."""
+    group = algorithm.found_inf_group()
+    if group is None or algorithm.channel.group_size(group) == 1:
+        return None
+    return lambda flag: algorithm.channel.allreduce(flag, group=group, average=False)
 
 
 def cross_entropy_loss(model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,9 @@ backward pass and the optimizer step change.
   reduction the algorithms apply to gradients is linear, so ``S`` passes through), and the step
   divides by ``S`` and is skipped, with ``S`` halved, when a gradient is infinite or NaN (after the
   reduction, so every rank that reduced together skips together); ``S`` doubles after 2,000
-  clean steps.
+  clean steps. Ranks that add scaled gradients together must keep equal ``S``: where not every
+  one of them steps with the sum, the found-inf flag is summed over the algorithm's
+  :meth:`~dlcomm.algorithms.base.Algorithm.found_inf_group` before the step (``share_found_inf``).
 
 Parameters, optimizer state and everything the algorithms send stay float32.
 """
@@ -17,7 +19,7 @@ Parameters, optimizer state and everything the algorithms send stay float32.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -53,10 +55,26 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
+    def step(self, optimizer: torch.optim.Optimizer,
+             share_found_inf: Callable[[torch.Tensor], Any] | None = None) -> None:
+        """The optimizer step (skipped under loss scaling when a gradient is not finite).
+        ``share_found_inf(flag)``: sums this rank's found-inf flag (a one-element float tensor on
+        the scaler's device, > 0 when a gradient was inf or NaN) in place over the ranks that must
+        agree, before the step and the scale's update use it; every rank of that group calls it
+        on every step (it is a collective)."""
         if self.scaler is None:
             optimizer.step()
             return
+        if share_found_inf is not None:
+            self.scaler.unscale_(optimizer)
+            # torch keeps the flags per device in the scaler's per-optimizer state (read the same
+            # way by its own ShardedGradScaler); an optimizer without gradients has none
+            found = self.scaler._found_inf_per_device(optimizer)
+            flag = (torch.stack([f.reshape(()) for f in found.values()]).sum().reshape(1) if found
+                    else torch.zeros(1, device=self.device))
+            share_found_inf(flag)
+            for value in found.values():
+                value.copy_(flag.reshape(value.shape))
         self.scaler.step(optimizer)
         self.scaler.update()
 
