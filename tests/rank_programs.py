@@ -160,11 +160,11 @@ def p2p_clocks(cluster, channel, compute_s: list[float], numel: int) -> dict:
     compute.seconds += compute_s[cluster.rank]
     out: dict = {}
     if cluster.rank == 0:
-        (handle,) = channel.exchange(sends=[(torch.arange(numel, dtype=torch.float32), 1)]).handles
+        handle = channel.isend(torch.arange(numel, dtype=torch.float32), dst=1)
         handle.wait()
     else:
         buffer = torch.zeros(numel)
-        (handle,) = channel.exchange(recvs=[(buffer, 0)]).handles
+        handle = channel.irecv(buffer, src=0)
         handle.wait()
         out["payload_ok"] = bool(torch.equal(buffer, torch.arange(numel, dtype=torch.float32)))
     out.update(start=handle.record.start, ready=handle.record.ready, end=handle.record.end,
