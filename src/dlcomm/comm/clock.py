@@ -10,7 +10,14 @@
   few cores do not slow each other's clocks: the calling thread's CPU time when torch runs one
   thread per rank (the CPU autograd engine runs backward on the calling thread, and the
   communication library's own threads are not compute), the whole process's CPU time when torch
-  runs several; on a GPU, wall time with the device synchronised at every reading.
+  runs several; on a GPU, time on the rank's compute stream: each reading records an event on the
+  current stream and synchronises that event, never the whole device
+  (:class:`~dlcomm.comm.device_timing.StreamClock`). That is right although ``Work.wait()`` under
+  NCCL makes the compute stream wait for the transfer: ``Handle.wait`` reads the clock before the
+  wait and ``exclude_blocked`` rebases it after, so the stall lies between two readings the clock
+  forgets; and NCCL operations the stream has not waited on (still in flight, hidden behind
+  compute) do not delay a reading, as a device-wide ``torch.cuda.synchronize`` would, charging
+  their transfer time as compute on top of the modelled time.
 
 ``now()`` reads the clock; ``advance_to(t)`` makes it read at least ``t`` (sleep or jump);
 ``exclude(since)`` forgets the compute measured while blocked in a real transfer (simulate).
@@ -23,6 +30,8 @@ from time import perf_counter
 from typing import Callable
 
 import torch
+
+from dlcomm.comm.device_timing import StreamClock
 
 
 class WallClock:
@@ -52,12 +61,7 @@ def compute_timer(device: torch.device, alone: bool = False) -> Callable[[], flo
     """The per-rank compute clock of simulate mode (see the module docstring); ``alone``: the
     rank has its cores to itself while it computes."""
     if device.type == "cuda":
-
-        def gpu_wall() -> float:
-            torch.cuda.synchronize(device)
-            return perf_counter()
-
-        return gpu_wall
+        return StreamClock(device)
     if alone:
         return perf_counter
     return time.thread_time if torch.get_num_threads() == 1 else time.process_time
