@@ -2,11 +2,13 @@
 
 Per iteration it records a timing row (:class:`~dlcomm.metrics.rows.IterationRow`):
 ``time_s`` is the wall time from ``before_step`` to the end of ``after_step``,
-``comm_exposed_s`` the part of it spent blocked on the Channel, ``compute_s`` the rest, and
-``data_s`` the time spent producing the batch (outside ``time_s``). Under a network model the
-``sim_*`` columns are the same split on the modelled cluster's clock and ``comm_modelled_s``
-the cost model's total for the iteration's operations. It also takes the algorithm's new
-statistics (:meth:`~dlcomm.algorithms.base.Algorithm.take_metrics`) into a
+``comm_exposed_s`` the part of it spent blocked on the Channel, ``compute_s`` the rest,
+``comm_busy_s`` the time with communication in flight, and ``data_s`` the time spent producing
+the batch (outside ``time_s``); the split is read where the work runs
+(:mod:`dlcomm.comm.device_timing`: the host clock on CPU, events on the compute stream on CUDA).
+Under a network model the ``sim_*`` columns are the same split on the modelled cluster's clock
+and ``comm_modelled_s`` the cost model's total for the iteration's operations. It also takes the
+algorithm's new statistics (:meth:`~dlcomm.algorithms.base.Algorithm.take_metrics`) into a
 :class:`~dlcomm.metrics.stats.StatLog`. At every epoch end the rows, the task's losses and the
 statistics are gathered to rank 0, aggregated by :mod:`dlcomm.metrics` and handed to the reporter.
 
@@ -31,6 +33,7 @@ import torch
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.comm.channel import Channel
+from dlcomm.comm.device_timing import device_timer
 from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import Diverged
 from dlcomm.train.plan import check_plan, step_batch
@@ -169,6 +172,8 @@ class TrainLoop:
     ) -> None:
         self.cfg = cfg
         self.channel = channel
+        # the Channel's timer (it times the waits in Handle.wait); a Channel without one gets one here
+        self.timer = getattr(channel, "timer", None) or device_timer(channel.cluster.device)
         self.cluster = channel.cluster
         self.algorithm = algorithm
         self.model = model
@@ -273,18 +278,19 @@ class TrainLoop:
             self._maybe_fail()
             step = self.state.step
             self.channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
-            start = perf_counter()
+            self.timer.begin_iteration()
             loss = hooked_step(self.algorithm, self.model, self.optimizer, self.task.loss, inputs, labels, step,
                                self.cfg.train.comm_interval, self.precision)
             self.scheduler.step()
             comm = self.channel.end_iteration()
-            time_s = perf_counter() - start
+            split = self.timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
+            time_s = split.time_s
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):  # the one guard: the loss is read for the timing row anyway
                 raise Diverged(loss_value, step, rank)
             rows.append(IterationRow(
-                rank=rank, node=node, epoch=epoch, step=step, time_s=time_s, compute_s=time_s - comm.exposed_s,
-                comm_exposed_s=comm.exposed_s, comm_busy_s=comm.busy_s, data_s=data_s, bytes_sent=comm.bytes_sent,
+                rank=rank, node=node, epoch=epoch, step=step, time_s=time_s, compute_s=time_s - split.exposed_s,
+                comm_exposed_s=split.exposed_s, comm_busy_s=split.busy_s, data_s=data_s, bytes_sent=comm.bytes_sent,
                 messages=comm.messages, loss=loss_value, sim_time_s=comm.clock_time_s,
                 sim_compute_s=comm.clock_time_s - comm.clock_exposed_s, sim_comm_exposed_s=comm.clock_exposed_s,
                 sim_comm_busy_s=comm.clock_busy_s, comm_modelled_s=comm.modelled_s, overruns=comm.overruns,
