@@ -160,11 +160,11 @@ def p2p_clocks(cluster, channel, compute_s: list[float], numel: int) -> dict:
     compute.seconds += compute_s[cluster.rank]
     out: dict = {}
     if cluster.rank == 0:
-        handle = channel.isend(torch.arange(numel, dtype=torch.float32), dst=1)
+        (handle,) = channel.exchange(sends=[(torch.arange(numel, dtype=torch.float32), 1)]).handles
         handle.wait()
     else:
         buffer = torch.zeros(numel)
-        handle = channel.irecv(buffer, src=0)
+        (handle,) = channel.exchange(recvs=[(buffer, 0)]).handles
         handle.wait()
         out["payload_ok"] = bool(torch.equal(buffer, torch.arange(numel, dtype=torch.float32)))
     out.update(start=handle.record.start, ready=handle.record.ready, end=handle.record.end,
@@ -562,3 +562,17 @@ def fp16_loss_scales(cluster, channel, name: str, knobs: dict, steps: int, injec
         scales.append(float(precision.scaler.get_scale()))
     algorithm.finish()
     return {"scales": scales, "flag_groups": flag_groups}
+
+
+def train_untracked(cluster, channel, spec, data) -> dict:
+    """A whole rank of ``spec`` (``train_rank``: model, algorithm, the training loop, services
+    serving) with nothing recorded in MLflow; the summary, and the final parameters when the
+    rank is a worker (``train.save_model`` writes them into ``spec.run_dir``)."""
+    from pathlib import Path
+
+    from dlcomm.launch.rank import train_rank
+
+    summary = train_rank(spec, cluster, data=data, track=False)
+    saved = Path(spec.run_dir) / f"model_rank{cluster.rank}.pt"
+    params = torch.load(saved) if saved.exists() else {}
+    return {"summary": summary, "params": params}

@@ -6,7 +6,8 @@ model's top-level blocks). At iteration ``t``, for every segment ``k``, every ra
 same source list ``src = fair_random_sources(n, seed, t, k)`` (:mod:`dlcomm.topology.graphs`:
 ``src[i]`` is the rank ``i`` receives from, drawn as the authors' ``select_layer`` draws it), so
 each rank receives segment ``k`` from ``src[i]`` and sends it to the rank that drew it. After the
-optimizer step all segments' sends and receives are posted at once, then all are awaited, then
+optimizer step all segments' sends and receives are one exchange (segment order: between two
+ranks the messages match in that order), then
 
     x_i^(k) <- (x_i^(k) + x_{src_k(i)}^(k)) / 2          for every segment k
 
@@ -59,14 +60,12 @@ class CrossoverGossip:
     def round(self, step: int, group: str = "world") -> None:
         if len(self.members) == 1:
             return
-        handles = []
+        sends, recvs = [], []
         for k, buffer in enumerate(self.buffers):
             src = self.sources(step, k)
-            for receiver in receivers_of(self.me, src):
-                handles.append(self.channel.isend(buffer, self.members[receiver], group=group, tag=k))
-            handles.append(self.channel.irecv(self.scratch[k], self.members[src[self.me]], group=group, tag=k))
-        for handle in handles:
-            handle.wait()
+            sends += [(buffer, self.members[receiver]) for receiver in receivers_of(self.me, src)]
+            recvs.append((self.scratch[k], self.members[src[self.me]]))
+        self.channel.exchange(sends, recvs, group=group).wait()
         with torch.no_grad():
             for buffer, received in zip(self.buffers, self.scratch):
                 buffer.add_(received).mul_(0.5)

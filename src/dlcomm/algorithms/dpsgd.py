@@ -4,8 +4,10 @@ its two neighbours on a bidirectional ring,
     x_i <- (x_{i-1} + x_i + x_{i+1}) / 3
 
 (mixing matrix ``ring`` in :mod:`dlcomm.topology.mixing`, doubly stochastic: the mean over
-workers is kept). The parameters live in one flat buffer (``bucket`` segments: see
-:mod:`dlcomm.algorithms.segments`); both sends and both receives are posted at once.
+workers is kept). The parameters live in one flat buffer (``segments``: see
+:mod:`dlcomm.algorithms.segments`); every segment's two sends and two receives are one exchange.
+Between two neighbours the messages of one direction match in order: what this rank sends to its
+right is what the right receives from its left (the order is the same on both sides).
 """
 
 from __future__ import annotations
@@ -47,14 +49,9 @@ class DPSGD(Algorithm):
         if n == 1:
             return
         left, right = ring_neighbours(rank, n)
-        handles = []
-        for k, (buffer, (from_left, from_right)) in enumerate(zip(self.buffers, self.received)):
-            handles += [
-                self.channel.isend(buffer, right, tag=2 * k), self.channel.isend(buffer, left, tag=2 * k + 1),
-                self.channel.irecv(from_left, left, tag=2 * k), self.channel.irecv(from_right, right, tag=2 * k + 1),
-            ]
-        for handle in handles:
-            handle.wait()
+        sends = [message for buffer in self.buffers for message in ((buffer, right), (buffer, left))]
+        recvs = [message for from_left, from_right in self.received for message in ((from_left, left), (from_right, right))]
+        self.channel.exchange(sends, recvs).wait()
         with torch.no_grad():
             for buffer, (from_left, from_right) in zip(self.buffers, self.received):
                 buffer.add_(from_left).add_(from_right).div_(3.0)

@@ -39,7 +39,6 @@ from dlcomm.config.validate import require
 from dlcomm.metrics import names
 from dlcomm.metrics.stats import Mean, Stat
 
-HEADER, PAYLOAD, REPLY_HEADER, REPLY_PAYLOAD, INITIAL = 11, 12, 13, 14, 15
 DONE = -1.0  # a header whose lr is DONE: the worker is finished
 
 
@@ -60,9 +59,10 @@ class PSStats:
     changed: list[list[bool]] = field(default_factory=list)  # which layers the server sent back
 
 
-def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The tensors in one flat buffer; one zero when there are none (gloo sends no empty message)."""
-    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.zeros(1)
+def _flat(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The tensors in one flat buffer; one zero when there are none (gloo sends no empty message),
+    on ``device`` (the backend's device: NCCL carries only CUDA tensors)."""
+    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.zeros(1, device=device)
 
 
 @register
@@ -95,7 +95,8 @@ class ParameterServer(Algorithm):
         self.stats = PSStats()
         self.taken = 0  # iterations of self.stats already handed to take_metrics
         if self.cluster.rank == 0:
-            self.channel.isend(_flat([p.detach() for p in self.params]), self.server, group="job", tag=INITIAL).wait()
+            initial = _flat([p.detach() for p in self.params], self.cluster.device)
+            self.channel.exchange(sends=[(initial, self.server)], group="job").wait()
 
     def reduce_gradients(self, step: int) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -103,16 +104,15 @@ class ParameterServer(Algorithm):
         keep = self.compress.select(tensors, step)
         lr = self.optimizer.param_groups[0]["lr"]
         header = torch.tensor([lr, *map(float, keep)], dtype=torch.float32, device=self.cluster.device)
-        payload = _flat([t for t, k in zip(tensors, keep) if k])
-        sends = [self.channel.isend(header, self.server, group="job", tag=HEADER),
-                 self.channel.isend(payload, self.server, group="job", tag=PAYLOAD)]
+        payload = _flat([t for t, k in zip(tensors, keep) if k], self.cluster.device)
+        # between this worker and the server, messages match in order: header, payload up; reply, fresh down
+        sends = self.channel.exchange([(header, self.server), (payload, self.server)], group="job")
         reply = torch.empty(len(self.params) + 1, dtype=torch.float32, device=self.cluster.device)
-        self.channel.irecv(reply, self.server, group="job", tag=REPLY_HEADER).wait()
+        self.channel.exchange(recvs=[(reply, self.server)], group="job").wait()
         changed = [bool(c) for c in reply[1:].tolist()]
         fresh = torch.empty(max(1, sum(p.numel() for p, c in zip(self.params, changed) if c)), device=self.cluster.device)
-        self.channel.irecv(fresh, self.server, group="job", tag=REPLY_PAYLOAD).wait()
-        for handle in sends:
-            handle.wait()
+        self.channel.exchange(recvs=[(fresh, self.server)], group="job").wait()
+        sends.wait()
         if self.residual is not None:
             self.residual.update(keep)
         with torch.no_grad():
@@ -143,7 +143,7 @@ class ParameterServer(Algorithm):
         the server's receives expect)."""
         done = torch.full((len(self.params) + 1,), DONE, dtype=torch.float32, device=self.cluster.device)
         self.channel.begin_iteration()
-        self.channel.isend(done, self.server, group="job", tag=HEADER).wait()
+        self.channel.exchange(sends=[(done, self.server)], group="job").wait()
         self.channel.end_iteration()
 
     def state_dict(self) -> dict:
@@ -158,8 +158,8 @@ class ParameterServer(Algorithm):
         channel, device = self.channel, self.cluster.device
         params = list(model.parameters())
         workers = list(range(self.cluster.world_size))
-        initial = _flat([p.detach() for p in params]).clone()
-        channel.irecv(initial, 0, group="job", tag=INITIAL).wait()
+        initial = _flat([p.detach() for p in params], device).clone()
+        channel.exchange(recvs=[(initial, 0)], group="job").wait()
         with torch.no_grad():
             offset = 0
             for param in params:
@@ -168,23 +168,19 @@ class ParameterServer(Algorithm):
         while True:
             channel.begin_iteration()
             headers = [torch.empty(len(params) + 1, dtype=torch.float32, device=device) for _ in workers]
-            channel.irecv_incast(headers, workers, group="job", tag=HEADER).wait()
+            channel.exchange(recvs=list(zip(headers, workers)), group="job", incast=True).wait()
             if float(headers[0][0]) == DONE:
                 channel.end_iteration()
                 return
             keeps = [[bool(k) for k in header[1:].tolist()] for header in headers]
             payloads = [torch.empty(max(1, sum(p.numel() for p, k in zip(params, keep) if k)), device=device) for keep in keeps]
-            channel.irecv_incast(payloads, workers, group="job", tag=PAYLOAD).wait()
+            channel.exchange(recvs=list(zip(payloads, workers)), group="job", incast=True).wait()
             started = channel.clock.now()
             changed = self._apply(params, optimizer, keeps, payloads, float(headers[0][0]))
-            fresh = _flat([p.detach() for p, c in zip(params, changed) if c])
+            fresh = _flat([p.detach() for p, c in zip(params, changed) if c], device)
             reply = torch.tensor([channel.clock.now() - started, *map(float, changed)], dtype=torch.float32, device=device)
-            sends = []
-            for worker in workers:
-                sends.append(channel.isend(reply, worker, group="job", tag=REPLY_HEADER))
-                sends.append(channel.isend(fresh, worker, group="job", tag=REPLY_PAYLOAD))
-            for handle in sends:
-                handle.wait()
+            channel.exchange([message for worker in workers for message in ((reply, worker), (fresh, worker))],
+                             group="job").wait()
             channel.end_iteration()
 
     @staticmethod

@@ -79,8 +79,8 @@ class SGP(Algorithm):
                 hop = exponential_hop(step, n, self.cfg.cycle)
                 self.buffer.mul_(0.5)
                 self.outgoing.copy_(self.buffer)
-                self.pending = [self.channel.isend(self.outgoing, (rank + hop) % n),
-                                self.channel.irecv(self.incoming, (rank - hop) % n)]
+                self.pending = [self.channel.exchange([(self.outgoing, (rank + hop) % n)],
+                                                      [(self.incoming, (rank - hop) % n)])]
                 if not self.cfg.overlap:
                     self._receive(holds_numerator=True)
             self.params.div_(self.buffer[-1])  # x -> z

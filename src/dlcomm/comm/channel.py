@@ -18,8 +18,8 @@ Network model (``network.mode``, see :mod:`dlcomm.comm.network` and :mod:`dlcomm
     beside the payload), and it ends at ``max(entry clocks) + modelled`` on every member;
     operations on one group run one after the other, so an operation starts no earlier than the
     previous one on its group ended;
-  - a send carries its start clock (a one-number message sent before the payload); sends of one
-    rank leave one after the other; the receiver's clock becomes
+  - a send carries its start clock (a one-number message just before the payload, in the same
+    batch: :meth:`Channel.exchange`); sends of one rank leave one after the other; the receiver's clock becomes
     ``max(own, sender's start + modelled)``.
 
   An iteration's ``modelled_s`` sums the modelled durations of the collectives this rank joined
@@ -38,15 +38,17 @@ from collections import defaultdict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from dlcomm.comm import traffic
 from dlcomm.comm.clock import VirtualClock, WallClock, compute_timer
 from dlcomm.comm.cluster import Cluster
+from dlcomm.comm.device_timing import device_timer
 from dlcomm.comm.network import NetworkModel
 from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
+from dlcomm.comm.transport import P2P
 
 
 
@@ -123,9 +125,11 @@ class Handle:
         record, clock = self.record, self.channel.clock
         modelled = self.resolve is not None
         before = clock.now() if modelled else 0.0
-        started = perf_counter()
+        timer = self.channel.timer  # host clock on CPU, CUDA events on the compute stream on GPU
+        started = timer.before_wait()
         for work in self.works:
             work.wait()
+        timer.transferred(started)
         self.channel.poll()
         if math.isnan(record.wall_end):
             record.wall_end = perf_counter()
@@ -138,11 +142,24 @@ class Handle:
             record.exposed_s += after - before
             if after > record.end and before < record.end:  # it was waited while in flight
                 record.end = after
-        record.blocked_s += perf_counter() - started
+        timer.after_wait(started, record, self.works)
         if self.divisor != 1 and isinstance(self.result, torch.Tensor):
             self.result.div_(self.divisor)
         self.done = True
         return self.result
+
+
+class Exchange:
+    """A posted :meth:`Channel.exchange`: :meth:`wait` completes every message of it."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles: list[Handle]) -> None:
+        self.handles = handles
+
+    def wait(self) -> None:
+        for handle in self.handles:
+            handle.wait()
 
 
 class Channel:
@@ -158,6 +175,7 @@ class Channel:
         self.transport = cluster.transport  # dlcomm.comm.transport: processes or threads
         self.network = network
         self.clock = clock or WallClock()
+        self.timer = device_timer(cluster.device)  # dlcomm.comm.device_timing: where the work runs
         self.totals: dict[tuple[str, str, str], OpTotals] = defaultdict(OpTotals)
         self._phase = "setup"
         self._iteration_ops: list[OpRecord] = []
@@ -262,6 +280,7 @@ class Channel:
             totals.messages += record.messages
             if record.phase == "train":
                 self._iteration_ops.append(record)
+                self.timer.issued(record)
         return record
 
     def _timing(self) -> Timing:
@@ -369,45 +388,63 @@ class Channel:
         )
         return self._finish(handle, async_op)
 
-    def isend(self, tensor: torch.Tensor, dst: int, group: str = "world", tag: int = 0) -> Handle:
-        """Send ``tensor`` to global rank ``dst``; under a model it leaves when this rank's
-        outbound link is free and its start clock travels ahead of it."""
-        nbytes = tensor.numel() * tensor.element_size()
-        record = self.record("send", group, nbytes, traffic.point_to_point(nbytes))
-        handle = Handle(self, record, tensor)
-        self.cluster.ranks(group)
-        self._timing().send(handle, dst, nbytes, group, tag)
-        with self._off_clock():
-            handle.add_work(self.transport.isend(tensor, dst, group, tag), payload=True)
-        return handle
+    def exchange(
+        self, sends: Sequence[tuple[torch.Tensor, int]] = (), recvs: Sequence[tuple[torch.Tensor, int]] = (),
+        group: str = "world", incast: bool = False,
+    ) -> "Exchange":
+        """One step's point-to-point messages, posted as one batch: send ``tensor`` to global rank
+        ``dst`` for every ``(tensor, dst)`` of ``sends``, receive into ``tensor`` from ``src`` for
+        every ``(tensor, src)`` of ``recvs``. The only way algorithms send messages.
 
-    def irecv(self, tensor: torch.Tensor, src: int, group: str = "world", tag: int = 0) -> Handle:
-        """Receive into ``tensor`` from global rank ``src``; under a model the receive completes
-        at ``max(own clock, sender's start + modelled)``."""
-        nbytes = tensor.numel() * tensor.element_size()
-        record = self.record("recv", group, nbytes, (0, 0))
-        record.counts_modelled = False
-        handle = Handle(self, record, tensor)
-        self.cluster.ranks(group)
-        self._timing().receive(handle, [src], lambda: self.network.send_s(nbytes, src, self.cluster.rank), group, tag)
-        with self._off_clock():
-            handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
-        return handle
+        Matching rule (NCCL's, and ``batch_isend_irecv``'s): between two ranks, the messages of
+        one direction are matched in the order they appear, here and in any later exchange; the
+        order of sends against receives does not matter. No tags. Every message of the batch
+        progresses at once, so any pattern of sends and receives that matches is deadlock-free
+        under NCCL; an algorithm that posts two exchanges and waits only on the second is not.
 
-    def irecv_incast(self, tensors: list[torch.Tensor], srcs: list[int], group: str = "job", tag: int = 0) -> Handle:
-        """Receive ``tensors[i]`` from ``srcs[i]``, all at once (what a parameter server does);
-        under a model the whole completes at ``max(senders' start clocks) + incast`` where the
-        incast shares this rank's link (:meth:`NetworkModel.incast_s`)."""
-        sizes = [t.numel() * t.element_size() for t in tensors]
-        record = self.record("recv_incast", group, sum(sizes), (0, 0))
-        record.counts_modelled = False
-        handle = Handle(self, record, tensors)
+        Under a model a send leaves when this rank's outbound link is free, its start clock
+        travelling just ahead of it in the batch; a receive completes at ``max(own clock, sender's
+        start + modelled)``. ``incast``: the receives are one record completing at ``max(senders'
+        start clocks) + incast``, sharing this rank's link (:meth:`NetworkModel.incast_s`: what a
+        parameter server does)."""
+        timing = self._timing()
+        ops: list[P2P] = []
+        owners: list[Handle] = []  # the handle each op's work belongs to
+        handles: list[Handle] = []
+
+        def post(handle: Handle, batch: list[P2P]) -> None:
+            ops.extend(batch)
+            owners.extend([handle] * len(batch))
+
+        for tensor, dst in sends:
+            nbytes = tensor.numel() * tensor.element_size()
+            handle = Handle(self, self.record("send", group, nbytes, traffic.point_to_point(nbytes)), tensor)
+            post(handle, [*timing.send(handle, dst, nbytes), P2P(True, tensor, dst)])
+            handles.append(handle)
+        if incast and recvs:
+            tensors, srcs = [t for t, _ in recvs], [s for _, s in recvs]
+            sizes = [t.numel() * t.element_size() for t in tensors]
+            handle = Handle(self, self.record("recv_incast", group, sum(sizes), (0, 0)), tensors)
+            handle.record.counts_modelled = False
+            stamps = timing.receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank))
+            for index, (tensor, src) in enumerate(recvs):
+                post(handle, [*stamps[index : index + 1], P2P(False, tensor, src)])
+            handles.append(handle)
+        else:
+            for tensor, src in recvs:
+                nbytes = tensor.numel() * tensor.element_size()
+                handle = Handle(self, self.record("recv", group, nbytes, (0, 0)), tensor)
+                handle.record.counts_modelled = False
+                modelled = (lambda n, s: lambda: self.network.send_s(n, s, self.cluster.rank))(nbytes, src)
+                post(handle, [*timing.receive(handle, [src], modelled), P2P(False, tensor, src)])
+                handles.append(handle)
         self.cluster.ranks(group)
-        self._timing().receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank), group, tag)
-        with self._off_clock():
-            for tensor, src in zip(tensors, srcs):
-                handle.add_work(self.transport.irecv(tensor, src, group, tag), payload=True)
-        return handle
+        if ops:
+            with self._off_clock():
+                works = self.transport.batch(ops, group)
+            for op, owner, work in zip(ops, owners, works):
+                owner.add_work(work, payload=op.what == "payload")
+        return Exchange(handles)
 
     def expect(self, kind: str, tensor: torch.Tensor, src: int, start: float, group: str = "world") -> Handle:
         """A message ``src -> this rank`` that travels outside the Channel's primitives (the

@@ -20,6 +20,7 @@ lists of ranks on the in-process fabric (:mod:`dlcomm.comm.inprocess`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -47,6 +48,17 @@ def group_ranks_of(layout: ClusterLayout, rank: int) -> dict[str, list[int]]:
     if rank in layout.leaders():
         groups["leaders"] = layout.leaders()
     return groups
+
+
+def _first_collectives(transport: DistTransport, members: dict[str, list[int]], device: torch.device) -> None:
+    """One small allreduce on every NCCL group this rank belongs to, by all its members, before
+    any point-to-point traffic. torch's ``batch_isend_irecv``: "if this API is the first collective
+    call in the group passed to dist.P2POp, all ranks of the group must participate in this API
+    call; otherwise, the behavior is undefined" (a parameter server's first batch involves two
+    ranks of ``job``). Every member reaches this point and calls the groups in the same order."""
+    for name in ("job", "world", "intra", "leaders"):
+        if name in members and (name != "job" or members["job"] != members.get("world")):
+            transport.all_reduce(torch.zeros(1, device=device), name).wait()
 
 
 @dataclass
@@ -107,6 +119,8 @@ class Cluster:
         """Join the job through ``store`` and build the worker, intra-node and leader groups;
         ``computes_alone``: this process's cores are its own (see :mod:`dlcomm.comm.clock`)."""
         timeout = timedelta(seconds=timeout_s)
+        if backend == "nccl":  # NCCL's own durations of every operation (dlcomm.comm.device_timing)
+            os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         # A service (parameter server, manager) waits for the workers' next message for as long
         # as they evaluate, which may outlast any timeout: the job's group (workers <-> services)
         # then waits without one, the workers' own group keeps it.
@@ -134,6 +148,8 @@ class Cluster:
         groups["leaders"] = dist.new_group(layout.leaders(), timeout=timeout)
         members = group_ranks_of(layout, rank)
         transport = DistTransport({name: group for name, group in groups.items() if name in members}, computes_alone)
+        if backend == "nccl":
+            _first_collectives(transport, members, device)
         return cls(layout=layout, rank=rank, device=device, backend=backend, transport=transport, group_ranks=members)
 
     def close(self) -> None:

@@ -25,6 +25,12 @@ holds the turn, so which ranks are ready at each hand-over follows from program 
 interleaving is deterministic. The process's random generators are saved and restored at every
 hand-over, so each rank draws from its own stream, as in a process of its own.
 
+Semantics (``launcher.semantics``): ``gloo`` (the default) as above; ``nccl`` adds NCCL's
+ordering rules (:mod:`dlcomm.comm.nccl_rules`: one queue per group and rank, a batch as one unit,
+no buffering, no tags), so that an exchange that would hang on GPUs hangs here too. Under both,
+a job whose every rank waits and none can proceed is ended within ``hang_timeout_s`` by
+:class:`dlcomm.comm.hangs.HangWatch`, with one line naming each rank and what it waits on.
+
 Failure: :meth:`Fabric.abort` ends every pending wait with :class:`JobAborted` (no rank stays
 blocked) and every later operation raises it.
 """
@@ -40,6 +46,13 @@ from dataclasses import dataclass, field
 from typing import Any, ContextManager, Iterator, Sequence
 
 import torch
+
+from dlcomm.comm.hangs import HangWatch
+from dlcomm.comm.nccl_rules import NcclRules, Op
+from dlcomm.comm.transport import P2P
+
+SEMANTICS = ("gloo", "nccl")
+CONTROL_GROUP = "control"  # always gloo, also on GPU clusters (dlcomm.comm.cluster)
 
 _MAX_SEGMENT_BYTES = 1 << 20  # gloo's AllreduceOptions::kMaxSegmentSize (also its reduce's)
 
@@ -114,14 +127,16 @@ def _settle(tensor: torch.Tensor | None) -> None:
 
 
 class _Work:
-    __slots__ = ("fabric", "owner", "event", "ok", "source")
+    __slots__ = ("fabric", "owner", "event", "ok", "source", "what", "op")
 
-    def __init__(self, fabric: "Fabric", owner: int) -> None:
+    def __init__(self, fabric: "Fabric", owner: int, what: str = "") -> None:
         self.fabric = fabric
         self.owner = owner
         self.event = threading.Event()
         self.ok = False
         self.source = -1
+        self.what = what  # for a hang's message: "send to rank 3 on world"
+        self.op: Op | None = None  # under NCCL's rules: the queued operation
 
     def is_completed(self) -> bool:
         return self.event.is_set()
@@ -298,15 +313,61 @@ def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
 class Fabric:
     """The in-process network of one job, shared by its rank threads."""
 
-    def __init__(self, turns: Turns | None = None) -> None:
+    def __init__(self, turns: Turns | None = None, semantics: str = "gloo", hang_timeout_s: float = 10.0) -> None:
+        if semantics not in SEMANTICS:
+            raise ValueError(f"unknown semantics {semantics!r}; use one of {', '.join(SEMANTICS)}")
         self.turns = turns
+        self.semantics = semantics
         self.failure: str | None = None
         self.killed: int | None = None
+        self.hang: str | None = None  # the deadlock message, when the hang watch ended the job
         self.alone = threading.Lock()  # ThreadTransport.alone: one rank at a time
         self._lock = threading.Lock()
         self._meetings: dict[tuple, _Meeting] = {}
         self._mailboxes: dict[tuple, _Mailbox] = defaultdict(_Mailbox)
         self._pending: set[_Work] = set()
+        self._nccl = NcclRules(_PERFORM, _settle) if semantics == "nccl" else None
+        self._progress = 0  # bumped on every post and completion (the hang watch reads it)
+        self._alive: dict[int, int] = {}  # rank -> its thread's ident, while the rank runs
+        self._waiting: dict[int, _Work] = {}  # rank -> what its thread waits on
+        self._thread_rank = threading.local()  # .rank: the rank whose thread this is
+        self._hang_timeout_s = hang_timeout_s
+        self._watch: HangWatch | None = None
+
+    # ---- rank threads and hangs ---------------------------------------------------------
+    def enter(self, rank: int) -> None:
+        """The calling thread is rank ``rank``'s (the hang watch counts it until :meth:`leave`)."""
+        self._thread_rank.rank = rank
+        with self._lock:
+            self._alive[rank] = threading.get_ident()
+            if self._watch is None and self._hang_timeout_s > 0:
+                self._watch = HangWatch(self._hang_timeout_s, lambda: self._progress, self._hang_snapshot,
+                                        self._describe_wait, self._on_hang, self.semantics)
+
+    def leave(self, rank: int) -> None:
+        if getattr(self._thread_rank, "rank", None) == rank:
+            self._thread_rank.rank = None
+        with self._lock:
+            if self._alive.get(rank) == threading.get_ident():
+                del self._alive[rank]
+            if not self._alive and self._watch is not None:
+                self._watch.stop()
+                self._watch = None
+
+    def _hang_snapshot(self) -> tuple[set, dict]:
+        with self._lock:
+            if self.failure is not None:
+                return set(), {}
+            return set(self._alive), dict(self._waiting)
+
+    def _describe_wait(self, work: _Work) -> str:
+        with self._lock:
+            behind = self._nccl.blocker(work) if self._nccl is not None else ""
+        return f"{work.what or 'an operation'}{behind}"
+
+    def _on_hang(self, message: str) -> None:
+        self.hang = message
+        self.abort(message)
 
     def kill(self, rank: int) -> None:
         """``debug.fail_mode=kill``: rank ``rank`` is gone; the job ends as it would when a
@@ -322,6 +383,7 @@ class Fabric:
             if self.failure is not None:
                 return
             self.failure = reason
+            self._progress += 1
             pending, self._pending = self._pending, set()
         for work in pending:
             work.event.set()
@@ -329,9 +391,21 @@ class Fabric:
             self.turns.abort()
 
     def wait(self, work: _Work) -> None:
-        if self.turns is not None:
-            self.turns.block(work)
-        work.event.wait()
+        rank = self._rank_of_thread()
+        if rank is not None:
+            with self._lock:
+                self._waiting[rank] = work
+        try:
+            if self.turns is not None:
+                self.turns.block(work)
+            work.event.wait()
+        finally:
+            if rank is not None:
+                with self._lock:
+                    self._waiting.pop(rank, None)
+
+    def _rank_of_thread(self) -> int | None:
+        return getattr(self._thread_rank, "rank", None)
 
     def _check(self) -> None:
         if self.failure is not None:
@@ -339,6 +413,7 @@ class Fabric:
 
     def _complete(self, works: Sequence[_Work]) -> None:
         with self._lock:
+            self._progress += 1
             for work in works:
                 self._pending.discard(work)
                 work.ok = True
@@ -351,9 +426,10 @@ class Fabric:
     def meet(self, key: tuple, position: int, size: int, kind: str, entry: Any, owner: int) -> _Work:
         """Member ``position`` of ``size`` joins the operation ``key`` (group and sequence
         number); the last to join performs it for all."""
-        work = _Work(self, owner)
+        work = _Work(self, owner, f"{kind} #{key[-1]} on {key[0]}")
         with self._lock:
             self._check()
+            self._progress += 1
             meeting = self._meetings.get(key)
             if meeting is None:
                 meeting = self._meetings[key] = _Meeting(kind, [None] * size, [None] * size)
@@ -375,9 +451,10 @@ class Fabric:
 
     # ---- messages ----------------------------------------------------------------------
     def post_send(self, box: tuple, sender: int, tag: int, tensor: torch.Tensor) -> _Work:
-        work = _Work(self, sender)
+        work = _Work(self, sender, f"send to rank {box[-1]} on {box[0]}")
         with self._lock:
             self._check()
+            self._progress += 1
             mailbox = self._mailboxes[box]
             receive = _take(mailbox.receives, lambda r: r.tag == tag and r.peer in (None, sender))
             if receive is None:
@@ -388,9 +465,10 @@ class Fabric:
         return work
 
     def post_receive(self, box: tuple, receiver: int, src: int | None, tag: int, tensor: torch.Tensor) -> _Work:
-        work = _Work(self, receiver)
+        work = _Work(self, receiver, f"receive from {'any rank' if src is None else f'rank {src}'} on {box[0]}")
         with self._lock:
             self._check()
+            self._progress += 1
             mailbox = self._mailboxes[box]
             send = _take(mailbox.sends, lambda s: s.tag == tag and (src is None or s.peer == src))
             if send is None:
@@ -399,6 +477,24 @@ class Fabric:
                 return work
         self._deliver(send.tensor, send.peer, _Message(src, tag, tensor, work), send.work)
         return work
+
+    # ---- NCCL's rules ----------------------------------------------------------------------
+    def post_unit(self, owner: int, communicator: tuple, ops: list[Op], batch: bool) -> list[_Work]:
+        """Queue ``ops`` (their works made by the caller) as one unit under NCCL's rules."""
+        with self._lock:
+            self._check()
+            self._progress += 1
+            for op in ops:
+                op.work.op = op
+                self._pending.add(op.work)
+            completed = self._nccl.post(owner, communicator, ops, batch)
+            error = self._nccl.error
+        if error is not None:
+            self.abort(error)
+            raise RuntimeError(error)
+        if completed:
+            self._complete(completed)
+        return [op.work for op in ops]
 
     def _deliver(self, data: torch.Tensor, sender: int, receive: _Message, send_work: _Work) -> None:
         if data.numel() != receive.tensor.numel():
@@ -486,6 +582,18 @@ class ThreadTransport:
         self.rank = rank
         self.group_ranks = group_ranks
         self._issued: dict[str, int] = defaultdict(int)
+        # torch's default group serves both ``job`` and ``world`` when there are no services:
+        # one communicator, one queue under NCCL's rules (dlcomm.comm.cluster.Cluster.connect)
+        self._same_as_world = "world" in group_ranks and group_ranks.get("job") == group_ranks["world"]
+        fabric.enter(rank)
+
+    def _communicator(self, group: str) -> tuple | None:
+        """The queue an operation on ``group`` joins under NCCL's rules; None: gloo's rules
+        (the semantics chosen, or the control plane, which is gloo on every cluster)."""
+        if self.fabric.semantics != "nccl" or group == CONTROL_GROUP:
+            return None
+        name = "world" if group == "job" and self._same_as_world else group
+        return (name, tuple(self.group_ranks[group]))
 
     @property
     def computes_alone(self) -> bool:
@@ -498,8 +606,13 @@ class ThreadTransport:
         sequence = self._issued[group]
         self._issued[group] = sequence + 1
         _settle(settle)
-        return self.fabric.meet((group, tuple(members), sequence), members.index(self.rank), len(members), kind,
-                                entry, self.rank)
+        key, position = (group, tuple(members), sequence), members.index(self.rank)
+        communicator = self._communicator(group)
+        if communicator is not None:
+            work = _Work(self.fabric, self.rank, f"{kind} #{sequence} on {group}")
+            op = Op(kind, work, key=key, position=position, size=len(members), entry=entry)
+            return self.fabric.post_unit(self.rank, communicator, [op], batch=False)[0]
+        return self.fabric.meet(key, position, len(members), kind, entry, self.rank)
 
     def _position(self, group: str, rank: int) -> int:
         return self.group_ranks[group].index(rank)
@@ -519,11 +632,38 @@ class ThreadTransport:
     def _box(self, group: str, dst: int) -> tuple:
         return (group, tuple(self.group_ranks[group]), dst)
 
+    def batch(self, ops: list[P2P], group: str) -> list[_Work]:
+        """Post ``ops`` as one batch: under NCCL's rules one unit of the group's queue; under
+        gloo's each message on its own (matched by pair and posting order: one tag)."""
+        communicator = self._communicator(group)
+        if communicator is None:
+            return [self.isend(op.tensor, op.peer, group, 0) if op.send else self.irecv(op.tensor, op.peer, group, 0)
+                    for op in ops]
+        units = [self._p2p(op.send, op.tensor, op.peer, group, f" (a batch of {len(ops)})") for op in ops]
+        return self.fabric.post_unit(self.rank, communicator, units, batch=True)
+
+    def _p2p(self, send: bool, tensor: torch.Tensor, peer: int, group: str, note: str = "") -> Op:
+        if send:
+            _settle(tensor)
+        what = f"{'send to' if send else 'receive from'} rank {peer} on {group}{note}"
+        return Op("send" if send else "recv", _Work(self.fabric, self.rank, what), peer=peer, tensor=_flat(tensor))
+
     def isend(self, tensor: torch.Tensor, dst: int, group: str, tag: int) -> _Work:
+        """A message on its own: under NCCL's rules an ungrouped send, queued as one unit (the
+        tag is ignored, as NCCL has none); under gloo's, matched by tag."""
+        communicator = self._communicator(group)
+        if communicator is not None:
+            return self.fabric.post_unit(self.rank, communicator, [self._p2p(True, tensor, dst, group)], batch=False)[0]
         _settle(tensor)
         return self.fabric.post_send(self._box(group, dst), self.rank, tag, tensor)
 
     def irecv(self, tensor: torch.Tensor, src: int | None, group: str, tag: int) -> _Work:
+        """As :meth:`isend`; ``src=None`` (any source) exists under gloo's rules only."""
+        communicator = self._communicator(group)
+        if communicator is not None:
+            if src is None:
+                raise ValueError(f"a receive from any source on group {group!r}: NCCL has none; use the control plane")
+            return self.fabric.post_unit(self.rank, communicator, [self._p2p(False, tensor, src, group)], batch=False)[0]
         return self.fabric.post_receive(self._box(group, self.rank), self.rank, src, tag, tensor)
 
     @staticmethod
@@ -555,4 +695,4 @@ class ThreadTransport:
         raise RankKilled()
 
     def close(self) -> None:
-        pass
+        self.fabric.leave(self.rank)

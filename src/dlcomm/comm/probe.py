@@ -56,12 +56,12 @@ def pingpong(channel: Channel, a: int, b: int, nbytes: int, repeats: int) -> lis
     for _ in range(repeats):
         if me == a:
             started = perf_counter()
-            channel.isend(tensor, b).wait()
-            channel.irecv(tensor, b).wait()
+            channel.exchange(sends=[(tensor, b)]).wait()
+            channel.exchange(recvs=[(tensor, b)]).wait()
             times.append((perf_counter() - started) / 2)
         elif me == b:
-            channel.irecv(tensor, a).wait()
-            channel.isend(tensor, a).wait()
+            channel.exchange(recvs=[(tensor, a)]).wait()
+            channel.exchange(sends=[(tensor, a)]).wait()
     return times
 
 

@@ -7,15 +7,14 @@ tensor is cut into ``g`` chunks; ``g - 1`` scatter-reduce steps (send chunk ``p 
 right, add the one from the left) then ``g - 1`` all-gather steps: ``2 (g - 1)`` handshakes of
 ``S / g`` each, the same as the collective ring. Every tensor of the call moves as its own
 messages (one tensor per layer reproduces the layer-wise regime), all tensors advance together
-step by step. Each send and receive is a Channel operation, so it is recorded and modelled
-(its time on the modelled network is that of the messages).
+step by step. Each step's sends and receives are one Channel exchange (NCCL-safe: the ring's
+handshakes are one batch, never a send waiting for a receive queued behind it), so they are
+recorded and modelled (its time on the modelled network is that of the messages).
 """
 
 from __future__ import annotations
 
 import torch
-
-_RING_TAG = 1 << 16
 
 
 def ring_allreduce(channel, tensors: list[torch.Tensor], members: list[int], average: bool = True) -> None:
@@ -30,24 +29,14 @@ def ring_allreduce(channel, tensors: list[torch.Tensor], members: list[int], ave
     scratch = [[torch.empty_like(c) for c in tensor_chunks] for tensor_chunks in chunks]
     for s in range(g - 1):  # scatter-reduce
         send, recv = (position - s) % g, (position - s - 1) % g
-        handles = []
-        for index, tensor_chunks in enumerate(chunks):
-            tag = _RING_TAG + index * 2 * g + s
-            handles.append(channel.isend(tensor_chunks[send], right, tag=tag))
-            handles.append(channel.irecv(scratch[index][recv], left, tag=tag))
-        for handle in handles:
-            handle.wait()
+        channel.exchange([(tensor_chunks[send], right) for tensor_chunks in chunks],
+                         [(tensor_scratch[recv], left) for tensor_scratch in scratch]).wait()
         for index, tensor_chunks in enumerate(chunks):
             tensor_chunks[recv].add_(scratch[index][recv])
     for s in range(g - 1):  # all-gather
         send, recv = (position + 1 - s) % g, (position - s) % g
-        handles = []
-        for index, tensor_chunks in enumerate(chunks):
-            tag = _RING_TAG + index * 2 * g + g + s
-            handles.append(channel.isend(tensor_chunks[send], right, tag=tag))
-            handles.append(channel.irecv(tensor_chunks[recv], left, tag=tag))
-        for handle in handles:
-            handle.wait()
+        channel.exchange([(tensor_chunks[send], right) for tensor_chunks in chunks],
+                         [(tensor_chunks[recv], left) for tensor_chunks in chunks]).wait()
     if average:
         for tensor in tensors:
             tensor.div_(g)

@@ -6,6 +6,12 @@
 clocks travel with the data, as :mod:`dlcomm.comm.channel` describes. The Channel picks one per
 operation and calls it from each primitive; nothing else touches the modelled fields of an
 :class:`~dlcomm.comm.channel.OpRecord`.
+
+A message's clock stamp travels in the same batch as its payload, just before it (one ``float64``
+per message, :class:`~dlcomm.comm.transport.P2P` ``what="clock"``): :meth:`Timing.send` and
+:meth:`Timing.receive` return the stamp messages for the Channel to put in the batch. The sender
+and the receiver agree on which messages carry a stamp because both are inside an iteration
+(``phase == "train"``) or both outside.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from dlcomm.comm.transport import P2P
+
 if TYPE_CHECKING:
     from dlcomm.comm.channel import Channel, Handle, OpRecord
-
-CLOCK_TAG_OFFSET = 1 << 20  # tag of the clock message that precedes a payload sent with tag t
 
 
 class Timing:
@@ -29,11 +35,13 @@ class Timing:
     def collective(self, handle: "Handle", group: str, modelled_s: Callable[[], float]) -> None:
         pass
 
-    def send(self, handle: "Handle", dst: int, nbytes: int, group: str, tag: int) -> None:
-        pass
+    def send(self, handle: "Handle", dst: int, nbytes: int) -> list[P2P]:
+        """The clock messages to post just before the payload to ``dst`` (none here)."""
+        return []
 
-    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], group: str, tag: int) -> None:
-        pass
+    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float]) -> list[P2P]:
+        """The clock messages to receive just before each payload from ``srcs[i]`` (none here)."""
+        return []
 
     def arrival(self, handle: "Handle", start: float, modelled_s: Callable[[], float]) -> None:
         pass
@@ -85,30 +93,29 @@ class ModelledTiming(Timing):
         handle.resolve = resolve
         self.channel._unresolved[group].append(handle)
 
-    def send(self, handle: "Handle", dst: int, nbytes: int, group: str, tag: int) -> None:
-        """The start clock travels ahead of the payload (tag + CLOCK_TAG_OFFSET)."""
+    def send(self, handle: "Handle", dst: int, nbytes: int) -> list[P2P]:
+        """The start clock travels just ahead of the payload, in the same batch."""
         record, rank = handle.record, self.channel.cluster.rank
         self._enter(record, self.network.send_s(nbytes, rank, dst))
         inter = self.network.is_inter(rank, dst)
         record.ready = max(record.start, self.send_free[inter])
         record.end = record.ready + record.modelled_s
         self.send_free[inter] = record.end
-        handle.add_work(self.channel.transport.isend(self._stamp(record.ready), dst, group, tag + CLOCK_TAG_OFFSET))
         handle.resolve = lambda: None
         handle.resolved = True
+        return [P2P(True, self._stamp(record.ready), dst, "clock")]
 
-    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float], group: str, tag: int) -> None:
+    def receive(self, handle: "Handle", srcs: list[int], modelled_s: Callable[[], float]) -> list[P2P]:
         record = handle.record
         self._enter(record, modelled_s())
         stamps = [self._stamp(math.nan) for _ in srcs]
-        for stamp, src in zip(stamps, srcs):
-            handle.add_work(self.channel.transport.irecv(stamp, src, group, tag + CLOCK_TAG_OFFSET))
 
         def resolve() -> None:
             record.ready = max(float(stamp[0]) for stamp in stamps)
             record.end = record.ready + record.modelled_s
 
         handle.resolve = resolve
+        return [P2P(False, stamp, src, "clock") for stamp, src in zip(stamps, srcs)]
 
     def arrival(self, handle: "Handle", start: float, modelled_s: Callable[[], float]) -> None:
         record = handle.record

@@ -10,11 +10,18 @@ ranks. Two transports offer the same operations:
 * :class:`dlcomm.comm.inprocess.ThreadTransport`: every rank a thread of one process
   (``launcher=threads``), messages and reductions done in memory.
 
-Every operation returns a work with ``wait()`` and ``is_completed()``; :meth:`irecv` with
-``src=None`` receives from any member and :meth:`source_rank` then says from whom.
-Semantics both keep: operations on one group are matched in issue order on every member;
-messages of one sender to one receiver with one tag arrive in the order sent; a send completes
-once its receiver has taken the data.
+Every operation returns a work with ``wait()`` and ``is_completed()``.
+
+Point-to-point traffic of the training path goes through :meth:`batch` only: one step's sends
+and receives (:class:`P2P`) posted as one group, ``dist.batch_isend_irecv`` here (one NCCL group
+call on GPUs; individual posts on gloo). Tags are not used (NCCL has none): between a pair of
+ranks, messages in one direction are matched in the order posted, on both backends. The plain
+:meth:`isend` / :meth:`irecv` (with ``src=None``: from any member, :meth:`source_rank` says from
+whom) serve the control plane alone (:mod:`dlcomm.comm.control`, always gloo).
+
+Semantics both transports keep: operations on one group are matched in issue order on every
+member; messages of one sender to one receiver arrive in the order sent; a send completes once
+its receiver has taken the data.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any, ContextManager, Protocol
 
 import torch
@@ -34,6 +42,19 @@ class Work(Protocol):
 
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+P2P_TAG = 0  # every batched message; pairs match in posting order (NCCL ignores tags anyway)
+
+
+@dataclass(frozen=True, slots=True)
+class P2P:
+    """One message of a batch: ``send`` it to global rank ``peer``, or receive into ``tensor``
+    from ``peer``; ``what`` names it in error messages (the payload, or a clock stamp)."""
+
+    send: bool
+    tensor: torch.Tensor
+    peer: int
+    what: str = "payload"
 
 
 class DistTransport:
@@ -58,10 +79,21 @@ class DistTransport:
     def all_gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor, group: str) -> Work:
         return dist.all_gather(outputs, tensor, group=self.groups[group], async_op=True)
 
+    def batch(self, ops: list[P2P], group: str) -> list[Work]:
+        """Post ``ops`` as one batch (``dist.batch_isend_irecv``); one work per op (under NCCL
+        the batch's single coalesced work, repeated)."""
+        pg = self.groups[group]
+        p2p = [dist.P2POp(dist.isend if op.send else dist.irecv, op.tensor, op.peer, group=pg, tag=P2P_TAG)
+               for op in ops]
+        works = dist.batch_isend_irecv(p2p)
+        return works if len(works) == len(ops) else [works[-1]] * len(ops)
+
     def isend(self, tensor: torch.Tensor, dst: int, group: str, tag: int) -> Work:
+        """Control plane only (see the module docstring)."""
         return dist.isend(tensor, dst=dst, group=self.groups[group], tag=tag)
 
     def irecv(self, tensor: torch.Tensor, src: int | None, group: str, tag: int) -> Work:
+        """Control plane only (see the module docstring)."""
         return dist.irecv(tensor, src=src, group=self.groups[group], tag=tag)
 
     @staticmethod

@@ -28,13 +28,14 @@ class RankFailure:
     at: float = 0.0
     role: str = "worker"
     diverged_at: int | None = None  # the step whose loss was not finite: the message is the whole story
+    whole_story: bool = False  # the message names the ranks itself (a deadlock)
 
     @classmethod
     def diverged(cls, error: Diverged, role: str = "worker") -> "RankFailure":
         return cls(error.rank, str(error), at=time.time(), role=role, diverged_at=error.step)
 
     def describe(self) -> str:
-        if self.diverged_at is not None:
+        if self.diverged_at is not None or self.whole_story:
             return self.message  # names the step and the rank itself
         role = "" if self.role == "worker" else f" ({self.role})"
         return f"rank {self.rank}{role} {self.message}"

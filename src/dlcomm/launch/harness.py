@@ -49,7 +49,7 @@ def _entry(
 def run_ranks(
     fn: Callable, world: int, *args: Any, nodes: int | None = None, threads: int = 1, timeout: float = 300,
     network: dict | None = None, services: tuple[str, ...] = (), cluster_timeout_s: float = 300.0,
-    in_process: str = "",
+    in_process: str = "", semantics: str = "gloo", hang_timeout_s: float = 10.0,
 ) -> list[Any]:
     """``[fn(cluster_r, channel_r, *args) for r in range(world + len(services))]``, each on its
     own process (ranks ``world ..`` play the ``services`` roles: ``cluster.role``); ``network``
@@ -57,12 +57,15 @@ def run_ranks(
     ``cluster_timeout_s`` is the process groups' timeout (gloo ends an operation that waits longer).
     ``in_process="serial"`` or ``"parallel"``: every rank a thread of this process instead, on the
     in-process fabric with that compute scheduling (``launcher=threads``); ``threads`` is then
-    torch's thread count for the whole process."""
+    torch's thread count for the whole process, ``semantics`` the fabric's rules (``gloo`` or
+    ``nccl``: :mod:`dlcomm.comm.nccl_rules`) and ``hang_timeout_s`` its hang watch's patience; a
+    deadlock raises ``RuntimeError`` with the watch's one line."""
     nodes = nodes or world
     if world % nodes:
         raise ValueError(f"world={world} is not a multiple of nodes={nodes}")
     if in_process:
-        return _run_in_threads(fn, world, args, nodes, services, network, in_process == "serial", threads, timeout)
+        return _run_in_threads(fn, world, args, nodes, services, network, in_process == "serial", threads, timeout,
+                               semantics, hang_timeout_s)
     job = world + len(services)
     store = dist.TCPStore("127.0.0.1", 0, job, is_master=True, wait_for_workers=False)
     context = rank_processes()
@@ -93,7 +96,7 @@ def run_ranks(
 
 def _run_in_threads(
     fn: Callable, world: int, args: tuple, nodes: int, services: tuple[str, ...], network: dict | None, serial: bool,
-    threads: int, timeout: float,
+    threads: int, timeout: float, semantics: str = "gloo", hang_timeout_s: float = 10.0,
 ) -> list[Any]:
     from omegaconf import OmegaConf
 
@@ -103,7 +106,7 @@ def _run_in_threads(
     from dlcomm.comm.layout import ClusterLayout
 
     layout = ClusterLayout(nodes, world // nodes, services)
-    fabric = Fabric(Turns(range(layout.job_size)) if serial else None)
+    fabric = Fabric(Turns(range(layout.job_size)) if serial else None, semantics=semantics, hang_timeout_s=hang_timeout_s)
     results: dict[int, Any] = {}
     errors: dict[int, str] = {}
 
@@ -120,6 +123,7 @@ def _run_in_threads(
             errors[rank] = traceback.format_exc()
             fabric.abort(f"rank {rank} failed")
         finally:
+            fabric.leave(rank)
             if fabric.turns is not None:
                 fabric.turns.end(rank)
 
@@ -134,6 +138,8 @@ def _run_in_threads(
             worker.join(timeout=max(0.0, deadline - time.monotonic()))
     finally:
         torch.set_num_threads(previous)
+    if fabric.hang is not None:
+        raise RuntimeError(fabric.hang)
     if errors:
         rank = min(errors)
         raise RuntimeError(f"rank {rank} failed:\n{errors[rank]}")

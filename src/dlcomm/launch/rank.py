@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from dlcomm.comm.channel import Channel
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
 from dlcomm.data import build_dataset
+from dlcomm.errors import UserError
 from dlcomm.launch.netif import choose_interface
 from dlcomm.spec import RunSpec
 from dlcomm.tasks import build_task
@@ -35,16 +37,54 @@ from dlcomm.train.precision import Precision
 def resolve_device(device: str, backend: str, machine_rank: int, local_ranks: int) -> tuple[torch.device, str]:
     """``(device, backend)``: cuda with one GPU per process of this machine and nccl, or cpu
     and gloo. ``machine_rank`` is this process's index among the ``local_ranks`` processes on
-    this machine (not the rank within an emulated node). ``auto`` takes cuda only when every
-    process on this machine can have a GPU of its own."""
-    use_cuda = device == "cuda" or (
-        device == "auto" and torch.cuda.is_available() and torch.cuda.device_count() >= local_ranks
-    )
-    if use_cuda:
-        chosen = torch.device("cuda", machine_rank % torch.cuda.device_count())
-        torch.cuda.set_device(chosen)
-        return chosen, "nccl" if backend == "auto" else backend
-    return torch.device("cpu"), "gloo" if backend == "auto" else backend
+    this machine (not the rank within an emulated node; an algorithm's service processes count
+    too: each has a GPU of its own, :mod:`dlcomm.launch.gpus`). ``auto`` takes cuda only when
+    every process on this machine can have a GPU of its own. ``cuda`` on a machine that shows
+    fewer GPUs than processes (none, or GPUs bound one per task) is a one-line
+    :class:`~dlcomm.errors.UserError`: process ``i`` always takes ``cuda:i``, never a GPU another
+    process of the job already uses (NCCL: "Duplicate GPU detected")."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    use_cuda = device == "cuda" or (device == "auto" and gpus >= local_ranks)
+    if not use_cuda:
+        if backend == "nccl":
+            raise UserError(
+                f"launcher.backend=nccl is invalid on host {socket.gethostname()}: train.device={device} found "
+                f"{gpus} GPU(s) for the {local_ranks} processes there and chose the CPU, whose tensors NCCL cannot "
+                "carry; give every process a GPU (launcher.gpus_per_node) or pass launcher.backend=auto"
+            )
+        return torch.device("cpu"), "gloo" if backend == "auto" else backend
+    if gpus < local_ranks:
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        shown = f" (CUDA_VISIBLE_DEVICES={seen})" if seen is not None else ""
+        found = "no GPU" if gpus == 0 else f"{gpus} GPU(s)"
+        raise UserError(
+            f"train.device=cuda is invalid on host {socket.gethostname()}: process {machine_rank} of the "
+            f"{local_ranks} there finds {found}{shown} and each needs a GPU of its own; ask for {local_ranks} GPUs "
+            f"per node (launcher.gpus_per_node={local_ranks}, or sbatch --gpus-per-node={local_ranks} without "
+            "--gpus-per-task/--gpu-bind) or pass train.device=cpu"
+        )
+    chosen = torch.device("cuda", machine_rank)
+    torch.cuda.set_device(chosen)
+    return chosen, "nccl" if backend == "auto" else backend
+
+
+def nccl_failures_raise() -> None:
+    """Make NCCL failures reach the rank's Python code, where the launcher records them.
+
+    ``launcher.comm_timeout_s`` is the ``timeout`` of every ``init_process_group`` / ``new_group``
+    (:meth:`dlcomm.comm.cluster.Cluster.connect`); under NCCL that is ProcessGroupNCCL's watchdog
+    timeout: torch 2.14's ``_create_nccl_process_group`` sets ``backend_options._timeout =
+    opts.timeout``, and the watchdog thread's ``WorkNCCL::checkTimeout`` compares each operation's
+    age with it ("Watchdog caught collective operation timeout: WorkNCCL(...) ran for N
+    milliseconds before timing out"). What the watchdog then does is
+    ``TORCH_NCCL_ASYNC_ERROR_HANDLING``: torch's default, 3 (SkipCleanUp), rethrows on the
+    watchdog thread and takes the process down (SIGABRT) without a Python exception, so the run
+    would end without a reason (and SLURM's other tasks would read it as a cancellation). 2
+    (CleanUpOnly) aborts the communicators, which releases every kernel waiting on them, and
+    ``Work.wait()`` / the next operation then raises ``DistBackendError`` in the rank's thread:
+    the launcher names the rank and NCCL's words (:mod:`dlcomm.launch.job_end`) and srun's
+    ``--kill-on-bad-exit=1`` ends the rest. A value the site or the user set is kept."""
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
 
 
 def threads_per_rank(requested: int, local_ranks: int) -> int:
@@ -75,6 +115,8 @@ def run_rank(
     layout = job_layout(cfg)
     store = dist.TCPStore(store_host, store_port, layout.job_size, is_master=False, timeout=timedelta(seconds=120))
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
+    if backend == "nccl":
+        nccl_failures_raise()  # before the process groups are made: ProcessGroupNCCL reads it then
     choose_interface(cfg.launcher.get("ifname", ""), store_host)
     alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
     cluster = Cluster.connect(layout, rank, store, backend, device, timeout_s=cfg.launcher.get("comm_timeout_s", 300.0),
@@ -87,11 +129,12 @@ def run_rank(
 
 def train_rank(
     spec: RunSpec, cluster: Cluster, data: Any = None, resumable: bool = False, warning: WarningSignal | None = None,
-    check_every: int = 10,
+    check_every: int = 10, track: bool = True,
 ) -> dict[str, float]:
     """Everything a rank does once it has joined its job (``cluster``, processes or threads):
     build data (unless the launcher shares one ``data`` among its ranks), model, optimizer and
-    algorithm, then train, or serve when the rank plays a service role."""
+    algorithm, then train, or serve when the rank plays a service role. ``track=False``: rank 0
+    records nothing in MLflow (tests that train many small jobs in one process)."""
     cfg = spec.cfg()
     rank, device, layout = cluster.rank, cluster.device, cluster.layout
     channel = Channel.for_run(cluster, cfg.network)
@@ -112,7 +155,7 @@ def train_rank(
         return {}
     algorithm.setup(model, optimizer)
     reporter = None
-    if rank == 0:
+    if rank == 0 and track:
         from dlcomm.tracking.reporter import Rank0Reporter
 
         reporter = Rank0Reporter(spec, cfg.train.batch_size * cfg.train.comm_interval, layout.world_size, cfg.train.epochs,

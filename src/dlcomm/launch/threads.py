@@ -20,6 +20,12 @@ sums follow gloo's order, so the numbers are those of ``launcher=local`` on the 
 * ``auto`` (default): ``parallel``, unless the run needs what only ``serial`` gives: a simulated
   network (compute measured alone) or draws from the random generator while training.
 
+``launcher.semantics``: ``gloo`` (default) delivers messages as gloo does; ``nccl`` enforces
+NCCL's ordering rules (:mod:`dlcomm.comm.nccl_rules`), so that an algorithm that would hang on
+a GPU cluster hangs here too. Under both, a job whose every rank waits and none can proceed is
+ended after ``launcher.hang_timeout_s`` with one line naming each rank and what it waits on
+(:mod:`dlcomm.comm.hangs`): "will my algorithm hang on the cluster?" answered on a laptop.
+
 A rank that raises ends the job at once: every rank blocked in an operation is released
 (:meth:`~dlcomm.comm.inprocess.Fabric.abort`) and the failing rank is named. On the GPU
 (``train.device=cuda``) every rank uses the one visible device, each on a CUDA stream of its own.
@@ -35,6 +41,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from dlcomm.comm.inprocess import SEMANTICS
 from dlcomm.config.schema import LauncherConfig
 from dlcomm.errors import Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
@@ -51,6 +58,8 @@ class ThreadsLauncherConfig(LauncherConfig):
 
     name: str = "threads"
     compute: str = "auto"  # serial: one rank computes at a time with every core | parallel: all at once | auto
+    semantics: str = "gloo"  # gloo: gloo's delivery | nccl: NCCL's ordering rules (no buffering, one queue per group)
+    hang_timeout_s: float = 10.0  # every rank waiting and nothing moving this long: a deadlock, the run fails
 
 
 @register
@@ -69,6 +78,12 @@ class ThreadsLauncher(DriverLauncher):
         super().check(cfg, roles)
         if cfg.launcher.compute not in COMPUTE_MODES:
             raise UserError(f"launcher.compute={cfg.launcher.compute} is invalid; use one of: {', '.join(COMPUTE_MODES)}")
+        if cfg.launcher.semantics not in SEMANTICS:
+            raise UserError(f"launcher.semantics={cfg.launcher.semantics} is invalid; use gloo (gloo's delivery) or "
+                            "nccl (NCCL's ordering rules: will it hang on GPUs?)")
+        if not cfg.launcher.hang_timeout_s > 0:
+            raise UserError(f"launcher.hang_timeout_s={cfg.launcher.hang_timeout_s} is invalid; pass a positive "
+                            "number of seconds (10 by default)")
         compute, why = resolve_compute(cfg)
         if compute == "serial" and cfg.network.mode == "emulate":
             raise UserError(
@@ -149,7 +164,8 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
     data = build_dataset(cfg.dataset)
     ranks = range(layout.job_size)
-    fabric = Fabric(Turns(ranks) if compute == "serial" else None)
+    fabric = Fabric(Turns(ranks) if compute == "serial" else None, semantics=cfg.launcher.semantics,
+                    hang_timeout_s=cfg.launcher.hang_timeout_s)
     failures: list[RankFailure] = []
     threads = [
         threading.Thread(target=_rank_thread, args=(spec, rank, layout, fabric, device, data, failures),
@@ -202,6 +218,7 @@ def _rank_thread(spec: RunSpec, rank: int, layout: Any, fabric: Any, device: Any
                                     at=time.time(), role=role))
         fabric.abort(f"rank {rank} failed")
     finally:
+        fabric.leave(rank)
         if turns is not None:
             turns.end(rank)
 
@@ -221,4 +238,6 @@ def _root_cause(failures: list[RankFailure], fabric: Any, layout: Any) -> RankFa
                            role=layout.role_of(rank))
     if failures:
         return root_cause(failures)
+    if fabric.hang is not None:
+        return RankFailure(0, fabric.hang, at=time.time(), whole_story=True)
     return RankFailure(0, f"ended: {fabric.failure}", at=time.time())

@@ -33,7 +33,6 @@ import torch
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.comm.channel import Channel
-from dlcomm.comm.device_timing import device_timer
 from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import Diverged
 from dlcomm.train.plan import check_plan, step_batch
@@ -172,8 +171,7 @@ class TrainLoop:
     ) -> None:
         self.cfg = cfg
         self.channel = channel
-        # the Channel's timer (it times the waits in Handle.wait); a Channel without one gets one here
-        self.timer = getattr(channel, "timer", None) or device_timer(channel.cluster.device)
+        self.timer = channel.timer  # the Channel's (it times the waits in Handle.wait)
         self.cluster = channel.cluster
         self.algorithm = algorithm
         self.model = model
