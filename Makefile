@@ -3,9 +3,16 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip --disable-pip-version-check
-STAMP := $(VENV)/.dlcomm-installed
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
-TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+# The torch build (docs/slurm.md, "Installing on a cluster"): the default pins are a CUDA 13.0 build
+# (NVIDIA driver >= 580) that also runs on CPUs. A site with an older driver picks a CUDA 12 build
+# from PyTorch's index, e.g. `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126`;
+# TORCH_PINS="torch==... torchvision==..." changes the versions. `dlcomm doctor` checks the result.
+DEFAULT_TORCH := torch==2.14.1 torchvision==0.29.1
+TORCH_PINS ?= $(DEFAULT_TORCH)
+TORCH_INDEX ?=
+# another torch choice is another stamp, so that choosing one installs it into an existing venv
+STAMP := $(VENV)/.dlcomm-installed$(if $(TORCH_INDEX)$(filter-out $(DEFAULT_TORCH),$(TORCH_PINS)),-$(shell printf '%s' '$(TORCH_PINS) $(TORCH_INDEX)' | cksum | cut -d' ' -f1))
 
 .PHONY: setup train test data clean-results
 
@@ -15,6 +22,7 @@ setup: $(STAMP) data
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing dlcomm and its dependencies into $(VENV) (a few minutes the first time)"
+	@$(if $(TORCH_INDEX),$(PIP) install -q $(TORCH_PINS) --index-url $(TORCH_INDEX) || { echo "error: no $(TORCH_PINS) at $(TORCH_INDEX)" >&2; exit 1; })
 	@$(PIP) install -q $(TORCH_PINS) -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -c "import dlcomm, torch, hydra, mlflow" || { echo "error: the install failed; see the pip output above" >&2; exit 1; }
 	@touch $(STAMP)

@@ -23,6 +23,7 @@ _EPILOG = """examples:
   dlcomm report experiment=sesgd_fig5            tables and plots into results/sesgd_fig5/
   dlcomm report --all tracking.uri=sqlite:///elsewhere.db   every experiment of another store
   dlcomm runs reap                               close lost runs (RUNNING, job or driver gone) as FAILED
+  dlcomm doctor                                  this node before the first job: torch, CUDA, driver, GPUs, network, SLURM
 """
 
 
@@ -94,6 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--tasks-per-host", type=int, default=2, help="with --slurm-nodes: ranks per host (default 2: intra-host links too)")
     calibrate.add_argument("--max-mib", type=int, default=16, help="largest message, MiB (default 16)")
     calibrate.add_argument("--repeats", type=int, default=5, help="timed messages per size and pair (default 5)")
+    doctor = sub.add_parser(
+        "doctor", help="what this node has for a cluster job: torch/CUDA/cuDNN/NCCL, driver, GPUs, network, SLURM (1 s)",
+        description="One table about this node (torch and its CUDA, cuDNN and NCCL; the NVIDIA driver and whether it runs "
+                    "the torch build's CUDA; the GPUs torch sees; the interface gloo and NCCL would use; the SLURM "
+                    "partitions' GPUs) and verdict lines. Exit 1 where a GPU is here that torch cannot use. Run it on a "
+                    "login node and on a compute node (srun ... dlcomm doctor).")
+    doctor.add_argument("--towards", default="", metavar="HOST",
+                        help="rank 0's host: the interface is the route towards it (default MASTER_ADDR, else the default route)")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
@@ -126,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _runs(args.settings, args.dry_run)
         if args.command == "calibrate":
             return _calibrate(args)
+        if args.command == "doctor":
+            from dlcomm.doctor import doctor
+
+            return doctor(args.towards)
         if args.multirun:
             from dlcomm.run import run_sweep
 
