@@ -35,6 +35,7 @@ class AllreduceConfig(AlgoConfig):
 class Allreduce(Algorithm):
     name = "allreduce"
     Config = AllreduceConfig
+    point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
 
     @classmethod
     def check_config(cls, cfg: AllreduceConfig) -> None:

@@ -32,6 +32,7 @@ class AllreduceHierConfig(AlgoConfig):
 class AllreduceHier(Algorithm):
     name = "allreduce_hier"
     Config = AllreduceHierConfig
+    point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
 
     @classmethod
     def check_config(cls, cfg: AllreduceHierConfig) -> None:

@@ -37,6 +37,11 @@ from dlcomm.metrics.stats import Stat
 class Algorithm:
     name: ClassVar[str]
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
+    point_to_point: ClassVar[bool] = True
+    """Whether it sends device tensors point to point (``isend``/``irecv`` through the Channel);
+    False for collective-only algorithms. torch's gloo cannot send CUDA tensors point to point,
+    so ``launcher.backend=gloo`` with ``train.device=cuda`` is refused for those that do
+    (:mod:`dlcomm.launch.gpus`)."""
 
     def __init__(self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0) -> None:
         self.cfg = cfg

@@ -99,6 +99,7 @@ _COUNTS = {names.PULLS: "pulls", names.PULLS_SERVED: "served", names.PULL_CONFLI
 class GossipPull(Algorithm):
     name = "gossip_pull"
     Config = GossipPullConfig
+    point_to_point = False  # pulls travel over the CPU control group (gloo); no device tensor point to point
 
     @classmethod
     def check_config(cls, cfg: GossipPullConfig) -> None:

@@ -34,6 +34,7 @@ class LocalSGDConfig(AlgoConfig):
 class LocalSGD(Algorithm):
     name = "local_sgd"
     Config = LocalSGDConfig
+    point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
 
     @classmethod
     def check_config(cls, cfg: LocalSGDConfig) -> None:

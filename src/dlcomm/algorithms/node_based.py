@@ -37,6 +37,7 @@ class NodeBasedConfig(AlgoConfig):
 class NodeBased(Algorithm):
     name = "node_based"
     Config = NodeBasedConfig
+    point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
 
     @classmethod
     def check_config(cls, cfg: NodeBasedConfig) -> None:

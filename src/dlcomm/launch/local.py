@@ -29,6 +29,7 @@ from dlcomm.spec import RunSpec
 
 _POLL_S = 0.1
 _SETTLE_S = 1.0  # after a first failure, how long to collect the other ranks' reports
+_CONSEQUENCE_S = 2.0  # a rank that only lost a peer reports this much later than the peer's own failure
 
 
 def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int) -> None:
@@ -50,11 +51,27 @@ def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors:
         os._exit(1)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the parent
         errors.put(
-            RankFailure(rank, f"raised {type(error).__name__}: {error}", details=traceback.format_exc(), at=time.time())
+            RankFailure(rank, _failure_message(error, spec), details=traceback.format_exc(), at=time.time())
         )
         errors.close()
         errors.join_thread()
         os._exit(1)
+
+
+def _failure_message(error: BaseException, spec: RunSpec) -> str:
+    """What a rank that raised says after "rank <r>": for NCCL's errors and torch's
+    ``DistBackendError`` one line in words (:func:`dlcomm.launch.job_end.comm_failure`), after a
+    short pause when it only saw a peer go, so that the peer that failed first is the one named;
+    otherwise the exception's type and text."""
+    from dlcomm.launch.job_end import comm_failure
+
+    found = comm_failure(error, spec.config["launcher"].get("comm_timeout_s", 300.0), gloo=False)
+    if found is None:
+        return f"raised {type(error).__name__}: {error}"
+    what, consequence = found
+    if consequence:
+        time.sleep(_CONSEQUENCE_S)
+    return f"failed: {what}"
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
@@ -165,24 +182,15 @@ class LocalLauncher(DriverLauncher):
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
         """Beside the base checks: the processes must fit in this machine's memory;
-        ``train.device=cuda`` needs one visible GPU per rank."""
+        ``launcher.backend`` must carry the device's tensors, and ``train.device=cuda`` needs one
+        visible GPU per process, the algorithm's services included (:mod:`dlcomm.launch.gpus`)."""
         super().check(cfg, roles)
         from dlcomm.launch.footprint import check_fits, estimate_processes
+        from dlcomm.launch.gpus import check_local_gpus
 
         check_fits(cfg, estimate_processes(cfg, cfg.nodes * cfg.workers_per_node + len(roles)), len(roles), cls.name,
                    "processes", "launcher=threads, or launcher=slurm")
-        if cfg.train.device != "cuda":
-            return
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError("train.device=cuda is invalid: no CUDA device is visible; use train.device=cpu or auto")
-        world, gpus = cfg.nodes * cfg.workers_per_node, torch.cuda.device_count()
-        if world > gpus:
-            raise UserError(
-                f"nodes*workers_per_node={world} is invalid with train.device=cuda: the local launcher gives each "
-                f"rank its own GPU and {gpus} are visible; use at most {gpus} ranks or train.device=cpu"
-            )
+        check_local_gpus(cfg, roles)
 
     @classmethod
     def run_job(cls, spec: RunSpec) -> LaunchResult:

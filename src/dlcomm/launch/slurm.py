@@ -27,6 +27,7 @@ from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 _PORT_BASE, _PORT_SPAN = 20000, 12768  # below Linux's ephemeral ports (32768 and up)
+SRUN_ARGS = ("--kill-on-bad-exit=1",)  # submitit's srun line for the job's tasks (docs/slurm.md)
 
 
 def check_slurm_settings(launcher: Any) -> None:
@@ -134,7 +135,8 @@ class RankTask:
                                     "the job; dlcomm cancelled the copy SLURM requeued")
                 cancel_job(env.job_id)
             else:
-                self._end("KILLED", "SLURM ended the job (scancel, or the time limit without a requeue)")
+                self._end("KILLED", "SLURM ended the job (scancel, the time limit without a requeue, or srun's "
+                                    "--kill-on-bad-exit after a task died without a word: see the job's .err logs)")
 
         TermWatcher(on_term)
         if store is None and env.global_rank == 0:  # the master store lives as long as rank 0 trains
@@ -210,6 +212,9 @@ def _executor(folder: Path, cfg: dict[str, Any]) -> Any:
         "signal_delay_s": launcher["signal_delay_s"],
         "array_parallelism": launcher["array_parallelism"],
         "setup": list(launcher["setup"]),
+        # a rank that exits non-zero (an NCCL abort, a crash) ends the step's other tasks at once
+        # instead of leaving them to wait launcher.comm_timeout_s for it
+        "srun_args": list(SRUN_ARGS),
         # a bare flag (e.g. --hold) is written as {hold: true}
         "additional_parameters": {key: True if str(value).lower() == "true" else value
                                   for key, value in launcher["sbatch_args"].items()},
@@ -263,10 +268,15 @@ class SlurmLauncher(Launcher):
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
-        """Beside the base checks: the ``launcher.*`` ranges, ``sbatch`` on PATH, a partition
-        that exists and has ``nodes`` nodes. (The GPUs are on the compute nodes, not here.)"""
+        """Beside the base checks: the ``launcher.*`` ranges, GPUs asked for every rank and a
+        backend that carries the device's tensors (:func:`dlcomm.launch.gpus.check_slurm_gpus`),
+        ``sbatch`` on PATH, a partition that exists and has ``nodes`` nodes. (The GPUs are on the
+        compute nodes, not here: what is checked is what the job asks for.)"""
         super().check(cfg, roles)
         check_slurm_settings(cfg.launcher)
+        from dlcomm.launch.gpus import check_slurm_gpus
+
+        check_slurm_gpus(cfg)
         check_slurm_available()
         check_partition_fits(cfg.nodes, cfg.launcher.partition)
 

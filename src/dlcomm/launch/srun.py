@@ -26,8 +26,14 @@ class SrunLauncher(Launcher):
 
     @classmethod
     def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+        """Beside the base checks: the ``launcher.*`` ranges, and inside an srun step a GPU for
+        every rank of this node among those this task sees, and a backend that carries the
+        device's tensors (:func:`dlcomm.launch.gpus.check_srun_gpus`)."""
+        from dlcomm.launch.gpus import check_srun_gpus
+
         super().check(cfg, roles)
         check_slurm_settings(cfg.launcher)
+        check_srun_gpus(cfg, in_step="SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ)
 
     @classmethod
     def launch(cls, spec: RunSpec) -> int:
