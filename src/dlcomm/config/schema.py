@@ -31,6 +31,7 @@ class TrainConfig:
     amp: bool = False  # mixed precision: autocast forward, see dlcomm.train.precision
     amp_dtype: str = "auto"  # auto (bf16 on CPU, fp16 with loss scaling on CUDA) | bf16 | fp16
     device: str = "cpu"  # cpu | cuda | auto (cuda when available)
+    deterministic: bool = False  # torch's deterministic algorithms, cuDNN without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8 (dlcomm.train.determinism; what repeats bit for bit: docs/metrics.md)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
     time_budget_s: float = 0.0  # stop once any worker's training clock (simulated under network.mode=simulate, else wall) reaches it; 0: off
     eval_every_s: float = 0.0  # also evaluate every this many seconds of that clock (accuracy against time); 0: off

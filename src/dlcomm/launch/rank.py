@@ -28,6 +28,7 @@ from dlcomm.launch.netif import choose_interface
 from dlcomm.spec import RunSpec
 from dlcomm.tasks import build_task
 from dlcomm.train.checkpoint import Checkpointing, WarningSignal
+from dlcomm.train.determinism import apply_determinism
 from dlcomm.train.loop import TrainLoop
 from dlcomm.train.plan import plan_steps
 from dlcomm.train.optim import build_optimizer, build_scheduler
@@ -111,6 +112,7 @@ def run_rank(
     checkpoint at epoch ends (and, with ``warning``, when the scheduler warns, checking every
     ``check_every`` iterations) and resume from the run's newest checkpoint."""
     cfg = spec.cfg()
+    apply_determinism(cfg.train.get("deterministic", False))  # before CUDA is first used (resolve_device)
     torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
     layout = job_layout(cfg)
     store = dist.TCPStore(store_host, store_port, layout.job_size, is_master=False, timeout=timedelta(seconds=120))
@@ -136,6 +138,7 @@ def train_rank(
     algorithm, then train, or serve when the rank plays a service role. ``track=False``: rank 0
     records nothing in MLflow (tests that train many small jobs in one process)."""
     cfg = spec.cfg()
+    apply_determinism(cfg.train.get("deterministic", False))  # again for launchers that reach the ranks otherwise (idempotent)
     rank, device, layout = cluster.rank, cluster.device, cluster.layout
     channel = Channel.for_run(cluster, cfg.network)
     data = data if data is not None else build_dataset(cfg.dataset)

@@ -154,7 +154,10 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     from dlcomm.data import build_dataset
     from dlcomm.launch.rank import job_layout
 
+    from dlcomm.train.determinism import apply_determinism
+
     cfg = spec.cfg()
+    apply_determinism(cfg.train.get("deterministic", False))  # before CUDA is first used, for every rank of the process
     layout = job_layout(cfg)
     compute, why = resolve_compute(cfg)
     torch.set_num_threads(torch_threads(cfg.train.threads_per_rank, compute, layout.job_size))
