@@ -576,3 +576,32 @@ def train_untracked(cluster, channel, spec, data) -> dict:
     saved = Path(spec.run_dir) / f"model_rank{cluster.rank}.pt"
     params = torch.load(saved) if saved.exists() else {}
     return {"summary": summary, "params": params}
+
+
+def hand_ordered_ring(cluster, channel, numel: int) -> float:
+    """The exchange the exchange primitive exists to prevent: every rank sends to its right and
+    then receives from its left, each message on its own (sends before receives, no batch)."""
+    transport, n, rank = cluster.transport, cluster.world_size, cluster.rank
+    outgoing, incoming = torch.full((numel,), float(rank)), torch.zeros(numel)
+    send = transport.isend(outgoing, (rank + 1) % n, "world", 0)
+    receive = transport.irecv(incoming, (rank - 1) % n, "world", 0)
+    send.wait()
+    receive.wait()
+    return float(incoming[0])
+
+
+def batched_ring(cluster, channel, numel: int) -> float:
+    """The same ring through the Channel's exchange: one batch per rank."""
+    n, rank = cluster.world_size, cluster.rank
+    outgoing, incoming = torch.full((numel,), float(rank)), torch.zeros(numel)
+    channel.exchange([(outgoing, (rank + 1) % n)], [(incoming, (rank - 1) % n)]).wait()
+    return float(incoming[0])
+
+
+def mismatched_pair_order(cluster, channel) -> None:
+    """Rank 0 sends a small then a large message to rank 1, which receives them the other way
+    round: gloo matches by tag and would not notice; NCCL matches a pair's messages in order."""
+    if cluster.rank == 0:
+        channel.exchange([(torch.zeros(2), 1), (torch.zeros(8), 1)]).wait()
+    elif cluster.rank == 1:
+        channel.exchange(recvs=[(torch.zeros(8), 0), (torch.zeros(2), 0)]).wait()

@@ -103,10 +103,17 @@ class NcclRules:
         op: Op | None = getattr(work, "op", None)
         if op is None or op.unit is None:
             return ""
-        if op.unit.active:
+        owner, communicator = op.unit.queue
+        if not op.unit.active:
+            return f", queued behind its {self._queues[op.unit.queue][0].describe()} on {communicator[0]}"
+        if op.kind not in ("send", "recv"):
             return ""
-        head = self._queues[op.unit.queue][0]
-        return f", queued behind its {head.describe()} on {op.unit.queue[1][0]}"
+        wanted = "recv" if op.kind == "send" else "send"
+        for unit in self._queues.get((op.peer, communicator), ()):
+            if any(other.kind == wanted and other.peer == owner for other in unit.ops) and not unit.active:
+                head = self._queues[(op.peer, communicator)][0]
+                return f", whose match on rank {op.peer} is queued behind rank {op.peer}'s {head.describe()}"
+        return f", which rank {op.peer} has not posted"
 
     # ---- under the lock --------------------------------------------------------------
     def _run(self, units: list[Unit], completed: list[Any]) -> None:
@@ -118,6 +125,8 @@ class NcclRules:
             finished: list[Unit] = []
             for op in unit.ops:
                 self._start(unit.queue[1], unit.queue[0], op, finished)
+                if self.error is not None:  # the first broken rule ends the job
+                    return
             if not unit.ops:
                 finished.append(unit)
             for done in finished:
