@@ -113,3 +113,42 @@ def test_a_job_too_large_for_this_machine_is_refused_with_the_estimate(home) -> 
     assert lines[0].startswith("dlcomm: error: nodes*workers_per_node=4096 is invalid with launcher=threads on this "
                                "machine: the job needs about ")
     assert "(4096 ranks x " in lines[0] and "; use at most " in lines[0]
+
+
+def _run_hand_ordered(home, *args: str):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import CliResult, cli_env
+
+    script = Path(__file__).with_name("hand_ordered_dpsgd.py")
+    done = subprocess.run([sys.executable, str(script), *args], cwd=home, env=cli_env(home), capture_output=True,
+                          text=True, timeout=120)
+    return CliResult(done.returncode, done.stdout, done.stderr, home)
+
+
+def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rules(home) -> None:
+    job = ["train", *FAST, "launcher=threads", "algo=dpsgd", "nodes=3", "train.max_steps=3", "launcher.hang_timeout_s=3"]
+    gloo = _run_hand_ordered(home, *job)
+    assert gloo.returncode == 0, gloo.stderr[-2000:]
+    started = time.monotonic()
+    nccl = _run_hand_ordered(home, *job, "launcher.semantics=nccl")
+    assert time.monotonic() - started < 30
+    assert nccl.returncode == 1, nccl.stderr[-2000:]
+    assert "Traceback" not in nccl.stderr
+    last = nccl.stderr.strip().splitlines()[-1]
+    assert "deadlock under launcher.semantics=nccl: every rank waits and none can proceed" in last, last
+    for rank in range(3):
+        assert f"rank {rank} waits on send to rank {(rank + 1) % 3} on world" in last, last
+    assert mlflow_run(nccl).info.status == "FAILED"
+
+
+def test_a_rank_killed_mid_exchange_under_nccls_rules_ends_the_run_naming_it(home) -> None:
+    started = time.monotonic()
+    result = run_cli(home, "train", *FAST, "launcher=threads", "launcher.semantics=nccl", "algo=dpsgd", "nodes=4",
+                     "train.epochs=50", "debug.fail_rank=2", "debug.fail_step=5", "debug.fail_mode=kill", timeout=120)
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1
+    assert "rank 2 was killed (debug.fail_mode=kill)" in result.stderr
+    assert mlflow_run(result).info.status == "FAILED"
