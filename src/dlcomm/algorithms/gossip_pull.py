@@ -120,7 +120,7 @@ class GossipPull(Algorithm):
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
         self.flat = bind_segments(split_segments(model, 1))[0]
-        self.received = torch.empty(self.flat.shape, dtype=self.flat.dtype)
+        self.received = torch.empty(self.flat.shape, dtype=self.flat.dtype, device="cpu")  # pulls: the gloo control plane
         self.lock = threading.Lock()  # held while the parameters change
         self.rng = random.Random(self.seed * 1_000_003 + self.cluster.rank)
         self.others = [r for r in range(self.cluster.world_size) if r != self.cluster.rank]

@@ -61,9 +61,9 @@ class ControlPlane:
     # and its work are kept until the send is seen complete.
     def send(self, dst: int, kind: float, *values: float) -> None:
         """A control message ``[kind, *values]`` to ``dst``."""
-        message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64)
+        message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64, device="cpu")  # gloo, on every cluster
         message[0] = kind
-        message[1 : 1 + len(values)] = torch.tensor(values, dtype=torch.float64)
+        message[1 : 1 + len(values)] = torch.tensor(values, dtype=torch.float64, device="cpu")
         self.channel.record("control", "job", message.numel() * 8, traffic.point_to_point(message.numel() * 8), phase="control")
         self._post(message, dst, CONTROL_TAG)
 
@@ -109,7 +109,7 @@ class ControlPlane:
 
     def _receive(self, handler: Handler) -> None:
         waiting = set(self._peers)
-        message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64)
+        message = torch.zeros(MESSAGE_SLOTS, dtype=torch.float64, device="cpu")
         try:
             while waiting:
                 work = self.transport.irecv(message, None, "control", CONTROL_TAG)

@@ -20,16 +20,17 @@ import torch
 from dlcomm.comm.channel import Channel
 
 
-def payload(nbytes: int) -> torch.Tensor:
-    """A float32 tensor of ``nbytes`` bytes (rounded down to whole floats, at least one)."""
-    return torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+def payload(nbytes: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A float32 tensor of ``nbytes`` bytes (rounded down to whole floats, at least one) on
+    ``device`` (the cluster's: NCCL carries CUDA tensors only)."""
+    return torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
 
 
 def time_collective(channel: Channel, kind: str, nbytes: int, repeats: int) -> list[float]:
     """Seconds per ``kind`` (allreduce | broadcast | allgather) of ``nbytes`` (per rank for
     allgather) over the channel's world, ``repeats`` times; every rank calls it and gets the
     same list: last entry to last exit."""
-    tensor = payload(nbytes)
+    tensor = payload(nbytes, channel.cluster.device)
     spans = []
     for _ in range(repeats):
         channel.barrier()
@@ -51,7 +52,7 @@ def pingpong(channel: Channel, a: int, b: int, nbytes: int, repeats: int) -> lis
     """One-way seconds of an ``nbytes`` message between ranks ``a`` and ``b`` (half a round
     trip, timed on ``a``'s clock), ``repeats`` times; ``a`` and ``b`` call it, the others not."""
     me = channel.cluster.rank
-    tensor = payload(nbytes)
+    tensor = payload(nbytes, channel.cluster.device)
     times = []
     for _ in range(repeats):
         if me == a:
@@ -66,5 +67,5 @@ def pingpong(channel: Channel, a: int, b: int, nbytes: int, repeats: int) -> lis
 
 
 def _last_to_last(channel: Channel, entered: float, left: float) -> float:
-    gathered = channel.allgather(torch.tensor([entered, left], dtype=torch.float64))
+    gathered = channel.allgather(torch.tensor([entered, left], dtype=torch.float64, device=channel.cluster.device))
     return float(max(float(t[1]) for t in gathered) - max(float(t[0]) for t in gathered))
