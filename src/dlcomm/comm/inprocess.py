@@ -313,7 +313,8 @@ def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
 class Fabric:
     """The in-process network of one job, shared by its rank threads."""
 
-    def __init__(self, turns: Turns | None = None, semantics: str = "gloo", hang_timeout_s: float = 10.0) -> None:
+    def __init__(self, turns: Turns | None = None, semantics: str = "gloo", hang_timeout_s: float = 10.0,
+                 ranks: int | None = None) -> None:
         if semantics not in SEMANTICS:
             raise ValueError(f"unknown semantics {semantics!r}; use one of {', '.join(SEMANTICS)}")
         self.turns = turns
@@ -329,6 +330,8 @@ class Fabric:
         self._nccl = NcclRules(_PERFORM, _settle) if semantics == "nccl" else None
         self._progress = 0  # bumped on every post and completion (the hang watch reads it)
         self._alive: dict[int, int] = {}  # rank -> its thread's ident, while the rank runs
+        self._started: set[int] = set()  # ranks that ever entered
+        self._ranks = ranks  # how many rank threads the job has (None: unknown)
         self._waiting: dict[int, _Work] = {}  # rank -> what its thread waits on
         self._thread_rank = threading.local()  # .rank: the rank whose thread this is
         self._hang_timeout_s = hang_timeout_s
@@ -340,6 +343,7 @@ class Fabric:
         self._thread_rank.rank = rank
         with self._lock:
             self._alive[rank] = threading.get_ident()
+            self._started.add(rank)
             if self._watch is None and self._hang_timeout_s > 0:
                 self._watch = HangWatch(self._hang_timeout_s, lambda: self._progress, self._hang_snapshot,
                                         self._describe_wait, self._on_hang, self.semantics)
@@ -356,8 +360,8 @@ class Fabric:
 
     def _hang_snapshot(self) -> tuple[set, dict]:
         with self._lock:
-            if self.failure is not None:
-                return set(), {}
+            if self.failure is not None or (self._ranks is not None and len(self._started) < self._ranks):
+                return set(), {}  # a rank still starting may be the one the others wait for
             return set(self._alive), dict(self._waiting)
 
     def _describe_wait(self, work: _Work) -> str:

@@ -106,7 +106,8 @@ def _run_in_threads(
     from dlcomm.comm.layout import ClusterLayout
 
     layout = ClusterLayout(nodes, world // nodes, services)
-    fabric = Fabric(Turns(range(layout.job_size)) if serial else None, semantics=semantics, hang_timeout_s=hang_timeout_s)
+    fabric = Fabric(Turns(range(layout.job_size)) if serial else None, semantics=semantics, hang_timeout_s=hang_timeout_s,
+                    ranks=layout.job_size)
     results: dict[int, Any] = {}
     errors: dict[int, str] = {}
 

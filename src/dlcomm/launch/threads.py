@@ -168,7 +168,7 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     data = build_dataset(cfg.dataset)
     ranks = range(layout.job_size)
     fabric = Fabric(Turns(ranks) if compute == "serial" else None, semantics=cfg.launcher.semantics,
-                    hang_timeout_s=cfg.launcher.hang_timeout_s)
+                    hang_timeout_s=cfg.launcher.hang_timeout_s, ranks=layout.job_size)
     failures: list[RankFailure] = []
     threads = [
         threading.Thread(target=_rank_thread, args=(spec, rank, layout, fabric, device, data, failures),
