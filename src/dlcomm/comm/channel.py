@@ -45,7 +45,7 @@ import torch
 from dlcomm.comm import traffic
 from dlcomm.comm.clock import VirtualClock, WallClock, compute_timer
 from dlcomm.comm.cluster import Cluster
-from dlcomm.comm.device_timing import device_timer
+from dlcomm.comm.device_timing import device_timer, union_length
 from dlcomm.comm.network import NetworkModel
 from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
 from dlcomm.comm.transport import P2P
@@ -231,13 +231,13 @@ class Channel:
         nan = math.nan
         return IterationComm(
             exposed_s=sum(op.blocked_s for op in ops),
-            busy_s=_union_length(sorted((op.wall_start, _or(op.wall_end, now)) for op in ops)),
+            busy_s=union_length(sorted((op.wall_start, _or(op.wall_end, now)) for op in ops)),
             bytes_sent=sum(op.bytes_sent for op in ops),
             messages=sum(op.messages for op in ops),
             ops=len(ops),
             clock_time_s=clock_end - self._iteration_start if modelled else nan,
             clock_exposed_s=sum(op.exposed_s for op in ops) if modelled else nan,
-            clock_busy_s=_union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
+            clock_busy_s=union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
             modelled_s=sum(op.modelled_s for op in ops if op.counts_modelled) if modelled else nan,
             overruns=sum(op.overran for op in ops),
             records=tuple(ops),
@@ -485,18 +485,3 @@ class Channel:
 
 def _or(value: float, default: float) -> float:
     return default if math.isnan(value) else value
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by sorted ``(start, end)`` intervals."""
-    total, current_start, current_end = 0.0, None, None
-    for start, end in intervals:
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
-    return total

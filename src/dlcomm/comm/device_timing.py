@@ -193,7 +193,7 @@ class CudaTimer:
             group_end[record.group] = done
             intervals.append((start, max(start, done)))
         self._issues, self._waits = [], []
-        return IterationSplit(time_ms / 1e3, exposed_ms / 1e3, _union_length(sorted(intervals)) / 1e3)
+        return IterationSplit(time_ms / 1e3, exposed_ms / 1e3, union_length(sorted(intervals)) / 1e3)
 
     @staticmethod
     def _completion(begin: Any, start: float, wait: _Wait | None, previous: float, time_ms: float) -> float:
@@ -255,7 +255,7 @@ class StreamClock:
         return self._seconds
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
+def union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by sorted ``(start, end)`` intervals."""
     total, current_start, current_end = 0.0, 0.0, None
     for start, end in intervals:
