@@ -38,7 +38,7 @@ class Algorithm:
     name: ClassVar[str]
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
     point_to_point: ClassVar[bool] = True
-    """Whether it sends device tensors point to point (``isend``/``irecv`` through the Channel);
+    """Whether it sends device tensors point to point (``Channel.exchange``);
     False for collective-only algorithms. torch's gloo cannot send CUDA tensors point to point,
     so ``launcher.backend=gloo`` with ``train.device=cuda`` is refused for those that do
     (:mod:`dlcomm.launch.gpus`)."""

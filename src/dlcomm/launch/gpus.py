@@ -35,8 +35,7 @@ from dlcomm.errors import UserError
 
 
 def sends_point_to_point(algo: str) -> bool:
-    """Whether ``algo`` sends device tensors point to point (``isend``/``irecv`` through the
-    Channel). An algorithm class says it is collective-only with ``point_to_point = False``;
+    """Whether ``algo`` sends device tensors point to point (``Channel.exchange``). An algorithm class says it is collective-only with ``point_to_point = False``;
     one that says nothing is taken to send point to point (the safe answer)."""
     from dlcomm.algorithms.registry import get_algorithm
 
