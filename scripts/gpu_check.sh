@@ -1,122 +1,388 @@
 #!/usr/bin/env bash
-# GPU check for a machine with an NVIDIA GPU: the default job on CUDA under launcher=local and
-# launcher=threads, and mixed precision. Prints, per step, the run's "done:" line, its peak memory
-# line, the exit code and the wall seconds, then a summary table; exits non-zero if a step failed.
+# What one GPU can show about dlcomm's GPU path (issue 33, item 9). Prints one table at the end
+# (check, status, seconds, note) and exits non-zero if a row failed.
 #
-#   scripts/gpu_check.sh                # from anywhere; runs from the repository root
-#   STEP_TIMEOUT=1800 KEEP_HOME=1 scripts/gpu_check.sh
+#   scripts/gpu_check.sh                      # on a machine with an NVIDIA GPU (from anywhere)
+#   scripts/gpu_check.sh --cpu                # the same rows with train.device=cpu where they mean
+#                                             # something there (or GPU_CHECK_CPU=1); the GPU-only
+#                                             # rows are skipped
+#   scripts/gpu_check.sh dataset.root=/data/fashion-mnist    # extra overrides go to every run
 #
-# Steps (default job: small CNN, Fashion-MNIST, AllReduce-SGD, network=off):
-#   1. nvidia-smi summary, torch / CUDA / cuDNN / NCCL versions
-#   2. launcher=local  nodes=1 train.device=cuda train.max_steps=200   (nccl, world size 1)
-#   3. launcher=threads nodes=8 train.device=cuda train.max_steps=100  (8 ranks on the one GPU)
-#   4. launcher=threads nodes=64 train.device=cuda train.batch_size=16 train.max_steps=50
-#   5. step 2 with train.amp=true train.amp_dtype=fp16
-# nodes=1 in steps 2 and 5: launcher=local gives every rank process a GPU of its own under nccl,
-# so on one GPU it runs one worker (the default job's 4 would share cuda:0, which nccl refuses).
-# Each run gets STEP_TIMEOUT seconds (default 900). Results go to a temporary DLCOMM_HOME,
-# removed at the end unless KEEP_HOME=1.
-# Exit codes: 0 all steps passed, 1 a step failed, 2 no usable GPU (or no venv).
+# Rows (the default job: small CNN, Fashion-MNIST, batch 64 per worker; every run is `dlcomm train`):
+#   * dlcomm doctor; CUDA visible to torch (nvidia-smi, torch.cuda) [GPU only]
+#   * timing sanity: the default job at launcher=local nodes=1 (nccl on a GPU) for 60 steps; its
+#     compute_s (timings.csv) against the same iteration in plain torch timed alone with CUDA
+#     events (perf_counter under --cpu): zero_grad, forward, backward, the gradients averaged in
+#     one flat bucket by all_reduce on a world-size-1 group, optimizer step; the fastest step
+#     after 10 of warm-up on each side; ok within 10%. A failed comparison is repeated (the run
+#     too) up to TIMING_ATTEMPTS times (3), so that another process's load is not taken for an
+#     error; the note says which attempt passed. Under --cpu: 100 steps, 5 of warm-up, one thread.
+#   * world-size-1 NCCL: launcher=local nodes=1 launcher.backend=nccl train.device=cuda [GPU only]
+#   * every algorithm (the 13 of configs/algo/) for STEPS steps under launcher=threads, all ranks
+#     on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl row's
+#     note says whether its losses equal the gloo row's (information, not a pass/fail criterion)
+#   * network=eth_10g network.mode=simulate on the device (allreduce, crossover, crossover_hier,
+#     ps; semantics=nccl): the simulated clock must read a positive compute and iteration time
+#   * train.amp=true train.amp_dtype=fp16 per algorithm family: allreduce, dpsgd (gossip),
+#     crossover_hier (hierarchical); ps (parameter server) with bf16, since it refuses fp16 loss
+#     scaling (its server would apply the workers' scaled gradients)
+#
+# Environment: STEPS (20; 5 under --cpu), ROW_TIMEOUT (seconds per row: 150; 300 under --cpu),
+# DEADLINE (seconds for the whole script: 510, so it ends inside a 10-minute limit; 1800 under
+# --cpu; a row is started only with at least 30 s left, and its timeout never passes the deadline),
+# JOBS (rows run at once: 3 on a GPU, 1 under --cpu; the timing row always runs alone), ONLY (an
+# extended regex: only the rows whose check matches run, e.g. ONLY='amp|timing'), KEEP_HOME=1
+# (keep the temporary DLCOMM_HOME with every row's log and results). Results never go to the
+# repository's results/: every row gets its own DLCOMM_HOME under a temporary folder.
+# Exit codes: 0 every row ok or skipped, 1 a row failed, 2 no usable GPU without --cpu (or no venv).
 set -u
 
+CPU=0
+EXTRA=()
+for arg in "$@"; do
+    case "$arg" in
+        --cpu) CPU=1 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+        -*) echo "gpu_check: unknown option $arg (use --cpu, or pass dlcomm overrides such as dataset.root=...)" >&2; exit 2 ;;
+        *) EXTRA+=("$arg") ;;
+    esac
+done
+[ "${GPU_CHECK_CPU:-0}" = 1 ] && CPU=1
+
 cd "$(dirname "$0")/.." || exit 2
-
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "gpu_check: no usable NVIDIA GPU here (nvidia-smi missing or failing); run this on a machine with a GPU" >&2
-    exit 2
-fi
-
 if [ ! -x .venv/bin/dlcomm ]; then
     echo "gpu_check: .venv/bin/dlcomm missing: running 'make setup'" >&2
     make setup || { echo "gpu_check: 'make setup' failed" >&2; exit 2; }
 fi
-PY=.venv/bin/python
-DLCOMM=.venv/bin/dlcomm
+PY=$PWD/.venv/bin/python
+DLCOMM=$PWD/.venv/bin/dlcomm
 
-if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
-    echo "gpu_check: torch.cuda is not available in .venv (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')); a CUDA build of torch and a working driver are needed" >&2
-    exit 2
-fi
-
-STEP_TIMEOUT=${STEP_TIMEOUT:-900}
-DLCOMM_HOME=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 2
-export DLCOMM_HOME
-export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
-if [ "${KEEP_HOME:-0}" = 1 ]; then
-    echo "results under $DLCOMM_HOME (kept)"
+if [ "$CPU" = 1 ]; then
+    DEVICE=cpu
+    STEPS=${STEPS:-5}
+    ROW_TIMEOUT=${ROW_TIMEOUT:-300}
+    DEADLINE=${DEADLINE:-1800}
+    JOBS=${JOBS:-1}
+    TIMING_STEPS=100
+    TIMING_WARMUP=5
+    # one torch thread: on a shared CPU another process's load stalls a multi-threaded (OpenMP)
+    # step 10-20x at random, on either side of the comparison
+    TIMING_THREADS=train.threads_per_rank=1
+    TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
 else
-    trap 'rm -rf "$DLCOMM_HOME"' EXIT
+    DEVICE=cuda
+    STEPS=${STEPS:-20}
+    ROW_TIMEOUT=${ROW_TIMEOUT:-150}
+    DEADLINE=${DEADLINE:-510}
+    JOBS=${JOBS:-3}
+    TIMING_STEPS=60
+    TIMING_WARMUP=10
+    TIMING_THREADS=""
+    TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
+    if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "gpu_check: no usable NVIDIA GPU here (nvidia-smi missing or failing); run this on a machine with a GPU, or scripts/gpu_check.sh --cpu" >&2
+        exit 2
+    fi
+    if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+        echo "gpu_check: torch.cuda is not available in .venv (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')); a CUDA build of torch and a working driver are needed (dlcomm doctor says which)" >&2
+        exit 2
+    fi
 fi
 
-echo "== 1. GPU and versions"
-nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used,utilization.gpu --format=csv,noheader
-"$PY" - <<'EOF'
-import torch
-nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "n/a"
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, NCCL {nccl}, "
-      f"{torch.cuda.device_count()} device(s), device 0: {torch.cuda.get_device_name(0)}")
+BASE=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 2
+if [ "${KEEP_HOME:-0}" = 1 ]; then
+    echo "gpu_check: every row's log and results under $BASE (kept)"
+else
+    trap 'rm -rf "$BASE"' EXIT
+fi
+export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
+STARTED=$(date +%s)
+
+# ---- the checks that read a run's timings.csv ----------------------------------------------------
+cat >"$BASE/helpers.py" <<'EOF'
+"""gpu_check.sh's readings: python helpers.py <what> ...; prints one line, exit 1 on a failed check."""
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+
+def timings(run_dir):
+    return pd.read_csv(Path(run_dir) / "timings.csv")
+
+
+def simulated(run_dir):
+    rows = timings(run_dir)
+    sim, compute = rows["sim_time_s"].median(), rows["sim_compute_s"].median()
+    if not (math.isfinite(sim) and math.isfinite(compute) and sim > 0 and compute > 0 and sim >= compute):
+        print(f"simulated clock wrong: median sim_time_s {sim}, sim_compute_s {compute}")
+        return 1
+    print(f"simulated {sim * 1e3:.1f} ms/iter, compute {compute * 1e3:.1f} ms")
+    return 0
+
+
+def compare(gloo_dir, nccl_dir):
+    a, b = (timings(d).sort_values(["step", "rank"])["loss"].tolist() for d in (gloo_dir, nccl_dir))
+    if a == b:
+        print(f"losses = gloo's ({len(a)} rows)")
+    elif len(a) != len(b):
+        print(f"{len(b)} loss rows, gloo's run {len(a)}")
+    else:
+        print(f"losses differ from gloo's (max |diff| {max(abs(x - y) for x, y in zip(a, b)):.2g})")
+    return 0
+
+
+def timing(run_dir, device_name, warmup, *overrides):
+    """The same step as dlcomm's iteration, in plain torch and timed alone: zero_grad, forward,
+    backward, the gradients averaged over the job's one rank (one flat bucket, all_reduce on a
+    world-size-1 group of the job's backend, as AllReduce-SGD does), optimizer step, for the
+    model and optimizer dlcomm builds and one batch of the job's shape; CUDA events on the current
+    stream (one event sync per step, as dlcomm's timer) or perf_counter on the CPU. The
+    fastest step after the warm-up on each side: robust to other processes' load, while a
+    systematic error (a region timed on the wrong stream, transfers charged as compute, host
+    overhead the step alone does not have) shows in every step."""
+    from time import perf_counter
+
+    import torch
+
+    from dlcomm.compose import compose
+    from dlcomm.data import build_dataset
+    from dlcomm.launch.rank import threads_per_rank
+    from dlcomm.tasks import build_task
+    from dlcomm.train.optim import build_optimizer
+
+    warmup = int(warmup)
+    cfg = compose(list(overrides))
+    torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, 1))
+    device = torch.device(device_name)
+    if device.type == "cuda":  # the device a local rank of one gets (dlcomm.launch.rank.resolve_device)
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+    data = build_dataset(cfg.dataset)
+    task = build_task(cfg)
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(cfg.model, data).to(device)
+    optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
+    model.train()
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
+                            world_size=1, device_id=device if device.type == "cuda" else None)
+    params = [p for p in model.parameters() if p.requires_grad]
+    bucket = torch.zeros(sum(p.numel() for p in params), device=device)
+    views = [view.view_as(p) for view, p in zip(bucket.split([p.numel() for p in params]), params)]
+    batch = cfg.train.batch_size
+    inputs = torch.randn(batch, *data.input_shape, device=device)
+    labels = torch.randint(0, data.num_classes, (batch,), device=device)
+    rows = timings(run_dir)
+    cuda = device.type == "cuda"
+    seconds = []
+    for _ in range(max(int(rows["step"].max()) + 1, 300)):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            began = perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = task.loss(model, inputs, labels)
+        loss.backward()
+        for view, p in zip(views, params):
+            view.copy_(p.grad)
+        dist.all_reduce(bucket)
+        bucket.div_(dist.get_world_size())
+        for view, p in zip(views, params):
+            p.grad.copy_(view)
+        optimizer.step()
+        if cuda:
+            end.record()
+            end.synchronize()
+            seconds.append(start.elapsed_time(end) / 1e3)
+        else:
+            seconds.append(perf_counter() - began)
+    alone = seconds[warmup:]
+    dlcomm = rows.loc[rows["step"] >= warmup, "compute_s"].tolist()
+    ratio = min(dlcomm) / min(alone)
+    median = statistics.median(dlcomm) / statistics.median(alone)
+    clock = "CUDA events" if cuda else "perf_counter"
+    print(f"compute_s {min(dlcomm) * 1e3:.2f} ms / alone ({clock}) {min(alone) * 1e3:.2f} ms = {ratio:.3f} "
+          f"(fastest after {warmup} warm-up steps, of {len(dlcomm)} and {len(alone)}; medians: {median:.3f}); "
+          "ok within 10%")
+    dist.destroy_process_group()
+    return 0 if abs(ratio - 1) <= 0.10 else 1
+
+
+if __name__ == "__main__":
+    sys.exit({"simulated": simulated, "compare": compare, "timing": timing}[sys.argv[1]](*sys.argv[2:]))
 EOF
-VERSIONS_RC=$?
 
-NAMES=()
-CODES=()
-WALLS=()
-ACCS=()
+# ---- rows ------------------------------------------------------------------------------------------
+# R_NAME: the table's check; R_KIND: doctor | cuda | train | simulated | timing; R_ARGS: the run's
+# overrides; R_SKIP: why the row does not run here (empty: it runs); R_PAIR: the gloo row of an
+# nccl row (its losses are compared).
+R_NAME=() R_KIND=() R_ARGS=() R_SKIP=() R_PAIR=()
+row() {  # row NAME KIND SKIP ARGS...
+    R_NAME+=("$1") R_KIND+=("$2") R_SKIP+=("$3") R_PAIR+=("")
+    shift 3
+    R_ARGS+=("$*")
+}
+GPU_ONLY=""
+[ "$CPU" = 1 ] && GPU_ONLY="skipped: no GPU (--cpu)"
 
-# run_step NAME OVERRIDES...: one `dlcomm train` run, its figures printed and remembered
-run_step() {
-    local name=$1
-    shift
-    local log="$DLCOMM_HOME/step$((${#NAMES[@]} + 2)).log"
-    echo
-    echo "== $((${#NAMES[@]} + 2)). $name"
-    echo "dlcomm train $*"
-    local start end rc wall acc
+row "dlcomm doctor" doctor ""
+row "CUDA visible (nvidia-smi, torch.cuda)" cuda "$GPU_ONLY"
+row "timing: compute_s vs the step alone" timing "" \
+    launcher=local nodes=1 train.device=$DEVICE train.max_steps=$TIMING_STEPS $TIMING_THREADS
+row "local nodes=1 backend=nccl (world size 1)" train "$GPU_ONLY" \
+    launcher=local nodes=1 launcher.backend=nccl train.device=cuda train.max_steps=$STEPS
+FIRST_POOL=${#R_NAME[@]}  # rows before this run one at a time, those after JOBS at once
+
+shape() {  # the job shape an algorithm is checked at
+    case "$1" in
+        allreduce_hier|crossover_hier|node_based) echo "nodes=2 workers_per_node=2" ;;
+        sesgd|local_sesgd) echo "nodes=4 algo.groups=2" ;;
+        *) echo "nodes=4" ;;
+    esac
+}
+ALGOS=$(cd src/dlcomm/configs/algo && ls *.yaml | sed 's/\.yaml$//')
+for algo in $ALGOS; do
+    for semantics in gloo nccl; do
+        row "threads $algo semantics=$semantics" train "" launcher=threads train.device=$DEVICE algo=$algo \
+            $(shape "$algo") launcher.semantics=$semantics train.max_steps=$STEPS
+        [ "$semantics" = nccl ] && R_PAIR[$((${#R_NAME[@]} - 1))]=$((${#R_NAME[@]} - 2))
+    done
+done
+for algo in allreduce crossover crossover_hier ps; do
+    row "threads $algo network.mode=simulate" simulated "" launcher=threads train.device=$DEVICE algo=$algo \
+        $(shape "$algo") network=eth_10g network.mode=simulate launcher.semantics=nccl train.max_steps=$STEPS
+done
+for algo in allreduce dpsgd crossover_hier; do
+    row "threads $algo amp fp16" train "" launcher=threads train.device=$DEVICE algo=$algo $(shape "$algo") \
+        train.amp=true train.amp_dtype=fp16 train.max_steps=$STEPS
+done
+# the parameter server refuses fp16 loss scaling (its server would apply scaled gradients): bf16
+row "threads ps amp bf16 (ps refuses fp16)" train "" launcher=threads train.device=$DEVICE algo=ps $(shape ps) \
+    train.amp=true train.amp_dtype=bf16 train.max_steps=$STEPS
+ROWS=${#R_NAME[@]}
+
+# ---- running one row ---------------------------------------------------------------------------------
+# run_row I SECONDS: runs row I with at most SECONDS; writes $BASE/rows/I/{status,secs,note,run}
+run_row() {
+    local i=$1 limit=$2 dir="$BASE/rows/$1"
+    mkdir -p "$dir"
+    local start rc=0 note="" status=ok run="" done_line
     start=$(date +%s.%N)
-    timeout --kill-after=30 "$STEP_TIMEOUT" "$DLCOMM" train "$@" >"$log" 2>&1
-    rc=$?
-    end=$(date +%s.%N)
-    wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-    # the progress bar redraws after "\r": split there so grep sees the lines
-    tr '\r' '\n' <"$log" | grep -E '^done:' | tail -n 1
-    tr '\r' '\n' <"$log" | grep -E '^peak memory' | tail -n 1
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        echo "timed out after $STEP_TIMEOUT s"
-    fi
-    if [ "$rc" -ne 0 ]; then
-        echo "--- last lines of its output ---"
-        tr '\r' '\n' <"$log" | grep -v '^train:' | grep -v '^[[:space:]]*$' | tail -n 15
-    fi
-    acc=$(tr '\r' '\n' <"$log" | grep -E '^done:' | tail -n 1 | sed -nE 's/^done: test accuracy ([0-9.]+%|n\/a).*/\1/p')
-    echo "exit code $rc, wall $wall s"
-    NAMES+=("$name")
-    CODES+=("$rc")
-    WALLS+=("$wall")
-    ACCS+=("${acc:-n/a}")
+    case "${R_KIND[$i]}" in
+        doctor)
+            "$DLCOMM" doctor >"$dir/log" 2>&1 || rc=$?
+            note=$(grep -E '^torch ' "$dir/log" | sed -E 's/ +/ /g' | head -c 110)
+            ;;
+        cuda)
+            { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader &&
+              "$PY" -c "import torch; assert torch.cuda.is_available(); print(torch.cuda.get_device_name(0), 'cuda', torch.version.cuda)"; } \
+                >"$dir/log" 2>&1 || rc=$?
+            note=$(tail -n 1 "$dir/log" | head -c 110)
+            ;;
+        *)
+            local attempt=0 retry=1
+            while [ "$retry" = 1 ]; do  # only the timing row retries, and only its comparison's failures
+                attempt=$((attempt + 1)) retry=0 rc=0
+                # shellcheck disable=SC2086  # R_ARGS holds overrides without spaces
+                DLCOMM_HOME="$dir" timeout --kill-after=15 "$limit" "$DLCOMM" train ${R_ARGS[$i]} "${EXTRA[@]}" \
+                    >"$dir/log" 2>&1 || rc=$?
+                done_line=$(tr '\r' '\n' <"$dir/log" | grep -E '^done:' | tail -n 1)
+                run=$(sed -nE 's/.*mlflow run ([0-9a-f]+).*/\1/p' <<<"$done_line")
+                [ -n "$run" ] && run="$dir/results/runs/$run"
+                if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+                    note="timed out after $limit s"
+                elif [ "$rc" -ne 0 ] || [ -z "$done_line" ]; then
+                    note=$(tr '\r' '\n' <"$dir/log" | grep -v '^train:' | grep -v '^[[:space:]]*$' | tail -n 1 | head -c 200)
+                    [ "$rc" -eq 0 ] && rc=1
+                else
+                    note=$(sed -nE 's/^done: test accuracy ([0-9.]+%|n\/a).*\| wall ([0-9.,]+ ms\/iter).*/acc \1, \2/p' <<<"$done_line")
+                    if [ "${R_KIND[$i]}" = simulated ]; then
+                        "$PY" "$BASE/helpers.py" simulated "$run" >"$dir/check" 2>&1 || rc=$?
+                        note=$(tail -n 1 "$dir/check")
+                    elif [ "${R_KIND[$i]}" = timing ]; then
+                        # shellcheck disable=SC2086
+                        timeout 300 "$PY" "$BASE/helpers.py" timing "$run" "$DEVICE" "$TIMING_WARMUP" \
+                            ${R_ARGS[$i]} "${EXTRA[@]}" >"$dir/check" 2>&1 || rc=$?
+                        note="$(tail -n 1 "$dir/check" | head -c 200) [attempt $attempt of $TIMING_ATTEMPTS]"
+                        [ "$rc" -eq 1 ] && [ "$attempt" -lt "$TIMING_ATTEMPTS" ] && retry=1
+                    fi
+                fi
+            done
+            ;;
+    esac
+    [ "$rc" -eq 0 ] || status=FAIL
+    awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }' >"$dir/secs"
+    echo "$status" >"$dir/status"
+    echo "$note" >"$dir/note"
+    echo "$run" >"$dir/run"
+    printf '[%2d/%d] %-44s %-4s %6s s\n' "$((i + 1))" "$ROWS" "${R_NAME[$i]}" "$status" "$(cat "$dir/secs")"
 }
 
-run_step "local, 1 worker, cuda, 200 steps" \
-    launcher=local nodes=1 train.device=cuda train.max_steps=200
-run_step "threads, 8 workers, cuda, 100 steps" \
-    launcher=threads nodes=8 train.device=cuda train.max_steps=100
-run_step "threads, 64 workers, cuda, batch 16, 50 steps" \
-    launcher=threads nodes=64 train.device=cuda train.batch_size=16 train.max_steps=50
-run_step "local, 1 worker, cuda, amp fp16, 200 steps" \
-    launcher=local nodes=1 train.device=cuda train.amp=true train.amp_dtype=fp16 train.max_steps=200
+# start_row I: runs row I unless it is skipped or the deadline is too close
+start_row() {
+    local i=$1 left dir="$BASE/rows/$1"
+    local skip=${R_SKIP[$i]}
+    if [ -z "$skip" ] && [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"${R_NAME[$i]}"; then
+        skip="skipped: not matched by ONLY=$ONLY"
+    fi
+    if [ -n "$skip" ]; then
+        mkdir -p "$dir"; echo skip >"$dir/status"; echo - >"$dir/secs"; echo "$skip" >"$dir/note"; : >"$dir/run"
+        return 1
+    fi
+    left=$((DEADLINE - ($(date +%s) - STARTED)))
+    if [ "$left" -lt 30 ]; then
+        mkdir -p "$dir"; echo FAIL >"$dir/status"; echo - >"$dir/secs"; : >"$dir/run"
+        echo "not run: the script's deadline ($DEADLINE s) was near" >"$dir/note"
+        return 1
+    fi
+    [ "$left" -gt "$ROW_TIMEOUT" ] && left=$ROW_TIMEOUT
+    echo "$left"
+}
 
-echo
-echo "== summary"
-printf '%-4s %-48s %9s %9s %10s\n' step run "exit code" "wall s" accuracy
-printf '%-4s %-48s %9s %9s %10s\n' 1 "GPU and versions" "$VERSIONS_RC" - -
-failed=0
-[ "$VERSIONS_RC" -eq 0 ] || failed=1
-for i in "${!NAMES[@]}"; do
-    printf '%-4s %-48s %9s %9s %10s\n' "$((i + 2))" "${NAMES[$i]}" "${CODES[$i]}" "${WALLS[$i]}" "${ACCS[$i]}"
-    [ "${CODES[$i]}" -eq 0 ] || failed=1
+echo "gpu_check: $ROWS rows, device $DEVICE, $STEPS steps per run, $JOBS at once, $ROW_TIMEOUT s per row, deadline $DEADLINE s"
+for ((i = 0; i < FIRST_POOL; i++)); do
+    limit=$(start_row "$i") && run_row "$i" "$limit"
 done
+for ((i = FIRST_POOL; i < ROWS; i++)); do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    limit=$(start_row "$i") && run_row "$i" "$limit" &
+done
+wait
+
+# ---- the table -----------------------------------------------------------------------------------------
+failed=0
+for ((i = 0; i < ROWS; i++)); do
+    dir="$BASE/rows/$i"
+    [ -f "$dir/status" ] || { mkdir -p "$dir"; echo FAIL >"$dir/status"; echo - >"$dir/secs"; echo "no result" >"$dir/note"; }
+    pair=${R_PAIR[$i]}
+    if [ -n "$pair" ] && [ "$(cat "$dir/status")" = ok ] && [ "$(cat "$BASE/rows/$pair/status")" = ok ]; then
+        if [ "${R_ARGS[$i]}" != "${R_ARGS[$i]/algo=gossip_pull/}" ]; then
+            compared="losses not compared (gossip_pull's pulls race by design)"
+        else
+            compared=$("$PY" "$BASE/helpers.py" compare "$(cat "$BASE/rows/$pair/run")" "$(cat "$dir/run")" 2>&1 | tail -n 1)
+        fi
+        echo "$(cat "$dir/note"); $compared" >"$dir/note"
+    fi
+done
+echo
+printf '%-44s %-6s %8s  %s\n' check status seconds note
+printf '%-44s %-6s %8s  %s\n' "--------------------------------------------" "------" "--------" "----"
+for ((i = 0; i < ROWS; i++)); do
+    dir="$BASE/rows/$i"
+    status=$(cat "$dir/status")
+    printf '%-44s %-6s %8s  %s\n' "${R_NAME[$i]}" "$status" "$(cat "$dir/secs")" "$(cat "$dir/note")"
+    [ "$status" = FAIL ] && failed=$((failed + 1))
+done
+elapsed=$(($(date +%s) - STARTED))
+echo
 if [ "$failed" -ne 0 ]; then
-    echo "gpu_check: FAILED (a step exited non-zero)"
+    echo "gpu_check: $failed row(s) FAILED ($elapsed s; device $DEVICE; KEEP_HOME=1 keeps every row's log)"
     exit 1
 fi
-echo "gpu_check: all steps passed"
+echo "gpu_check: every row ok or skipped ($elapsed s; device $DEVICE)"
 exit 0
