@@ -99,6 +99,8 @@ TRAIN = [
     (["network=eth_1g", "network.mode=emulate", "network.compute_scale=0.5"],
      "network.compute_scale=0.5 is invalid: only simulated clocks can scale compute; add network.mode=simulate"),
     (["launcher=threads", "launcher.compute=fast"], "launcher.compute=fast is invalid"),
+    (["launcher=threads", "launcher.semantics=mpi"], "launcher.semantics=mpi is invalid; use gloo (gloo's delivery) or nccl"),
+    (["launcher=threads", "launcher.hang_timeout_s=0"], "launcher.hang_timeout_s=0.0 is invalid; pass a positive number of seconds"),
     # -- sizes that cannot fit --
     (["nodes=300"], "nodes*workers_per_node=300 is invalid with launcher=local on this machine: the job needs about"),
     (["nodes=900", "launcher=threads"], "nodes*workers_per_node=900 is invalid with launcher=threads on this machine"),
