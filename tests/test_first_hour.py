@@ -113,3 +113,33 @@ def test_a_sweep_s_runs_are_named_by_what_it_varies(home) -> None:
                     if run.data.tags.get("sweep") != "true")
     assert names_ == ["allreduce n4 seed=1 optim.lr=0.05", "allreduce n4 seed=1 optim.lr=0.1",
                       "allreduce n4 seed=2 optim.lr=0.05", "allreduce n4 seed=2 optim.lr=0.1"]
+
+
+def test_throughput_is_on_rank_0s_clock_when_a_peer_started_first(home, monkeypatch) -> None:
+    """Rank 0 opens its reporter before training, so its peers wait in the first collective: their
+    warm-up rows hold that wait, which is not in rank 0's epoch wall time. Subtracting it gave
+    epoch/samples_per_s = 0 (issue 34 class 6); rank 0's own warm-up time is subtracted instead."""
+    from dlcomm import cli
+    from dlcomm.tracking.reporter import Rank0Reporter
+
+    started = Rank0Reporter.start
+
+    def late_start(self, *args, **kwargs):
+        time.sleep(1.5)  # the late MLflow artifact upload of a first run, made longer than the epoch
+        return started(self, *args, **kwargs)
+
+    monkeypatch.setattr(Rank0Reporter, "start", late_start)
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    monkeypatch.chdir(home)
+    assert cli.main(["train", *FAST, "launcher=threads", "nodes=2", "train.epochs=1"]) == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+    run = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])[0]
+    timings = pd.read_csv(home / "results" / "runs" / run.info.run_id / "timings.csv")
+    assert timings[(timings["step"] == 0) & (timings["rank"] == 1)]["time_s"].iloc[0] > 1.0  # the peer waited
+    later = timings[timings["step"] >= 1]
+    per_iteration = later.groupby("step")["time_s"].max().sum() + later.groupby("step")["data_s"].max().sum()
+    expected = len(later) * 64 / per_iteration  # every rank's batch of 64 per step, over the steps' wall time
+    measured = run.data.metrics[names.EPOCH_SAMPLES_PER_S]
+    assert expected / 3 < measured < expected * 3, (measured, expected)

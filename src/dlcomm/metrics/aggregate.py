@@ -6,7 +6,8 @@ Over rows ``r = 1..N`` (every rank's iterations of the span), with ``mean(x) = (
 * time, compute and exposed communication per iteration: ``mean(time_s)``, ``mean(compute_s)``,
   ``mean(comm_exposed_s)``; communication share ``c = mean(comm_exposed_s) / mean(time_s)``
   (0 when the time is 0);
-* samples per second: ``N * batch / train_wall_s`` (every row is one batch of one rank);
+* samples per second: ``N * batch / train_wall_s`` (every row is one batch of one rank; the
+  wall time is the one rank's clock that measured it, rank 0's in the loop);
 * under a network model the same on the modelled cluster's clock (``sim_*``), the cost model's
   ``mean(comm_modelled_s)``, and the simulated training time ``max_rank sum_t sim_time_s``
   (the last rank to finish).
@@ -47,11 +48,15 @@ def _warmup_wall(rows: Sequence[IterationRow], kept: Sequence[IterationRow]) -> 
     return sum(per_step.values())
 
 
-def epoch_metrics(rows: Sequence[IterationRow], batch_size: int, train_wall_s: float, warmup: int = 0) -> dict[str, float]:
+def epoch_metrics(rows: Sequence[IterationRow], batch_size: int, train_wall_s: float, warmup: int = 0,
+                  warmup_wall_s: float | None = None) -> dict[str, float]:
     """Means over ranks and iterations of the timing rows (from step ``warmup`` on), the loss
     mean over all of them, and the throughput: every row is one batch of one rank, trained
-    within ``train_wall_s`` (less the left-out iterations' wall time). The simulated means
-    appear when the rows carry them (a network model was on)."""
+    within ``train_wall_s`` less the left-out iterations' wall time ``warmup_wall_s``, both on
+    the clock of one rank (the loop passes rank 0's). Without ``warmup_wall_s`` it is estimated
+    from the rows (per step, the slowest rank), which overstates it when the ranks started
+    apart: a rank that waited for a late peer in the first collective counts the wait.
+    The simulated means appear when the rows carry them (a network model was on)."""
     kept = timed_rows(rows, warmup)
     count = max(1, len(kept))
 
@@ -59,7 +64,9 @@ def epoch_metrics(rows: Sequence[IterationRow], batch_size: int, train_wall_s: f
         return sum(getattr(row, name) for row in kept) / count
 
     time_per_iter = mean("time_s")
-    wall = train_wall_s - _warmup_wall(rows, kept)
+    if len(kept) == len(rows):  # no warm-up iteration in the span, or nothing but them: counted whole
+        warmup_wall_s = 0.0
+    wall = train_wall_s - (_warmup_wall(rows, kept) if warmup_wall_s is None else warmup_wall_s)
     metrics = {
         names.EPOCH_TRAIN_LOSS: sum(row.loss for row in rows) / max(1, len(rows)),
         names.EPOCH_TIME_PER_ITER: time_per_iter,

@@ -76,6 +76,7 @@ class TrainState:
     epoch_rows: list[IterationRow] = field(default_factory=list)
     epoch_stats: stats.StatLog = field(default_factory=stats.StatLog)
     epoch_wall_s: float = 0.0
+    epoch_warmup_s: float = 0.0  # the part of epoch_wall_s spent on train.timing_warmup iterations (this rank's clock)
 
     def saved(self) -> dict[str, Any]:
         """The state as a checkpoint holds it: its fields as they are (rows and statistics stay
@@ -238,14 +239,15 @@ class TrainLoop:
             if self.state.epoch_batches:  # resumed mid-epoch: replay the batches already trained on
                 batches = itertools.islice(batches, self.state.epoch_batches, None)
             self._train_epoch(batches, total)
-            train_wall_s = self.state.epoch_wall_s
+            train_wall_s, warmup_wall_s = self.state.epoch_wall_s, self.state.epoch_warmup_s
             epoch_rows, epoch_stats = self.state.epoch_rows, self.state.epoch_stats
             self.state.epoch_rows, self.state.epoch_batches, self.state.epoch_wall_s = [], 0, 0.0
+            self.state.epoch_warmup_s = 0.0
             self.state.epoch_stats = stats.StatLog()
             self.algorithm.end_epoch(epoch)
             finished = self.state.step >= total or self.state.out_of_time
             evaluate_now = finished or epoch == train.epochs - 1 or (train.eval_every > 0 and (epoch + 1) % train.eval_every == 0)
-            last = self._end_epoch(epoch, epoch_rows, epoch_stats, train_wall_s, evaluate_now)
+            last = self._end_epoch(epoch, epoch_rows, epoch_stats, train_wall_s, evaluate_now, warmup_wall_s)
             if finished:
                 break
             self.state.epoch = epoch + 1
@@ -296,6 +298,8 @@ class TrainLoop:
             self.state.epoch_stats.add(step, self.algorithm.take_metrics())
             self.state.step += 1
             self.state.epoch_batches += 1
+            if step < self.cfg.train.timing_warmup:  # measured here: other ranks' rows hold their waits for late peers
+                self.state.epoch_warmup_s = perf_counter() - epoch_start
             if self.reporter:
                 self.reporter.iteration(step, loss_value, time_s)
             if self._clock_rules() and self._check_clock(perf_counter() - epoch_start):
@@ -350,7 +354,7 @@ class TrainLoop:
             raise RuntimeError(f"fault injected by debug.fail_rank={debug.fail_rank} at step {self.state.step}")
 
     def _end_epoch(self, epoch: int, rows: list[IterationRow], epoch_stats: stats.StatLog, train_wall_s: float,
-                   evaluate_now: bool) -> dict[str, float]:
+                   evaluate_now: bool, warmup_wall_s: float = 0.0) -> dict[str, float]:
         result: EvalResult | None = None
         images: dict[str, torch.Tensor] = {}
         if evaluate_now:
@@ -365,7 +369,8 @@ class TrainLoop:
             return {}
         all_rows = [row for rank in gathered for row in rank["rows"]]
         logs = [rank["stats"] for rank in gathered]
-        metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s, self.cfg.train.timing_warmup)
+        metrics = epoch_metrics(all_rows, step_batch(self.cfg.train), train_wall_s, self.cfg.train.timing_warmup,
+                                warmup_wall_s)
         for name in gathered[0]["losses"]:  # the task's loss parts: mean over workers
             metrics[names.epoch_part(name)] = sum(rank["losses"][name] for rank in gathered) / len(gathered)
         metrics.update(stats.epoch_values(logs))  # the algorithm's statistics
