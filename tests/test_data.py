@@ -263,3 +263,121 @@ def test_imagefolder_shapes_labels_and_seeded_augmentation(tmp_path):
     assert y1.tolist() == [2, 0, 1] and torch.equal(x1, x2)
     labels = torch.cat([y for _, y in data.test_batches(3)])
     assert labels.tolist() == [0, 0, 2, 2]  # val lacks "bee": labels still follow train's classes
+
+
+# ---------------------------------------------------------------- data that is not what it claims (issue 34 class 4)
+
+
+def _write_mnist(root: Path) -> None:
+    rng = np.random.default_rng(3)
+    _write_idx(root / "train-images-idx3-ubyte", rng.integers(0, 256, (12, 28, 28)), compress=True)
+    _write_idx(root / "train-labels-idx1-ubyte", np.arange(12) % 10, compress=True)
+    _write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (5, 28, 28)), compress=True)
+    _write_idx(root / "t10k-labels-idx1-ubyte", np.arange(5), compress=True)
+
+
+def _idx_bytes(array: np.ndarray, dims: tuple[int, ...] | None = None) -> bytes:
+    dims = array.shape if dims is None else dims
+    return bytes([0, 0, 0x08, array.ndim]) + np.asarray(dims, dtype=">u4").tobytes() + array.astype(np.uint8).tobytes()
+
+
+def _cut(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+TRAIN_IMAGES, TRAIN_LABELS = "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"
+TEST_IMAGES, TEST_LABELS = "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"
+BAD_IDX = {  # what is done to a good set of four files -> (the file named, what the line says)
+    "a label file that is not gzip": (lambda r: (r / TRAIN_LABELS).write_bytes(b"not gzip at all\n" * 4),
+                                      TRAIN_LABELS, "is not gzip-compressed although its name ends in .gz"),
+    "a truncated gzip image file": (lambda r: _cut(r / TRAIN_IMAGES, len((r / TRAIN_IMAGES).read_bytes()) - 200),
+                                    TRAIN_IMAGES, "is truncated"),
+    "a truncated plain image file": (
+        lambda r: ((r / TEST_IMAGES).unlink(), (r / "t10k-images-idx3-ubyte").write_bytes(_idx_bytes(np.zeros((5, 28, 28)))[:-784])),
+        "t10k-images-idx3-ubyte", "is truncated: its header announces 5 images of 28x28 (3936 bytes), it holds 3152"),
+    "a header claiming 4e9 images": (
+        lambda r: (r / TRAIN_IMAGES).write_bytes(gzip.compress(_idx_bytes(np.zeros((1, 28, 28)), (4_000_000_000, 28, 28)))),
+        TRAIN_IMAGES, "its header announces 4000000000 images of 28x28"),
+    "labels of 200 for 10 classes": (lambda r: (r / TEST_LABELS).write_bytes(gzip.compress(_idx_bytes(np.array([1, 2, 200, 3, 4])))),
+                                     TEST_LABELS, "holds label 200 at index 2: MNIST has 10 classes"),
+    "a bad magic number": (lambda r: (r / TEST_IMAGES).write_bytes(gzip.compress(b"\x00\x00\x0d\x03" + bytes(64))),
+                           TEST_IMAGES, "is not an unsigned-byte idx file: bad magic number"),
+    "more images than labels": (lambda r: (r / TRAIN_LABELS).write_bytes(gzip.compress(_idx_bytes(np.arange(11) % 10))),
+                                TRAIN_IMAGES, "holds 12 images but"),
+    "trailing bytes": (lambda r: (r / TEST_LABELS).write_bytes(gzip.compress(_idx_bytes(np.arange(5)) + b"xyz")),
+                       TEST_LABELS, "is longer than its header says"),
+    "images of 32x32": (lambda r: (r / TEST_IMAGES).write_bytes(gzip.compress(_idx_bytes(np.zeros((5, 32, 32))))),
+                        TEST_IMAGES, "holds images of 32x32 pixels, not 28x28"),
+}
+
+
+@pytest.mark.parametrize("damage, named, expected", BAD_IDX.values(), ids=list(BAD_IDX))
+def test_idx_files_that_are_not_what_they_claim_are_refused_before_launch_in_one_line(tmp_path, damage, named, expected):
+    _write_mnist(tmp_path)
+    damage(tmp_path)
+    with pytest.raises(UserError) as info:
+        check_dataset(IdxDatasetConfig(name="mnist", root=str(tmp_path)))
+    message = str(info.value)
+    assert str(tmp_path / named) in message and expected in message and "\n" not in message, message
+    assert "replace" in message  # and the fix
+
+
+def test_an_idx_file_damaged_inside_its_gzip_stream_is_named_when_a_rank_reads_it(tmp_path):
+    """The headers and the gzip trailer are fine, so the check before launch passes: the damage
+    shows when the data is decoded, and the rank says which file in one line."""
+    _write_mnist(tmp_path)
+    path = tmp_path / TRAIN_IMAGES
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # the middle of the deflate stream, not the trailer
+    path.write_bytes(bytes(data))
+    cfg = IdxDatasetConfig(name="mnist", root=str(tmp_path))
+    check_dataset(cfg)
+    with pytest.raises(UserError) as info:
+        build_dataset(cfg)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def _write_bad_folder(root: Path, what: str) -> Path:
+    _write_folder(root)
+    if what == "empty class folder":
+        for image in (root / "train" / "bee").iterdir():
+            image.unlink()
+        (root / "train" / "bee" / "notes.txt").write_text("no images here\n")
+        return root / "train" / "bee"
+    bad = root / "train" / "bee" / "0.png"
+    bad.write_text("this is text, not a PNG\n")
+    return bad
+
+
+@pytest.mark.parametrize("what, expected", [("empty class folder", "holds no image"),
+                                            ("text image", "is not an image PIL can read")])
+def test_an_image_folder_with_an_empty_class_or_a_text_image_is_refused_before_launch(tmp_path, what, expected):
+    named = _write_bad_folder(tmp_path, what)
+    with pytest.raises(UserError) as info:
+        check_dataset(ImageFolderConfig(name="imagefolder", root=str(tmp_path)))
+    assert str(named) in str(info.value) and expected in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_image_that_does_not_decode_is_named_in_one_line_by_the_rank(tmp_path, workers):
+    """The first image of each class is checked before launch; a later one that does not decode
+    (here a PNG cut short) stops the rank with one line naming it, from a loader worker too."""
+    _write_folder(tmp_path)
+    bad = tmp_path / "train" / "bee" / "1.png"
+    _cut(bad, 40)
+    cfg = ImageFolderConfig(name="imagefolder", root=str(tmp_path), image_size=16, augment=False, loader_workers=workers)
+    check_dataset(cfg)
+    data = build_dataset(cfg)
+    with pytest.raises(UserError) as info:
+        list(data.train_batches(torch.arange(6), 2, seed=0))
+    message = str(info.value)
+    assert message.startswith(f"{bad} does not decode as an image") and "\n" not in message, message
+    assert "Traceback" not in message
+
+
+def test_the_folder_check_knows_the_extensions_imagefolder_loads():
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    from dlcomm.data.folder import IMAGE_EXTENSIONS
+
+    assert IMAGE_EXTENSIONS == tuple(IMG_EXTENSIONS)

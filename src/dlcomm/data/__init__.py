@@ -52,7 +52,9 @@ def _synthetic_args(cfg: Any) -> Tuple[Tuple[int, int, int], int, int, int]:
 def check_dataset(cfg: Any) -> None:
     """Return when ``cfg`` names a known data set whose files are where it says (or, for
     ``synthetic``, whose sizes make sense); else raise a one-line :class:`UserError` naming the
-    config key, the path and how to get the data. Lists files and folders but reads no data."""
+    config key, the path and how to get the data. Lists files and folders and reads headers,
+    sizes and label files (MNIST-like sets: :func:`dlcomm.data.mnist.check`) and one image
+    header per class folder (:func:`dlcomm.data.folder.check_images`), never pixels."""
     name = _name(cfg)
     if name in mnist.SOURCES:
         mnist.check(mnist.SOURCES[name], _root(cfg))
@@ -60,6 +62,7 @@ def check_dataset(cfg: Any) -> None:
         cifar.check(cifar.SOURCES[name], _root(cfg))
     elif name == "imagefolder":
         folder.check(_root(cfg), str(cfg.train_dir), str(cfg.val_dir))
+        folder.check_images(_root(cfg), str(cfg.train_dir), str(cfg.val_dir))
     else:
         _synthetic_args(cfg)
 

@@ -4,7 +4,7 @@ imports no torchvision (see :mod:`dlcomm.data.imagefolder` for the loader)."""
 from __future__ import annotations
 
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from dlcomm.errors import UserError
 
@@ -34,6 +34,48 @@ def check(root: str, train_dir: str, val_dir: str) -> None:
             raise UserError(f"{key}={sub}: {path} does not exist under dataset.root={root}: {_fix()}")
     if not class_names(os.path.join(root, train_dir)):
         raise UserError(f"dataset.train_dir={train_dir}: {os.path.join(root, train_dir)} has no class folders: {_fix()}")
+
+
+# the file names torchvision's ImageFolder loads (torchvision.datasets.folder.IMG_EXTENSIONS), any case
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def first_image(directory: str) -> Optional[str]:
+    """The first file ImageFolder would load from class folder ``directory`` (in its order:
+    sorted, sub-folders followed), or None when it holds none."""
+    for folder, _, files in sorted(os.walk(directory, followlinks=True)):
+        for name in sorted(files):
+            if name.lower().endswith(IMAGE_EXTENSIONS):
+                return os.path.join(folder, name)
+    return None
+
+
+def check_images(root: str, train_dir: str, val_dir: str) -> None:
+    """Raise a one-line :class:`UserError` unless every class folder of the training split holds
+    an image file, and the first image of each class folder (both splits) is one PIL can
+    identify; reads one header per class, not the pixels (a rank names a file that fails to
+    decode later)."""
+    from PIL import Image
+
+    train = os.path.join(root, train_dir)
+    classes = class_names(train)
+    for split, key in ((train_dir, "dataset.train_dir"), (val_dir, "dataset.val_dir")):
+        for name in classes:
+            directory = os.path.join(root, split, name)
+            if split != train_dir and not os.path.isdir(directory):
+                continue  # the test split may lack a class
+            path = first_image(directory)
+            if path is None:
+                if split != train_dir:
+                    continue  # an empty class folder in the test split is allowed
+                raise UserError(f"{key}={split}: class folder {directory} holds no image "
+                                f"({', '.join(IMAGE_EXTENSIONS)}): add its images or remove the folder")
+            try:
+                with Image.open(path):
+                    pass
+            except Exception as error:  # noqa: BLE001 - whatever PIL raises, the file is not an image it reads
+                raise UserError(f"{path} is not an image PIL can read ({type(error).__name__}): "
+                                f"replace or remove it under dataset.root={root}") from None
 
 
 def shape(root: str, train_dir: str, image_size: int) -> Tuple[Tuple[int, int, int], int]:

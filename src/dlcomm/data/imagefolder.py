@@ -12,10 +12,32 @@ from torchvision.datasets import ImageFolder
 
 from dlcomm.data.base import Batch, ImageClassificationData, as_index_tensor, check_batch_size
 from dlcomm.data.folder import check
+from dlcomm.errors import UserError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 RESIZE_RATIO = 1.14  # test images: resize the short side to image_size * 1.14, then center-crop
+
+
+class UnreadableImage(UserError):
+    """An image file that does not decode: one line naming it. A DataLoader worker's exception
+    reaches the rank rebuilt from its traceback text, so the message is cut back to this line."""
+
+    def __init__(self, message: str) -> None:
+        marker = f"{type(self).__name__}: "
+        super().__init__(message.rsplit(marker, 1)[-1] if "Original Traceback" in message else message)
+
+
+def load_image(path: str) -> Any:
+    """ImageFolder's loader (PIL, RGB), with a file that does not decode named in one line."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as stream:
+            return Image.open(stream).convert("RGB")
+    except Exception as error:  # noqa: BLE001 - whatever PIL raises, the file is not an image it reads
+        raise UnreadableImage(f"{path} does not decode as an image ({type(error).__name__}: {error}): replace or "
+                              "remove it under dataset.root") from None
 
 
 class _FixedClassesFolder(ImageFolder):
@@ -24,7 +46,7 @@ class _FixedClassesFolder(ImageFolder):
 
     def __init__(self, root: str, class_to_idx: Dict[str, int], transform: Any) -> None:
         self._given_classes = class_to_idx
-        super().__init__(root, transform=transform, allow_empty=True)
+        super().__init__(root, transform=transform, loader=load_image, allow_empty=True)
 
     def find_classes(self, directory: Any) -> Tuple[List[str], Dict[str, int]]:
         return sorted(self._given_classes, key=self._given_classes.__getitem__), dict(self._given_classes)
@@ -69,9 +91,13 @@ class ImageFolderData(ImageClassificationData):
         else:
             train_tf = [transforms.Resize(image_size), transforms.CenterCrop(image_size)]
         test_tf = [transforms.Resize(int(image_size * RESIZE_RATIO)), transforms.CenterCrop(image_size)]
-        self.train_set = ImageFolder(
-            os.path.join(root, train_dir), transform=transforms.Compose([*train_tf, transforms.ToTensor(), normalize])
-        )
+        try:
+            self.train_set = ImageFolder(
+                os.path.join(root, train_dir), transform=transforms.Compose([*train_tf, transforms.ToTensor(), normalize]),
+                loader=load_image,
+            )
+        except FileNotFoundError as error:  # a class folder without images (checked before launch; changed since)
+            raise UserError(f"dataset.train_dir={train_dir}: {error}") from None
         self.test_set = _FixedClassesFolder(
             os.path.join(root, val_dir),
             self.train_set.class_to_idx,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
+import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Optional, Tuple
 
@@ -20,6 +22,7 @@ FILES = (
     "t10k-labels-idx1-ubyte",
 )
 _UBYTE = 0x08
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,10 @@ def _fix(source: IdxSource) -> str:
 
 
 def check(source: IdxSource, root: str) -> None:
-    """Raise a one-line :class:`UserError` unless the four idx files can be found; reads nothing."""
+    """Raise a one-line :class:`UserError` unless the four idx files can be found and are what
+    they claim: gzip streams where named ``.gz``, unsigned-byte idx headers (images N x 28 x 28,
+    labels N), exactly the bytes their headers announce, as many labels as images and every
+    label below 10. Reads the headers, the sizes and the label files, never the images' pixels."""
     root = resolve_root(source, root)
     if not root:
         raise UserError(f"dataset.root is empty for dataset.name={source.name}: {_fix(source)}")
@@ -95,10 +101,113 @@ def check(source: IdxSource, root: str) -> None:
     missing = [stem for stem in FILES if find_file(root, source, stem) is None]
     if missing:
         raise UserError(f"dataset.root={root} lacks {', '.join(m + '.gz' for m in missing)}: {_fix(source)}")
+    for images_stem, labels_stem in ((FILES[0], FILES[1]), (FILES[2], FILES[3])):
+        images_path, labels_path = find_file(root, source, images_stem), find_file(root, source, labels_stem)
+        assert images_path is not None and labels_path is not None
+        images, labels = header(images_path, 3, source), header(labels_path, 1, source)
+        if images[1:] != (28, 28):
+            raise UserError(f"{images_path} holds images of {images[1]}x{images[2]} pixels, not 28x28: "
+                            f"{_replace(source)}")
+        if images[0] != labels[0]:
+            raise UserError(f"{images_path} holds {images[0]} images but {labels_path} holds {labels[0]} labels: "
+                            f"{_replace(source, them=True)}")
+        _check_labels(labels_path, source)
+
+
+def _replace(source: IdxSource, them: bool = False) -> str:
+    """The fix of a file (or two) that is not what it claims."""
+    return f"replace {'them with the original' if them else 'it with the original'} {source.title} " \
+           f"file{'s' if them else ''} ({_fix(source)})"
 
 
 def _open(path: str) -> BinaryIO:
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # type: ignore[return-value]
+
+
+# What a damaged gzip stream raises while it is read: not gzip, cut short, bad data, bad CRC.
+_DECODE_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error, OSError)
+
+
+def _damaged(path: str, error: BaseException, source: IdxSource | None) -> UserError:
+    if isinstance(error, EOFError):
+        what = "is truncated: its compressed stream ends early"
+    else:
+        what = f"cannot be decompressed ({type(error).__name__}: {error})"
+    fix = _replace(source) if source is not None else "replace it with the original file"
+    return UserError(f"{path} {what}: {fix}")
+
+
+def header(path: str, ndim: int, source: IdxSource | None = None) -> Tuple[int, ...]:
+    """The dimensions in idx file ``path``'s header, after checking (without reading its data)
+    that a ``.gz`` file is gzip, that the header is an unsigned-byte idx header of ``ndim``
+    dimensions and that the file holds exactly the data bytes the header announces; a one-line
+    :class:`UserError` naming the file otherwise. Remembered per file, size and mtime."""
+    stat = os.stat(path)
+    return _header(path, stat.st_size, stat.st_mtime_ns, ndim, source)
+
+
+@functools.lru_cache(maxsize=64)
+def _header(path: str, size: int, mtime_ns: int, ndim: int, source: IdxSource | None) -> Tuple[int, ...]:
+    fix = _replace(source) if source is not None else "replace it with the original file"
+    compressed = path.endswith(".gz")
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if compressed and magic != _GZIP_MAGIC:
+        raise UserError(f"{path} is not gzip-compressed although its name ends in .gz: if it is a plain idx file "
+                        f"remove the .gz from its name, else {fix}")
+    try:
+        with _open(path) as stream:
+            head = stream.read(4)
+            if len(head) != 4 or head[0] != 0 or head[1] != 0 or head[2] != _UBYTE:
+                hint = " (it looks gzip-compressed: add .gz to its name)" if magic == _GZIP_MAGIC and not compressed else ""
+                raise UserError(f"{path} is not an unsigned-byte idx file: bad magic number{hint}: {fix}")
+            if head[3] != ndim:
+                raise UserError(f"{path} has {head[3]} dimensions in its header, not {ndim}: {fix}")
+            raw_dims = stream.read(4 * ndim)
+            if len(raw_dims) != 4 * ndim:
+                raise UserError(f"{path} is truncated in its header: {fix}")
+            dims = tuple(int(d) for d in np.frombuffer(raw_dims, dtype=">u4"))
+            expected = 4 + 4 * ndim + int(np.prod(dims, dtype=np.int64))
+            if compressed:
+                total = _gzip_size(path, expected, stream, 4 + 4 * ndim)
+            else:
+                total = size
+    except _DECODE_ERRORS as error:
+        raise _damaged(path, error, source) from None
+    if total != expected:
+        what = "images of " + "x".join(map(str, dims[1:])) if ndim == 3 else "labels"
+        cut = "is truncated" if total < expected else "is longer than its header says"
+        raise UserError(
+            f"{path} {cut}: its header announces {dims[0]} {what} ({expected} bytes{' uncompressed' if compressed else ''}), "
+            f"it holds {total}{'' if total < expected else ' or more'}: {fix}")
+    return dims
+
+
+def _gzip_size(path: str, expected: int, stream: BinaryIO, consumed: int) -> int:
+    """The uncompressed size of gzip file ``path`` when it is ``expected`` (its trailer says so:
+    the size modulo 2**32), else counted by reading ``stream`` (already ``consumed`` bytes in)
+    up to ``expected + 1`` bytes."""
+    with open(path, "rb") as raw:
+        raw.seek(0, os.SEEK_END)
+        if raw.tell() >= 22:  # a gzip member's header and trailer
+            raw.seek(-4, os.SEEK_END)
+            if int.from_bytes(raw.read(4), "little") == expected % 2**32:
+                return expected
+    total = consumed
+    while total <= expected:
+        chunk = stream.read(min(1 << 20, expected + 1 - total))
+        if not chunk:
+            break
+        total += len(chunk)
+    return total
+
+
+def _check_labels(path: str, source: IdxSource) -> None:
+    labels = read_idx(path, 1, source)
+    if len(labels) and int(labels.max()) >= 10:
+        index = int((labels >= 10).nonzero()[0, 0])
+        raise UserError(f"{path} holds label {int(labels[index])} at index {index}: {source.title} has 10 classes "
+                        f"(labels 0-9): {_replace(source)}")
 
 
 def _read_exact(stream: BinaryIO, size: int, path: str) -> bytearray:
@@ -114,46 +223,36 @@ def _read_exact(stream: BinaryIO, size: int, path: str) -> bytearray:
     return buffer
 
 
-def read_idx(path: str) -> torch.Tensor:
-    """The uint8 array stored in idx file ``path``, with the shape its header gives.
-
-    Raises :class:`UserError` when the file is not an unsigned-byte idx file or is truncated.
-    """
-    with _open(path) as stream:
-        head = stream.read(4)
-        if len(head) != 4 or head[0] != 0 or head[1] != 0 or head[2] != _UBYTE:
-            raise UserError(f"{path} is not an unsigned-byte idx file: bad magic number")
-        ndim = head[3]
-        dims = tuple(int(d) for d in np.frombuffer(stream.read(4 * ndim), dtype=">u4"))
-        if len(dims) != ndim:
-            raise UserError(f"{path} is truncated in its header")
-        data = _read_exact(stream, int(np.prod(dims, dtype=np.int64)), path)
+def read_idx(path: str, ndim: int, source: IdxSource | None = None) -> torch.Tensor:
+    """The uint8 array stored in idx file ``path``, with the shape its header gives, after
+    :func:`header`'s checks. Raises a one-line :class:`UserError` naming the file when it is not
+    what it claims or cannot be decompressed."""
+    dims = header(path, ndim, source)
+    try:
+        with _open(path) as stream:
+            stream.read(4 + 4 * ndim)
+            data = _read_exact(stream, int(np.prod(dims, dtype=np.int64)), path)
+            if stream.read(1):  # at the end a gzip stream checks its CRC: damaged data is refused here
+                raise UserError(f"{path} is longer than its header says: {_replace(source) if source else 'replace it'}")
+    except _DECODE_ERRORS as error:
+        raise _damaged(path, error, source) from None
     return torch.frombuffer(data, dtype=torch.uint8).view(dims)
-
-
-def count(path: str) -> int:
-    """The number of items an idx file holds (its first dimension), read from its header."""
-    with _open(path) as stream:
-        head = stream.read(8)
-    if len(head) != 8 or head[:3] != bytes((0, 0, _UBYTE)):
-        raise UserError(f"{path} is not an unsigned-byte idx file: bad magic number")
-    return int.from_bytes(head[4:8], "big")
 
 
 def sizes(source: IdxSource, root: str) -> Tuple[int, int]:
     """``(training images, test images)`` from the label files' headers, after :func:`check`."""
     check(source, root)
     root = resolve_root(source, root)
-    return count(find_file(root, source, FILES[1])), count(find_file(root, source, FILES[3]))  # type: ignore[arg-type]
+    return tuple(header(find_file(root, source, stem), 1, source)[0] for stem in (FILES[1], FILES[3]))  # type: ignore[arg-type,return-value]
 
 
 def _load_split(root: str, source: IdxSource, images_stem: str, labels_stem: str) -> Tuple[torch.Tensor, torch.Tensor]:
     images_path = find_file(root, source, images_stem)
     labels_path = find_file(root, source, labels_stem)
     assert images_path is not None and labels_path is not None  # check() ran first
-    images = read_idx(images_path)
-    labels = read_idx(labels_path).to(torch.int64)
-    if images.dim() != 3 or labels.dim() != 1 or len(images) != len(labels):
+    images = read_idx(images_path, 3, source)
+    labels = read_idx(labels_path, 1, source).to(torch.int64)
+    if len(images) != len(labels):  # check() refused it already; a file changed since
         raise UserError(
             f"{images_path} and {labels_path} do not match: image shape {tuple(images.shape)}, "
             f"label shape {tuple(labels.shape)}"
