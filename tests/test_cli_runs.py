@@ -160,6 +160,63 @@ def test_ctrl_c_marks_the_run_killed(home, launcher) -> None:
     assert client.get_run(run_id).info.status == "KILLED"
 
 
+def _interrupt_while_closing(monkeypatch, signum: int) -> list[str]:
+    """``close_run`` patched to send this process ``signum`` at its first call, as a Ctrl-C
+    arriving after every rank ended (while the driver records the outcome) would; the statuses
+    closed with, in order."""
+    import os
+
+    from dlcomm.tracking import mlflow_run
+
+    real, closed = mlflow_run.close_run, []
+
+    def close_run(uri, run_id, status, error=""):
+        if not closed:
+            os.kill(os.getpid(), signum)
+        closed.append(status)
+        return real(uri, run_id, status, error)
+
+    monkeypatch.setattr(mlflow_run, "close_run", close_run)
+    return closed
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_after_every_rank_ended_leaves_the_run_finished_and_exit_0(home, monkeypatch, capsys, signum) -> None:
+    """Issue 34 class 6: a late Ctrl-C exited 130 with the run FINISHED (or cut the closing short).
+    Once every rank has ended the outcome is decided: recorded whole, and the exit code is its own."""
+    from mlflow.tracking import MlflowClient
+
+    from dlcomm import cli
+
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    monkeypatch.chdir(home)
+    closed = _interrupt_while_closing(monkeypatch, signum)
+    code = cli.main(["train", *FAST, "launcher=threads", "train.max_steps=2", "train.epochs=1"])
+    err = capsys.readouterr().err
+    assert code == 0 and closed == ["FINISHED"], err
+    assert f"{signal.Signals(signum).name} after every rank had ended; mlflow run" in err and "stays FINISHED" in err
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+
+
+def test_a_signal_after_a_sweep_element_ended_stops_the_sweep_with_the_element_finished(home, monkeypatch, capsys) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from dlcomm import cli
+
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    monkeypatch.chdir(home)
+    closed = _interrupt_while_closing(monkeypatch, signal.SIGINT)
+    code = cli.main(["train", "-m", *FAST, "launcher=threads", "train.max_steps=2", "train.epochs=1", "seed=1,2"])
+    assert code == 130, capsys.readouterr().err
+    assert closed == ["FINISHED", "KILLED"]  # the element, then the sweep's parent
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])
+    assert sorted(run.info.status for run in runs) == ["FINISHED", "KILLED"]
+
+
 def test_two_runs_at_once_do_not_collide(home) -> None:
     command = [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.max_steps=10", "nodes=2"]
     env = cli_env(home)
