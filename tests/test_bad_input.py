@@ -26,6 +26,7 @@ BOUND_S = 10.0
 # 4 workers x 16 iterations per epoch: 4096 synthetic samples, batch 64
 SIXTEEN = ["dataset=synthetic", "dataset.train_size=4096", "dataset.test_size=512", "train.batch_size=64"]
 DEAD_SERVER = "http://127.0.0.1:9"  # the discard port: nothing listens there
+J = ["dataset=synthetic", "model=mlp", "nodes=2", "train.max_steps=5"]  # issue 34's small job
 
 TRAIN = [
     # -- the rows of issue 20 --
@@ -101,6 +102,19 @@ TRAIN = [
     (["launcher=threads", "launcher.compute=fast"], "launcher.compute=fast is invalid"),
     (["launcher=threads", "launcher.semantics=mpi"], "launcher.semantics=mpi is invalid; use gloo (gloo's delivery) or nccl"),
     (["launcher=threads", "launcher.hang_timeout_s=0"], "launcher.hang_timeout_s=0.0 is invalid; pass a positive number of seconds"),
+    # -- issue 34 class 3: ranges and lengths of every knob, from the schema, before launch --
+    ([*J, "optim=adam", "optim.betas=[0.9]"], "optim.betas=[0.9] is invalid: give 2 values, e.g. [0.9, 0.999]"),
+    ([*J, "optim=adam", "optim.betas=[2,3]"], "optim.betas=[2.0, 3.0] is invalid: each value must be in [0.0, 1.0)"),
+    ([*J, "seed=99999999999999999999"], "seed=99999999999999999999 is invalid: must be from 0 to 4294967295"),
+    ([*J, "network.inter.latency_ms=inf"], "network.inter.latency_ms=inf is invalid: must be a finite number (not nan or inf)"),
+    ([*J, "network=eth_1g", "network.mode=simulate", "network.compute_scale=inf"],
+     "network.compute_scale=inf is invalid: must be a finite number"),
+    ([*J, "model=null"], "model=null is invalid: a run needs a model; pass model=<choice>, one of acgan, densenet121"),
+    ([*J, "~tracking"], "~tracking is invalid: a run needs tracking; leave ~tracking out"),
+    # -- issue 34 class 7: values Hydra's override grammar cannot read, with the quoting that fixes them --
+    ([*J, "tracking.experiment=🚀"], "Error parsing override 'tracking.experiment=🚀': Hydra's override grammar cannot "
+     "read the value (LexerNoViableAltException: tracking.experiment=🚀); quote it: 'tracking.experiment=\"🚀\"'"),
+    ([*J, "tracking.uri=http://[::1"], "quote it: 'tracking.uri=\"http://[::1\"'"),
     # -- sizes that cannot fit --
     (["nodes=300"], "nodes*workers_per_node=300 is invalid with launcher=local on this machine: the job needs about"),
     (["nodes=900", "launcher=threads"], "nodes*workers_per_node=900 is invalid with launcher=threads on this machine"),
@@ -147,6 +161,8 @@ SWEEPS = [
     (["-m", "tracking.experiment=a,b"], "a sweep may not vary tracking.uri, tracking.experiment or launcher"),
     (["-m", "seed=1,2", "launcher=nope"], "Available options in 'launcher'"),
     (["-m", "nodes=range(0,2)"], "nodes=0 is invalid"),
+    (["-m", "nodes=2,0", "seed=range(0,200)"], "sweep element [nodes=0 seed=0]: nodes=0 is invalid"),  # at once, not after 200
+    (["-m", "tracking.experiment=🚀"], "quote it: 'tracking.experiment=\"🚀\"' (in a sweep, quote each choice"),
 ]
 
 OTHER = [
@@ -165,6 +181,9 @@ OTHER = [
     (["topology", "nodes=0"], "nodes"),
     (["topology", "steps=x"], "steps"),
     (["train", "--frob"], "unrecognized arguments: --frob"),
+    (["report", "experiment=x", "out=/proc/x"], "out=/proc/x cannot be written: /proc/x:"),
+    (["calibrate", "--out", "/proc/x/y.yaml"], "--out /proc/x/y.yaml cannot be written: /proc/x:"),  # before measuring
+    (["calibrate", "--repeats", "0"], "--repeats 0 is invalid: time at least one message per size and pair"),
 ]
 
 ROWS = ([(["train", *row], expected) for row, expected in TRAIN]
@@ -214,6 +233,17 @@ def test_bad_input_is_one_line_exit_2_in_seconds_and_records_nothing(home, monke
     assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
     assert not (home / "results" / "mlflow.db").exists() or argv[0] in ("report", "runs"), "a run was recorded for bad input"
     assert runs_left(home) == []
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["topology", "nodes=8"], "DLCOMM_HOME=/proc cannot be written: /proc/results/topology:"),
+], ids=["DLCOMM_HOME=/proc topology"])
+def test_an_unwritable_dlcomm_home_is_refused_before_any_work(monkeypatch, capsys, argv, expected) -> None:
+    code, err, seconds = answer(Path("/proc"), monkeypatch, capsys, argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: ") and expected in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
 
 
 # -- the generated part: numeric keys over their ranges and beyond -------------------------------------------------

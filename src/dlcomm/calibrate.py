@@ -214,10 +214,19 @@ def calibrate(name: str, out: str, ranks: int, max_mib: int, repeats: int, slurm
               force: bool, forwarded: list[str]) -> int:
     if not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
         raise UserError(f"--name {name} is invalid: use letters, digits, '_', '-' or '.' (it becomes network=<name>)")
+    if repeats < 1:
+        raise UserError(f"--repeats {repeats} is invalid: time at least one message per size and pair; pass --repeats 1 or more (default 5)")
     target = preset_path(name, out)
     in_srun = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     if target.exists() and not force and os.environ.get("SLURM_PROCID", "0") == "0":
         raise UserError(f"{target} exists: pass --force to replace it, or another --name")
+    if target.is_dir():
+        raise UserError(f"--out {target} is a folder: pass the preset file's path, e.g. {target / (name + '.yaml')}")
+    if os.environ.get("SLURM_PROCID", "0") == "0":  # the writer: refuse before minutes of measuring, not after
+        from dlcomm.paths import check_writable
+
+        check_writable(target.parent, f"--out {target}" if out else f"the preset {target}",
+                       "pass --out <a path you can write>")
     sizes = [s for s in SIZES if s <= max_mib * 1024**2] or SIZES[:2]
     if slurm_nodes:
         return submit(slurm_nodes, per_host, forwarded)

@@ -171,10 +171,11 @@ def _show_config(overrides: list[str]) -> int:
 
 
 def _topology(arguments: list[str]) -> int:
-    from dlcomm.paths import results_dir
+    from dlcomm.paths import check_writable, home_setting, results_dir
     from dlcomm.topology.analysis import analyse, parse_arguments, write
 
     settings = parse_arguments(arguments)
+    check_writable(results_dir() / "topology", home_setting(), "set DLCOMM_HOME to a folder you can write (results go to its results/)")
     table = analyse(settings)
     print(table.to_string(index=False, float_format=lambda value: f"{value:.4g}"))
     csv, png = write(table, settings, results_dir() / "topology")
@@ -201,9 +202,10 @@ def _runs(settings: list[str], dry_run: bool) -> int:
 def _export_sweep(overrides: list[str]) -> int:
     """Print the sweep's elements, one per line, after checking every one composes."""
     from dlcomm.compose import compose
-    from dlcomm.sweep import expand, export_lines
+    from dlcomm.sweep import expand, export_lines, screening_order
 
-    for element in expand(overrides):
+    elements = expand(overrides)
+    for element in (elements[position] for position in screening_order(elements)):
         try:
             compose(element)
         except UserError as error:

@@ -41,14 +41,53 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from hydra.errors import OverrideParseException
+
+    from dlcomm.config.schema import RunConfig
+    from dlcomm.config.validate import check_groups, check_values
+
     try:
         cfg = _hydra_compose(overrides)
+        check_groups(cfg, RunConfig)
         check_knobs(cfg)
         check_algorithm(cfg)
         OmegaConf.resolve(cfg)
+    except OverrideParseException as error:
+        raise UserError(unparsable(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise UserError(_foreign_knob(error, overrides) or _one_line(error)) from None
+    except ValueError as error:  # Hydra's own for a group set to null (model=null)
+        raise UserError(_null_group(overrides) or str(error)) from None
+    check_values(cfg)
     return cfg
+
+
+def unparsable(error: Exception) -> str:
+    """One line for an override Hydra's grammar cannot read: the override, Hydra's reason, and
+    the fix (quote the value, e.g. ``'tracking.uri="http://[::1]"'``); ``frob``: say key=value."""
+    override = str(getattr(error, "override", "") or "")
+    reason = str(error).split("See https://")[0].strip().splitlines()
+    reason = " ".join(line.strip() for line in reason if line.strip() and line.strip() != "^")
+    key, equals, value = override.partition("=")
+    if not equals or not key.strip():
+        return f"Error parsing override '{override}': overrides are key=value, e.g. nodes=8 (see the keys with `dlcomm config`)"
+    quote = '"' if '"' not in value else "'"
+    return (f"Error parsing override '{override}': Hydra's override grammar cannot read the value ({reason}); "
+            f"quote it: '{key}={quote}{value}{quote}'")
+
+
+def _null_group(overrides: list[str]) -> Optional[str]:
+    """``model=null is invalid: ...`` when an override sets a config group to null."""
+    from importlib.resources import files
+
+    root = files("dlcomm.configs")
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if value.strip() == "null" and root.joinpath(key.strip()).is_dir():
+            group = key.strip()
+            choices = sorted(entry.name[:-5] for entry in root.joinpath(group).iterdir() if entry.name.endswith(".yaml"))
+            return f"{group}=null is invalid: a run needs a {group}; pass {group}=<choice>, one of {', '.join(choices)}"
+    return None
 
 
 def _hydra_compose(overrides: list[str]) -> DictConfig:

@@ -29,3 +29,24 @@ def runs_dir(tracking_uri: str) -> Path:
     so that a store and its runs' files move together; under :func:`results_dir` for a server."""
     database = sqlite_path(tracking_uri)
     return database.resolve().parent / "runs" if database is not None else results_dir() / "runs"
+
+
+def home_setting() -> str:
+    """What decides :func:`results_dir`, for messages: ``DLCOMM_HOME=<value>`` or the working directory."""
+    home = os.environ.get("DLCOMM_HOME")
+    return f"DLCOMM_HOME={home}" if home else f"the working directory {Path.cwd()}"
+
+
+def check_writable(folder: Path, setting: str, fix: str) -> None:
+    """Create ``folder`` if needed and write a scratch file in it, before any work whose results
+    go there; else one line: ``<setting> cannot be written: <folder>: <reason>; <fix>``."""
+    import tempfile
+
+    from dlcomm.errors import UserError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UserError(f"{setting} cannot be written: {folder}: {error.strerror or error}; {fix}") from None

@@ -68,16 +68,19 @@ def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
     """Every element of the sweep, composed and checked before anything is recorded."""
     from dataclasses import replace
 
-    from dlcomm.sweep import expand, swept_keys
+    from dlcomm.sweep import expand, screening_order, swept_keys
 
     swept = set(swept_keys(overrides))
-    specs = []
-    for element in expand(overrides):
+    elements = expand(overrides)
+    found: dict[int, RunSpec] = {}
+    for position in screening_order(elements):  # every swept value early: a bad one is refused at once
+        element = elements[position]
         try:
             spec = prepare_run(element)
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
-        specs.append(replace(spec, varied=tuple(item for item in element if item.partition("=")[0] in swept)))
+        found[position] = replace(spec, varied=tuple(item for item in element if item.partition("=")[0] in swept))
+    specs = [found[position] for position in range(len(elements))]
     where = {(spec.tracking_uri, spec.config["tracking"]["experiment"], spec.config["launcher"]["name"]) for spec in specs}
     if len(where) > 1:
         raise UserError(

@@ -17,11 +17,15 @@ def expand(overrides: list[str]) -> list[list[str]]:
     swept key varies fastest)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, OverrideParseException
+
+    from dlcomm.compose import unparsable
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         (elements,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    except OverrideParseException as error:
+        raise UserError(unparsable(error) + " (in a sweep, quote each choice: key=\"a\",\"b\")") from None
     except HydraException as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(
@@ -29,6 +33,31 @@ def expand(overrides: list[str]) -> list[list[str]]:
             "(ranges: key=range(1,4); globs are not supported)"
         ) from None
     return elements
+
+
+def screening_order(elements: list[list[str]]) -> list[int]:
+    """Indices of ``elements`` in the order to check them: the first element, then each swept
+    key's distinct values set into the first element, round robin over the keys, then the rest.
+    Every value of every key is met within the first few checks, so a bad value is refused at
+    once however many elements the product has (``-m nodes=2,0 seed=range(0,200)``: the 2nd)."""
+    if not elements:
+        return []
+    values: dict[str, dict[str, None]] = {}
+    for element in elements:
+        for item in element:
+            values.setdefault(item.partition("=")[0], {})[item] = None
+    swept = [list(items) for items in values.values() if len(items) > 1]
+    index = {tuple(element): position for position, element in enumerate(elements)}
+    first, order, chosen = elements[0], [0], {0}
+    for turn in range(max((len(items) for items in swept), default=0)):
+        for items in swept:
+            if turn < len(items):
+                key = items[turn].partition("=")[0]
+                position = index.get(tuple(items[turn] if item.partition("=")[0] == key else item for item in first))
+                if position is not None and position not in chosen:
+                    order.append(position)
+                    chosen.add(position)
+    return order + [position for position in range(len(elements)) if position not in chosen]
 
 
 def export_lines(overrides: list[str]) -> list[str]:

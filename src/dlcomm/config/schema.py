@@ -15,6 +15,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING
 
+SEED_MAX = 2**32 - 1  # a rank seeds torch with seed * 100_003 + 1 + rank, which must stay below 2**64
+
+
+def limits(*, low: Any = None, high: Any = None, below: Any = None, length: Optional[int] = None) -> Dict[str, Any]:
+    """Metadata of a field whose value (each element, for a list) the pass over the composed config
+    checks (:func:`dlcomm.config.validate.check_values`): ``low <= value <= high``, ``value <
+    below``, and for a list ``len(value) == length``. Every float is also checked finite and every
+    integer to fit 64 bits, declared or not."""
+    return {"limits": {"low": low, "high": high, "below": below, "length": length}}
+
+
 
 @dataclass
 class TrainConfig:
@@ -58,7 +69,7 @@ class ResNetConfig(ModelConfig):
 class MLPConfig(ModelConfig):
     """mlp: flatten, hidden widths with ReLU, logits."""
 
-    hidden: List[int] = field(default_factory=lambda: [512, 256])  # hidden widths
+    hidden: List[int] = field(default_factory=lambda: [512, 256], metadata=limits(low=1))  # hidden widths
     dropout: float = 0.0  # after each hidden ReLU
 
 
@@ -183,7 +194,7 @@ class AdamConfig(OptimConfig):
     """adam, adamw (torch); adamw.yaml sets AdamW's weight decay."""
 
     lr: float = 0.001
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=limits(low=0.0, below=1.0, length=2))
     eps: float = 1e-8
 
 
@@ -311,7 +322,7 @@ class DebugConfig:
 class RunConfig:
     nodes: int = 4
     workers_per_node: int = 1
-    seed: int = 0
+    seed: int = field(default=0, metadata=limits(low=0, high=SEED_MAX))
     algo: Any = MISSING
     task: TaskConfig = MISSING
     model: ModelConfig = MISSING

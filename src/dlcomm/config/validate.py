@@ -3,7 +3,9 @@ the rule and the fix."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from typing import Any, Mapping
 
 from dlcomm.errors import UserError
 
@@ -12,6 +14,79 @@ def require(ok: bool, key: str, value: Any, rule: str) -> None:
     """Raise ``UserError("<key>=<value> is invalid: <rule>")`` unless ``ok``."""
     if not ok:
         raise UserError(f"{key}={value} is invalid: {rule}")
+
+
+INT64 = 2**63
+
+
+def check_groups(cfg: Any, schema: type) -> None:
+    """Refuse a composed config that lacks a key of its schema (``~tracking``, ``~seed`` delete one):
+    one line naming the override and the fix."""
+    for item in dataclasses.fields(schema):
+        if item.name not in cfg:
+            if item.default is dataclasses.MISSING:  # a group of keys (train, tracking)
+                example = f"{item.name}.<key>=<value>"
+            else:  # a choice (model, algo: MISSING until a defaults list picks one) or a value (seed)
+                example = f"{item.name}=<choice>" if item.default == "???" else f"{item.name}={item.default}"
+            raise UserError(f"~{item.name} is invalid: a run needs {item.name}; leave ~{item.name} out "
+                            f"(set it instead, e.g. {example}; `dlcomm config` lists the settings)")
+
+
+def check_values(node: Any, prefix: str = "") -> None:
+    """One pass over a composed, resolved config: every float finite, every integer within 64
+    bits, and the ranges and list lengths a schema declares with :func:`dlcomm.config.schema.limits`
+    (each element of a list against its field's range). The first value out is one line: the key,
+    the value, the rule and the schema's default as an example."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    schema = OmegaConf.get_type(node)
+    fields = {item.name: item for item in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+    for key in node:
+        if OmegaConf.is_missing(node, key):
+            continue
+        value, name = node[key], f"{prefix}{key}"
+        spec = fields.get(str(key))
+        rules: Mapping[str, Any] = spec.metadata.get("limits", {}) if spec is not None else {}
+        example = _default(spec)
+        if isinstance(value, DictConfig):
+            check_values(value, name + ".")
+        elif isinstance(value, ListConfig):
+            items = list(value)
+            length = rules.get("length")
+            require(length is None or len(items) == length, name, items, f"give {length} values, e.g. {example}")
+            for item in items:
+                if not isinstance(item, (DictConfig, ListConfig)):
+                    _check_number(name, items, item, rules, "each value ", example)
+        else:
+            _check_number(name, value, value, rules, "", example)
+
+
+def _default(spec: Any) -> Any:
+    if spec is None:
+        return None
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None
+
+
+def _check_number(name: str, shown: Any, value: Any, rules: Mapping[str, Any], each: str, example: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    hint = f", e.g. {example}" if example not in (None, [], "") else ""
+    low, high, below = rules.get("low"), rules.get("high"), rules.get("below")
+    ok = (low is None or value >= low) and (high is None or value <= high) and (below is None or value < below)
+    if not ok:
+        if below is not None:
+            rule = f"{each}must be in [{low}, {below})" if low is not None else f"{each}must be below {below}"
+        elif high is not None:
+            rule = f"{each}must be from {low} to {high}" if low is not None else f"{each}must be {high} or less"
+        else:
+            rule = f"{each}must be {low} or more"
+        require(False, name, shown, rule + hint)
+    if isinstance(value, float):
+        require(math.isfinite(value), name, shown, f"{each}must be a finite number (not nan or inf){hint}")
+    else:
+        require(-INT64 <= value < INT64, name, shown, f"{each}must be a whole number of at most 64 bits (below 2**63){hint}")
 
 
 def validate_run(cfg: Any) -> None:

@@ -256,13 +256,15 @@ def run_report(settings: list[str], every: bool) -> Iterator[str]:
     """``dlcomm report``'s work: ``settings`` are ``key=value`` words (experiment, tracking.uri,
     out); ``every``: all experiments of the store. Yields a line as each experiment is reported,
     after a line naming its lost runs, if any (:func:`loose_ends`)."""
-    from dlcomm.paths import results_dir
+    from dlcomm.paths import check_writable, home_setting, results_dir
     from dlcomm.report.runs import experiment_names
     from dlcomm.settings import parse_settings
     from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
 
     known = parse_settings(settings, {"experiment": "", "tracking.uri": "", "out": ""}, "report",
                            "pass experiment=<name>, tracking.uri=<uri> or out=<folder>")
+    if known["out"]:  # before reading the store: a report nobody can write is refused at once
+        check_writable(Path(known["out"]), f"out={known['out']}", "pass out=<a folder you can write>")
     uri = resolve_tracking_uri(known["tracking.uri"])
     check_store(uri)
     if every == bool(known["experiment"]):
@@ -274,6 +276,8 @@ def run_report(settings: list[str], every: bool) -> Iterator[str]:
     if not experiments:
         raise UserError(f"the store {uri} has no finished run: train first (dlcomm train tracking.experiment=<name>)")
     root = Path(known["out"]) if known["out"] else results_dir()
+    if not known["out"]:
+        check_writable(root, home_setting(), "set DLCOMM_HOME to a folder you can write, or pass out=<folder>")
     found = _open_runs(uri, "" if every else known["experiment"])
     for experiment in experiments:
         yield from loose_ends(found, experiment)
