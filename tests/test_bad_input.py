@@ -301,3 +301,110 @@ def test_a_dlcomm_process_refuses_in_one_line_within_the_bound(home, argv) -> No
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("dlcomm: error: ")
     assert seconds < BOUND_S, f"{seconds:.1f} s"
     assert not (home / "results" / "mlflow.db").exists()
+
+
+# -- data that is not what it claims (issue 34, class 4): refused before launch, naming the file ---------------------
+IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def _idx(values: list[int] | int, dims: tuple[int, ...]) -> bytes:
+    """An unsigned-byte idx file's bytes: header announcing ``dims``, then ``values`` (or that many zeros)."""
+    return bytes([0, 0, 0x08, len(dims)]) + b"".join(d.to_bytes(4, "big") for d in dims) + bytes(values)
+
+
+def _mnist_root(home: Path, **damaged: bytes) -> Path:
+    """Four small good gzip idx files under home/data (12 training and 5 test images), then the
+    ``damaged`` ones (file stem with _ for - -> its raw bytes) written over them."""
+    import gzip
+
+    root = home / "data"
+    root.mkdir()
+    good = [_idx(12 * 784, (12, 28, 28)), _idx([k % 10 for k in range(12)], (12,)), _idx(5 * 784, (5, 28, 28)),
+            _idx(list(range(5)), (5,))]
+    for name, payload in zip(IDX_FILES, good):
+        (root / name).write_bytes(gzip.compress(payload))
+    for stem, payload in damaged.items():
+        (root / (stem.replace("_", "-") + ".gz")).write_bytes(payload)
+    return root
+
+
+def _gz(payload: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(payload)
+
+
+def _image_root(home: Path, bad: str) -> Path:
+    """An imagefolder root (train/ant, train/bee, val/ant) with bee's image text (``bad=text``), missing
+    (``empty``) or fine (anything else)."""
+    import numpy as np
+    from PIL import Image
+
+    root = home / "images"
+    for folder in ("train/ant", "train/bee", "val/ant"):
+        (root / folder).mkdir(parents=True)
+    for folder in ("train/ant", "val/ant") if bad in ("text", "empty") else ("train/ant", "train/bee", "val/ant"):
+        Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(root / folder / "0.png")
+    if bad == "text":
+        (root / "train" / "bee" / "0.png").write_text("not a picture\n")
+    return root
+
+
+# settings under which the good files make a valid run: the rows fail for their data alone
+SMALL = ["nodes=1", "train.batch_size=1", "train.max_steps=2", "train.epochs=1", "launcher=local", "dataset.image_size=32", "dataset.loader_workers=0"]
+DATA = [  # (id, overrides builder (home -> overrides), expected in the line)
+    ("fashion_mnist label file not gzip",
+     lambda home: ["dataset=fashion_mnist", f"dataset.root={_mnist_root(home, train_labels_idx1_ubyte=b'plain text' * 9)}"],
+     "data/train-labels-idx1-ubyte.gz is not gzip-compressed although its name ends in .gz"),
+    ("truncated image file",
+     lambda home: ["dataset=mnist", f"dataset.root={_mnist_root(home, t10k_images_idx3_ubyte=_gz(_idx(4 * 784, (5, 28, 28))))}"],
+     "data/t10k-images-idx3-ubyte.gz is truncated: its header announces 5 images of 28x28"),
+    ("header claiming 4e9 images",
+     lambda home: ["dataset=mnist", f"dataset.root={_mnist_root(home, train_images_idx3_ubyte=_gz(_idx(784, (4_000_000_000, 28, 28))))}"],
+     "data/train-images-idx3-ubyte.gz is truncated: its header announces 4000000000 images of 28x28"),
+    ("labels of 200 for 10 classes",
+     lambda home: ["dataset=mnist", f"dataset.root={_mnist_root(home, t10k_labels_idx1_ubyte=_gz(_idx([0, 1, 200, 3, 4], (5,))))}"],
+     "data/t10k-labels-idx1-ubyte.gz holds label 200 at index 2: MNIST has 10 classes"),
+    ("bad magic number in an image file",  # was refused by the rank, after the run was recorded
+     lambda home: ["dataset=mnist", f"dataset.root={_mnist_root(home, t10k_images_idx3_ubyte=_gz(bytes([0, 0, 0x0D, 3]) + bytes(16)))}"],
+     "data/t10k-images-idx3-ubyte.gz is not an unsigned-byte idx file: bad magic number"),
+    ("image and label counts differ",
+     lambda home: ["dataset=mnist", f"dataset.root={_mnist_root(home, t10k_labels_idx1_ubyte=_gz(_idx([1, 2, 3], (3,))))}"],
+     "data/t10k-images-idx3-ubyte.gz holds 5 images but"),
+    ("imagefolder images that are text",
+     lambda home: ["dataset=imagefolder", f"dataset.root={_image_root(home, 'text')}"],
+     "images/train/bee/0.png is not an image PIL can read"),
+    ("imagefolder empty class folder",
+     lambda home: ["dataset=imagefolder", f"dataset.root={_image_root(home, 'empty')}"],
+     "images/train/bee holds no image"),
+]
+
+
+@pytest.mark.parametrize("build,expected", [row[1:] for row in DATA], ids=[row[0] for row in DATA])
+def test_data_that_is_not_what_it_claims_is_refused_in_one_line_and_records_nothing(home, monkeypatch, capsys, build,
+                                                                                    expected) -> None:
+    overrides = build(home)
+    code, err, seconds = answer(home, monkeypatch, capsys, ["train", *overrides, *_small(overrides)])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: ") and expected in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
+
+
+def _small(overrides: list[str]) -> list[str]:
+    """SMALL's settings that apply to the data set ``overrides`` names (image size: imagefolder only)."""
+    folder = "dataset=imagefolder" in overrides
+    return [item for item in SMALL if folder or not item.startswith(("dataset.image_size", "dataset.loader_workers"))]
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "imagefolder"])
+def test_the_good_files_of_the_data_rows_check_out(home, monkeypatch, dataset) -> None:
+    from dlcomm.compose import compose
+    from dlcomm.run import check_runnable
+
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    root = _mnist_root(home) if dataset == "mnist" else _image_root(home, "none")
+    overrides = [f"dataset={dataset}", f"dataset.root={root}"]
+    check_runnable(compose([*overrides, *_small(overrides)]))
