@@ -303,6 +303,105 @@ def test_a_dlcomm_process_refuses_in_one_line_within_the_bound(home, argv) -> No
     assert not (home / "results" / "mlflow.db").exists()
 
 
+# -- stores MLflow cannot use (issue 34, class 2): refused by the probe, which opens them as MLflow will --------------
+TEXT = "experiment notes\n" * 20  # a text file of a few hundred bytes where a database should be
+
+
+def _text_file(home: Path, name: str) -> str:
+    path = home / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(TEXT)
+    return f"sqlite:///{path}"
+
+
+def _other_database(home: Path) -> str:
+    import sqlite3
+
+    path = home / "inventory.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE parts (name TEXT)")
+    return f"sqlite:///{path}"
+
+
+def _half_created_store(home: Path, name: str = "results/mlflow.db") -> str:
+    """A store as a run killed among MLflow's migrations leaves it: its first tables, an
+    intermediate schema revision, no runs."""
+    import sqlite3
+
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    script = ScriptDirectory.from_config(_get_alembic_config(db_url=""))
+    intermediate = [revision.revision for revision in script.walk_revisions()][5]  # newest first
+    path = home / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE experiments (experiment_id INTEGER PRIMARY KEY, name TEXT)")
+        connection.execute("CREATE TABLE runs (run_uuid TEXT PRIMARY KEY)")
+        connection.execute("CREATE TABLE review_queues (id INTEGER)")
+        connection.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        connection.execute("INSERT INTO alembic_version VALUES (?)", (intermediate,))
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="module")
+def not_mlflow_server():
+    """``python3 -m http.server``: answers every request, never as MLflow (501 to a POST)."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # the requests' log would mix with the CLI's stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+STORES = [
+    # (argv with {uri} for the store that setup returns, setup(home, server) -> uri, expected)
+    (["train", "tracking.uri={uri}"], lambda home, server: _text_file(home, "notes.db"),
+     "notes.db is not a SQLite database (file is not a database); move it aside (mv "),
+    (["train"], lambda home, server: _text_file(home, "results/mlflow.db"), "results/mlflow.db is not a SQLite database"),
+    (["train", "tracking.uri={uri}"], lambda home, server: _other_database(home),
+     "inventory.db is a SQLite database but not an MLflow store (no experiments table); move it aside"),
+    (["train"], lambda home, server: _half_created_store(home),
+     "mlflow.db is a half-created MLflow store (schema revision"),
+    (["report", "experiment=x"], lambda home, server: _half_created_store(home), "is a half-created MLflow store"),
+    (["report", "experiment=x", "tracking.uri={uri}"], lambda home, server: _text_file(home, "notes.db"),
+     "notes.db is not a SQLite database"),
+    (["runs", "reap", "tracking.uri={uri}"], lambda home, server: _other_database(home), "not an MLflow store"),
+    (["train", "tracking.uri={uri}"], lambda home, server: server,
+     "is not an MLflow tracking server (it answered MLflow's experiments search with HTTP 501)"),
+    (["report", "experiment=x", "tracking.uri={uri}"], lambda home, server: server, "is not an MLflow tracking server"),
+    (["train", "tracking.uri=http://127.0.0.1:99999"], None, "tracking.uri=http://127.0.0.1:99999 cannot be used (Port out of range"),
+    (["train", "tracking.uri=file:///{home}/mlruns"], None, "is a file store (an mlruns folder), which MLflow 3 no longer accepts"),
+    (["train", "tracking.uri=mlruns"], None, "tracking.uri=mlruns is a file store"),
+    (["train", "tracking.uri=postgresql://dlcomm@127.0.0.1:1/runs"], None,
+     "needs a Python package that is not installed"),
+    (["train", "tracking.uri=databricks"], None, "tracking.uri=databricks cannot be used ("),
+]
+
+
+@pytest.mark.parametrize("argv,setup,expected", STORES, ids=[" ".join(argv) + f" [{expected[:40]}]" for argv, _, expected in STORES])
+def test_a_store_mlflow_cannot_use_is_refused_in_one_line_and_left_as_it_was(home, monkeypatch, capsys, not_mlflow_server,
+                                                                             argv, setup, expected) -> None:
+    uri = setup(home, not_mlflow_server) if setup else ""
+    database = home / "results" / "mlflow.db"
+    before = database.read_bytes() if database.exists() else None
+    code, err, seconds = answer(home, monkeypatch, capsys, [item.format(uri=uri, home=home) for item in argv])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: ") and expected in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    assert (database.read_bytes() if database.exists() else None) == before, "the store was written"
+    assert not list(home.rglob("mlruns")), "a file store was made"
+
+
 # -- data that is not what it claims (issue 34, class 4): refused before launch, naming the file ---------------------
 IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 

@@ -41,35 +41,45 @@ def test_a_sqlite_store_in_a_folder_that_cannot_be_written_is_refused_at_once(tm
         probe(f"sqlite:///{tmp_path / 'absent.db'}", writer=False)
 
 
-def test_a_server_that_does_not_answer_is_refused_after_the_timeout_and_any_answer_counts(tmp_path) -> None:
+def test_a_server_that_does_not_answer_is_refused_after_the_timeout_and_only_mlflow_s_answer_counts(tmp_path) -> None:
     start = time.perf_counter()
     with pytest.raises(UserError, match=r"no server answered at 127.0.0.1:9 within 2 s \(2 tries, last: "):
         probe("http://127.0.0.1:9", timeout_s=2)
     assert 1.0 <= time.perf_counter() - start < 3.5
 
-    class NotFound(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(404)
+    class Server(http.server.BaseHTTPRequestHandler):
+        """MLflow's experiments search under /mlflow (200, JSON); 404 anywhere else."""
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            mlflow = self.path == "/mlflow/api/2.0/mlflow/experiments/search"
+            self.send_response(200 if mlflow else 404)
             self.end_headers()
+            self.wfile.write(b'{"experiments": []}' if mlflow else b"not here")
 
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    server = http.server.HTTPServer(("127.0.0.1", 0), Server)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         start = time.perf_counter()
-        probe(f"http://127.0.0.1:{server.server_port}", timeout_s=2)  # a 404 is an answer: a server is there
+        probe(f"http://127.0.0.1:{server.server_port}/mlflow", timeout_s=2)  # MLflow answers there
+        with pytest.raises(UserError, match=r"is not an MLflow tracking server \(it answered MLflow's experiments search with HTTP 404\)"):
+            probe(f"http://127.0.0.1:{server.server_port}", timeout_s=2)  # a 404 is some server, not MLflow
         assert time.perf_counter() - start < 1
     finally:
         server.shutdown()
 
 
-def test_unknown_schemes_are_refused_and_known_ones_left_to_mlflow() -> None:
+def test_unknown_schemes_file_stores_and_stores_mlflow_cannot_open_are_refused() -> None:
     with pytest.raises(UserError, match=r"unknown scheme 'nonsense'"):
         probe("nonsense://x")
-    probe("postgresql://user@host/db")  # not ours to open
-    probe("databricks")
+    with pytest.raises(UserError, match=r"is a file store"):
+        probe("file:///tmp/mlruns")
+    with pytest.raises(UserError, match=r"needs a Python package that is not installed"):
+        probe("postgresql://user@127.0.0.1:1/db")  # opened as MLflow would: its driver is missing here
+    with pytest.raises(UserError, match=r"^tracking.uri=databricks cannot be used \(.*DATABRICKS_HOST"):
+        probe("databricks")
 
 
 # --- the launch plan ------------------------------------------------------------------------------

@@ -67,16 +67,22 @@ def check_store(uri: str) -> None:
 
 
 def _client(uri: str):
-    """A client whose store exists. A new SQLite store gets its schema under a file lock:
-    MLflow's table creation is not safe when two processes open a new database at once."""
+    """A client whose store exists. A new SQLite store gets its schema under a file lock
+    (MLflow's table creation is not safe when two processes open a new database at once), built
+    beside the store and renamed into place (:func:`dlcomm.tracking.store.create_sqlite_store`):
+    a run killed meanwhile leaves no half-created store."""
     from filelock import FileLock
     from mlflow.tracking import MlflowClient
+
+    from dlcomm.tracking.store import create_sqlite_store, needs_schema
 
     database = sqlite_path(uri)
     if database is None:
         return MlflowClient(tracking_uri=uri)
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
+        if needs_schema(database):
+            create_sqlite_store(uri, database)
         client = MlflowClient(tracking_uri=uri)
         retrying(client.search_experiments, max_results=1)
     return client
@@ -114,10 +120,11 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
 def _user_client(uri: str):
     """The client, or a one-line UserError when the URI cannot be opened."""
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
 
     try:
         return _client(uri)
-    except MlflowException as error:
+    except (MlflowException, SQLAlchemyError) as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(
             f"tracking.uri={uri} cannot be used ({first_line}): pass a sqlite:///path/to/file.db "

@@ -1,0 +1,78 @@
+"""The MLflow store is created atomically (issue 34, class 1): a first ``dlcomm train`` interrupted
+(SIGTERM, SIGINT) while MLflow builds the schema of a new SQLite store leaves either no store or
+a complete one, never one that every later run fails on; a disk that fills meanwhile is one line,
+exit 2, and no store. Real processes: the signals and the file limit are the point."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import cli_env, run_cli
+
+JOB = ["dataset=synthetic", "model=mlp", "nodes=2", "train.max_steps=5"]
+
+
+def _start(home: Path, **options) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "dlcomm.cli", "train", *JOB], cwd=home, env=cli_env(home),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **options)
+
+
+def _store_opens(database: Path) -> None:
+    """The store is absent (the next run creates it) or MLflow opens it and can search it."""
+    if not database.exists():
+        return
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{database}").search_experiments(max_results=1)
+
+
+def test_a_first_run_interrupted_while_the_store_is_created_leaves_a_store_the_next_run_uses(tmp_path) -> None:
+    start = time.monotonic()
+    homes = []
+    tries = [(signal.SIGTERM, 0.2), (signal.SIGTERM, 0.4), (signal.SIGINT, 0.5), (signal.SIGTERM, 0.7)]
+    for number, (signum, delay) in enumerate(tries):
+        home = tmp_path / f"try{number}"
+        home.mkdir()
+        first = _start(home)
+        results = home / "results"
+        deadline = time.monotonic() + 60
+        while first.poll() is None and time.monotonic() < deadline and not (  # the schema's file appears
+                (results / "mlflow.db").exists() or list(results.glob(".mlflow.db.creating-*"))):
+            time.sleep(0.01)
+        time.sleep(delay)
+        first.send_signal(signum)
+        first.communicate(timeout=60)
+        _store_opens(home / "results" / "mlflow.db")
+        homes.append(home)
+    following = run_cli(homes[0], "train", *JOB, timeout=120)
+    assert following.returncode == 0, following.stderr[-2000:]
+    assert "Traceback" not in following.stderr
+    assert not list((homes[0] / "results").glob(".mlflow.db.creating-*")), "a killed creator's file was left"
+    assert time.monotonic() - start < 90
+
+
+def _full_disk() -> None:
+    """Files larger than 200 kB cannot be written (EFBIG, as ENOSPC on a full disk): MLflow's schema is ~1 MB."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+
+def test_a_disk_that_fills_while_the_store_is_created_is_one_line_exit_2_and_no_store(tmp_path) -> None:
+    first = _start(tmp_path, preexec_fn=_full_disk)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 2, err[-2000:]
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("dlcomm: error: ") and "the new store could not be created" in lines[0], err
+    results = tmp_path / "results"
+    assert not (results / "mlflow.db").exists()
+    assert not [path.name for path in results.glob(".mlflow.db.creating-*")]
+    following = run_cli(tmp_path, "train", *JOB, timeout=120)  # with room again: the store is made
+    assert following.returncode == 0, following.stderr[-2000:]
+    assert os.path.getsize(results / "mlflow.db") > 200_000
