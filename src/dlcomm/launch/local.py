@@ -1,12 +1,23 @@
 """The local launcher: every rank is a process on this machine.
 
 The parent holds the rendezvous ``TCPStore`` on a port the kernel picked (port 0), so two
-runs at once never collide and no port is ever guessed. It then watches the ranks: a rank
+runs at once never collide and no port is ever guessed. The store has no authentication, and
+torch's master store listens on every interface whatever its ``host_name``; here it is handed a
+socket bound to 127.0.0.1 (``master_listen_fd``), and the ranks' collectives use the loopback
+interface, so nothing of a local run is reachable from another host. It then watches the ranks: a rank
 that raises reports its exception through a queue; a rank that dies shows a non-zero exit
 code. On the first failure the parent waits briefly for the other reports (so that the
 rank that failed first is named, not a peer that only lost its connection), sends SIGTERM
 to the rest and SIGKILL after ``launcher.teardown_grace_s``: no hang, whatever the ranks
 were blocked in.
+
+Nothing a rank starts outlives the run: each rank leads a process group of its own, which its
+DataLoader workers (and anything they start) join, and the parent ends the whole group, not only
+the rank, on every exit path (a rank that failed, the teardown, Ctrl-C, SIGTERM, a finished run);
+a rank whose parent is gone ends its group. A rank's own children are forks of it (multiprocessing's
+``fork``, not the ``forkserver`` it was started with): a forkserver of the rank's would hold its
+workers, which then watch the server instead of the rank, and would register their semaphores with
+the resource tracker, which warns of them as leaked when the rank is killed.
 """
 
 from __future__ import annotations
@@ -15,6 +26,8 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import socket
+import sys
 import threading
 import time
 import traceback
@@ -34,7 +47,9 @@ _CONSEQUENCE_S = 2.0  # a rank that only lost a peer reports this much later tha
 
 def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _lead_own_group()
     _exit_when_orphaned(parent_pid)
+    _collectives_on_loopback()
     try:
         from dlcomm.launch.rank import run_rank
 
@@ -74,11 +89,33 @@ def _failure_message(error: BaseException, spec: RunSpec) -> str:
     return f"failed: {what}"
 
 
+def _lead_own_group() -> None:
+    """Make this rank a process group of its own that its children join, and start those
+    children as forks (see the module docstring)."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # outside the terminal's foreground group, still write to it
+    if sys.platform.startswith("linux"):
+        mp.set_start_method("fork", force=True)
+
+
+def _collectives_on_loopback() -> None:
+    """gloo and NCCL listen on the loopback interface (every rank is on this machine), unless the
+    environment names another interface."""
+    from dlcomm.launch.netif import interface_addresses
+
+    loopback = next((name for name, address in sorted(interface_addresses().items()) if address == "127.0.0.1"), None)
+    if loopback is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback)
+
+
 def _exit_when_orphaned(parent_pid: int) -> None:
     # The rank's own parent is the fork server (procstart), so the driver is watched by its pid.
     def watch() -> None:
         while True:
             if not is_alive(parent_pid):
+                if os.getpgrp() == os.getpid():
+                    os.killpg(os.getpid(), signal.SIGKILL)  # the rank and everything it started
                 os._exit(1)
             time.sleep(1.0)
 
@@ -94,7 +131,12 @@ def launch_local(spec: RunSpec) -> LaunchResult:
     cfg = spec.config
     layout = job_layout(spec.cfg())
     world = layout.job_size  # the workers and the algorithm's service processes
-    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # loopback only: torch's own socket binds every interface
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(max(128, world))
+    port = listener.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=True, wait_for_workers=False,
+                          master_listen_fd=listener.detach())  # the store owns the socket now
     context = rank_processes()
     errors: mp.Queue = context.Queue()
     local_ranks = world  # all ranks share this machine
@@ -115,6 +157,7 @@ def launch_local(spec: RunSpec) -> LaunchResult:
         _teardown(processes, cfg["launcher"]["teardown_grace_s"])
         return LaunchResult(interrupted=True)
     finally:
+        _end_groups(processes)
         del store
 
 
@@ -158,17 +201,42 @@ def _with_role(failure: RankFailure, roles: list[str]) -> RankFailure:
     return replace(failure, role=roles[failure.rank])
 
 
+def _signal_group(process: mp.Process, signum: int) -> bool:
+    """Send ``signum`` to the process group ``process`` leads (the rank and what it started);
+    False when there is no such group (the rank has not made it yet, or all of it has ended)."""
+    if process.pid is None:
+        return False
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def _teardown(processes: list[mp.Process], grace_s: float) -> None:
     for process in processes:
-        if process.is_alive():
+        if not _signal_group(process, signal.SIGTERM) and process.is_alive():
             process.terminate()
     deadline = time.monotonic() + grace_s
     for process in processes:
         process.join(timeout=max(0.0, deadline - time.monotonic()))
     for process in processes:
         if process.is_alive():
+            _signal_group(process, signal.SIGKILL)
             process.kill()
             process.join(timeout=5.0)
+
+
+def _end_groups(processes: list[mp.Process]) -> None:
+    """However the run ended, end what is left of each rank's group (a failed rank's DataLoader
+    workers, whatever a rank started); the ranks themselves have ended or are killed here."""
+    for process in processes:
+        if process.pid is None:
+            continue
+        _signal_group(process, signal.SIGKILL)
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5.0)
 
 
 @register

@@ -10,16 +10,30 @@ The warning signal (SLURM sends ``SIGUSR2`` ``signal_delay_s`` before the time l
 raises a flag; every ``check_every`` iterations the ranks take the MAX of their flags in a
 one-integer allreduce (``Channel.any_rank``: outside the timed region and not recorded as the
 algorithm's communication) and all of them stop after the same iteration.
+
+Loading never runs code from the file: ``torch.load(weights_only=True)`` unpickles tensors and
+plain containers only, and :data:`SAFE_GLOBALS` names the few classes of dlcomm's own a
+checkpoint holds besides (the loop's timing rows and statistics). A file placed in the folder by
+someone else that names any other class or callable is refused in one line
+(:class:`~dlcomm.errors.UserError`), before anything of it runs.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from dlcomm.errors import UserError
+from dlcomm.metrics.rows import IterationRow
+from dlcomm.metrics.stats import Count, Mean, StatLog
+
+# What a checkpoint holds beyond tensors, numbers, strings and containers (TrainLoop.state_dict).
+SAFE_GLOBALS = [IterationRow, StatLog, Mean, Count]
 
 
 class Preempted(Exception):
@@ -40,6 +54,18 @@ class WarningSignal:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.raised = True
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """A checkpoint file's contents, unpickled with weights only (see the module docstring)."""
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as error:  # torch's weights-only unpickler refused something
+        first = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line), type(error).__name__)
+        raise UserError(f"checkpoint {path} holds more than weights and is not loaded ({first}); a checkpoint "
+                        "dlcomm wrote holds nothing else: remove the file, or the run's checkpoints folder, "
+                        "to start the run afresh") from None
 
 
 class Checkpointing:
@@ -69,7 +95,7 @@ class Checkpointing:
         step = self.latest_step()
         if step is None:
             return None
-        return torch.load(self.folder / f"step{step}" / f"rank{self.rank}.pt", map_location=self.device, weights_only=False)
+        return load_checkpoint(self.folder / f"step{step}" / f"rank{self.rank}.pt", self.device)
 
     def save(self, step: int, state: dict[str, Any], barrier: Callable[[], None]) -> None:
         """Write this rank's ``state``; once all ranks have, rank 0 marks ``step`` the newest and
