@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from dlcomm.launch.procstart import rank_processes
+from dlcomm.launch.procstart import loopback_store, rank_processes
 
 
 def _entry(
@@ -67,7 +67,7 @@ def run_ranks(
         return _run_in_threads(fn, world, args, nodes, services, network, in_process == "serial", threads, timeout,
                                semantics, hang_timeout_s)
     job = world + len(services)
-    store = dist.TCPStore("127.0.0.1", 0, job, is_master=True, wait_for_workers=False)
+    store = loopback_store(job)
     context = rank_processes()
     results: mp.Queue = context.Queue()
     processes = [

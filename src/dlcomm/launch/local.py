@@ -26,7 +26,6 @@ import multiprocessing as mp
 import os
 import queue
 import signal
-import socket
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from typing import Any
 
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
-from dlcomm.launch.procstart import is_alive, rank_processes
+from dlcomm.launch.procstart import is_alive, loopback_store, rank_processes
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
@@ -124,19 +123,12 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def launch_local(spec: RunSpec) -> LaunchResult:
     """Run every rank of ``spec`` as a local process; return when all finished or one failed."""
-    import torch.distributed as dist
-
     from dlcomm.launch.rank import job_layout
 
     cfg = spec.config
     layout = job_layout(spec.cfg())
     world = layout.job_size  # the workers and the algorithm's service processes
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # loopback only: torch's own socket binds every interface
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(max(128, world))
-    port = listener.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=True, wait_for_workers=False,
-                          master_listen_fd=listener.detach())  # the store owns the socket now
+    store = loopback_store(world)
     context = rank_processes()
     errors: mp.Queue = context.Queue()
     local_ranks = world  # all ranks share this machine

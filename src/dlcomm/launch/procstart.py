@@ -28,6 +28,22 @@ def rank_processes() -> BaseContext:
     return context
 
 
+def loopback_store(world: int):
+    """The master rendezvous ``TCPStore`` of a job whose ranks all run on this machine, listening
+    on 127.0.0.1 only, at a port the kernel picks (``.port``). torch's master store binds every
+    interface whatever its ``host_name``, and it has no authentication; handed a socket bound to
+    the loopback address (``master_listen_fd``, which the store then owns) it listens there."""
+    import socket
+
+    import torch.distributed as dist
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(max(128, world))
+    port = listener.getsockname()[1]
+    return dist.TCPStore("127.0.0.1", port, world, is_master=True, wait_for_workers=False, master_listen_fd=listener.detach())
+
+
 def is_alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie, dead but not yet reaped, counts as ended)."""
     if not os.path.isdir("/proc"):  # not Linux: ask the kernel whether the pid exists
