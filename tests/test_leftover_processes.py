@@ -118,3 +118,16 @@ def test_a_sigtermed_imagefolder_run_leaves_no_process_and_no_semaphore(home) ->
     output = _finish(driver, home, timeout=60)
     assert driver.returncode == 130, output[-3000:]
     _assert_nothing_left(driver, output)
+
+
+def test_an_imagefolder_run_whose_driver_is_sigkilled_leaves_no_process(home) -> None:
+    # nothing of the driver runs after SIGKILL: each rank sees its driver gone and ends its own group
+    driver = _start(home, "train.epochs=50")
+    deadline = time.monotonic() + 90
+    while "train:" not in _output(home) and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "train:" in _output(home), _output(home)
+    time.sleep(1.0)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=10)
+    _assert_nothing_left(driver, _output(home))
