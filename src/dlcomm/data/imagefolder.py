@@ -30,14 +30,14 @@ class UnreadableImage(UserError):
 
 def load_image(path: str) -> Any:
     """ImageFolder's loader (PIL, RGB), with a file that does not decode named in one line."""
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with open(path, "rb") as stream:
             return Image.open(stream).convert("RGB")
     except Exception as error:  # noqa: BLE001 - whatever PIL raises, the file is not an image it reads
-        raise UnreadableImage(f"{path} does not decode as an image ({type(error).__name__}: {error}): replace or "
-                              "remove it under dataset.root") from None
+        why = "PIL cannot identify its format" if isinstance(error, UnidentifiedImageError) else f"{type(error).__name__}: {error}"
+        raise UnreadableImage(f"{path} does not decode as an image ({why}): replace or remove it under dataset.root") from None
 
 
 class _FixedClassesFolder(ImageFolder):
