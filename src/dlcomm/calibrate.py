@@ -110,13 +110,12 @@ def run_task(rank: int, world: int, nodes: int, host: str, port: int, sizes: Seq
     from dlcomm.launch.netif import choose_interface
 
     torch.set_num_threads(1)
-    listen_fd = None
-    if rank == 0 and host == "127.0.0.1":  # every rank on this machine: torch's store alone would listen on every interface
-        import socket
+    if rank == 0 and host == "127.0.0.1":  # every rank on this machine: listen on the loopback address only
+        from dlcomm.launch.procstart import loopback_store
 
-        listen_fd = socket.create_server((host, port), backlog=max(128, world)).detach()  # the store owns it
-    store = dist.TCPStore(host, port, world, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=120),
-                          master_listen_fd=listen_fd)
+        store = loopback_store(world, port, timedelta(seconds=120))
+    else:
+        store = dist.TCPStore(host, port, world, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=120))
     choose_interface(os.environ.get("DLCOMM_IFNAME", ""), host)
     layout = ClusterLayout(nodes=nodes, workers_per_node=world // nodes)
     cluster = Cluster.connect(layout, rank, store, "gloo", torch.device("cpu"))

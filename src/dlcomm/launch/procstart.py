@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from datetime import timedelta
 from multiprocessing.context import BaseContext
 
 PRELOAD = ("dlcomm.launch.rank_imports",)  # imported once by the fork server
@@ -28,20 +29,20 @@ def rank_processes() -> BaseContext:
     return context
 
 
-def loopback_store(world: int):
+def loopback_store(world: int, port: int = 0, timeout: timedelta | None = None):
     """The master rendezvous ``TCPStore`` of a job whose ranks all run on this machine, listening
-    on 127.0.0.1 only, at a port the kernel picks (``.port``). torch's master store binds every
+    on 127.0.0.1 only, at ``port`` (0: one the kernel picks, ``.port``). torch's master store binds every
     interface whatever its ``host_name``, and it has no authentication; handed a socket bound to
     the loopback address (``master_listen_fd``, which the store then owns) it listens there."""
     import socket
 
     import torch.distributed as dist
 
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(max(128, world))
+    listener = socket.create_server(("127.0.0.1", port), backlog=max(128, world))
     port = listener.getsockname()[1]
-    return dist.TCPStore("127.0.0.1", port, world, is_master=True, wait_for_workers=False, master_listen_fd=listener.detach())
+    extra = {} if timeout is None else {"timeout": timeout}
+    return dist.TCPStore("127.0.0.1", port, world, is_master=True, wait_for_workers=False,
+                         master_listen_fd=listener.detach(), **extra)
 
 
 def is_alive(pid: int) -> bool:
