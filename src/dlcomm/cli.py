@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from dlcomm.errors import EXIT_USAGE, UserError
+from dlcomm.launch.interrupts import INTERRUPTS
 
 _EPILOG = """examples:
   dlcomm train                                   4 workers, AllReduce-SGD, small CNN, Fashion-MNIST
@@ -109,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_process = argv is None  # the `dlcomm` command itself, not a caller inside its own program
     argv = list(sys.argv[1:] if argv is None else argv)
     # -m may sit anywhere among the overrides (argparse would bind it before them only)
     multirun = any(token in ("-m", "--multirun") for token in argv[1:])
@@ -119,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().print_help()
         return EXIT_USAGE
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no "Creating initial MLflow database tables" on the terminal
-    if args.command == "train":  # composing and checking take seconds (imports): say at once what is going on
+    if args.command == "train":
+        INTERRUPTS.install()  # SIGTERM stops the work like Ctrl-C; held while runs are opened and closed
+        # composing and checking take seconds (imports): say at once what is going on
         what = "the sweep" if args.multirun else "the run"
         print(f"dlcomm: checking {what} ({' '.join(args.overrides) or 'defaults'}) ...", flush=True)
     try:
@@ -150,6 +154,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlcomm: interrupted", file=sys.stderr)
         return 130
+    except Exception:
+        if INTERRUPTS.received is None:
+            raise
+        # the interrupt hit a library mid-import and was swallowed there (a bare `except:`), leaving
+        # it half-imported: what failed next is its consequence, not a separate error
+        print("dlcomm: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if own_process:
+            INTERRUPTS.ignore()  # the exit code is decided: a signal from here to the exit changes nothing
+        else:
+            INTERRUPTS.uninstall()  # called inside another program (the tests): its handlers back
 
 
 def _calibrate(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from omegaconf import DictConfig
 from dlcomm.compose import compose
 from dlcomm.config.validate import validate_run
 from dlcomm.errors import UserError
+from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
 
 
@@ -94,12 +95,14 @@ def run_sweep(overrides: list[str]) -> int:
     """A parent MLflow run and one child run per element, as the launcher runs sweeps: one
     SLURM job array (``launcher=slurm``, returns at once), or here, one run after another."""
     specs = prepare_sweep(overrides)
+    INTERRUPTS.check()
     _close_lost(specs[0].tracking_uri)
     return _launcher(specs[0]).sweep(specs, overrides)
 
 
 def launch(spec: RunSpec) -> int:
     """Start (or submit) one prepared run with its launcher; the exit code."""
+    INTERRUPTS.check()
     _close_lost(spec.tracking_uri)
     return _launcher(spec).launch(spec)
 

@@ -20,6 +20,7 @@ Two class attributes say what the rest of dlcomm needs to know without naming la
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlcomm.errors import UserError
@@ -67,16 +68,20 @@ class Launcher:
         """The sweep's elements (checked, not yet recorded) under one parent run: by default one
         :meth:`launch` after another here; a failed element does not stop the others (exit 1 at
         the end); Ctrl-C stops all and marks the parent KILLED."""
+        from dlcomm.launch.interrupts import INTERRUPTS
         from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
 
+        INTERRUPTS.hold()  # between elements a signal is held; it stops the sweep after the element
         parent, specs = cls.open_parent(specs, overrides)
         codes: list[int] = []
         for index, spec in enumerate(specs):
-            print(f"--- sweep element {index + 1}/{len(specs)}: {element_label(spec)}", flush=True)
-            code = cls.launch(spec)
-            codes.append(code)
-            if code == 130:
+            if INTERRUPTS.received is None:
+                print(f"--- sweep element {index + 1}/{len(specs)}: {element_label(spec)}", flush=True)
+                codes.append(cls.launch(spec))
+            if codes[-1:] == [130] or INTERRUPTS.received is not None:
                 close_run(spec.tracking_uri, parent, "KILLED")
+                if not codes or codes[-1] != 130:
+                    print(f"dlcomm: interrupted; sweep parent mlflow run {parent} marked KILLED", file=sys.stderr)
                 return 130
         close_parent_if_done(specs[0].tracking_uri, parent)
         failed = sum(code != 0 for code in codes)

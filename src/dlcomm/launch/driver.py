@@ -2,21 +2,20 @@
 process per rank; ``launcher=threads``, one thread per rank): this process opens the MLflow run,
 runs the ranks, waits for them and closes the run with the truthful status; the first failing
 rank is named in one line (its traceback above it when it raised), Ctrl-C and SIGTERM end the
-run KILLED with exit 130 until every rank has ended; after that the outcome is decided (the
-signals are held while it is recorded) and the exit code is the recorded status's.
+run KILLED with exit 130 until every rank has ended; after that the outcome is decided (signals
+are held from then on, :mod:`dlcomm.launch.interrupts`) and the exit code is the recorded status's.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlcomm.errors import EXIT_USAGE, Diverged
 from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
 
 
@@ -84,25 +83,33 @@ class DriverLauncher(Launcher):
 
     @classmethod
     def launch(cls, spec: RunSpec) -> int:
-        """Open the MLflow run, launch the ranks here, close the run with the truthful status."""
+        """Open the MLflow run, launch the ranks here, close the run with the truthful status.
+        Signals are held while the run is opened and closed (:mod:`dlcomm.launch.interrupts`): it
+        is never left RUNNING, and once it is closed the exit code is its status's."""
         from dlcomm.paths import runs_dir
         from dlcomm.tracking.mlflow_run import close_run, open_run
 
         tags = cls.driver_tags()  # this process closes the run: `dlcomm runs reap` checks it lives
         if spec.parent_run_id:
             tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
-        run_id = open_run(spec, tags)
-        spec = spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id)
-        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        world = spec.config["nodes"] * spec.config["workers_per_node"]
-        print(f"dlcomm: starting {world} workers {cls.where}, MLflow run '{spec.run_name()}' ({run_id})", flush=True)
+        signals = INTERRUPTS.install()
+        run_id = None
         result = None
-        previous_handler = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+        status = ""
+        signals.hold()
         try:
+            run_id = open_run(spec, tags)
+            spec = spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id)
+            Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+            world = spec.config["nodes"] * spec.config["workers_per_node"]
+            print(f"dlcomm: starting {world} workers {cls.where}, MLflow run '{spec.run_name()}' ({run_id})", flush=True)
+            signals.release()  # a signal that came while the run was opened acts here
             result = cls.run_job(spec)
+        except KeyboardInterrupt:
+            result = LaunchResult(interrupted=True)
         finally:
-            # the outcome is decided: a signal now must not cut the closing short
-            with _SignalsHeld(then={signal.SIGTERM: previous_handler}) as held:
+            signals.hold()  # the outcome is decided: nothing cuts the closing short or changes the exit code after it
+            if run_id is not None:
                 status = "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
                 error = result.failure.describe() if result is not None and result.failure is not None else ""
                 close_run(spec.tracking_uri, run_id, status, error)
@@ -113,41 +120,12 @@ class DriverLauncher(Launcher):
             if failure.details and not failure.user_error:
                 print(failure.details, file=sys.stderr, end="")
             print(f"dlcomm: error: {failure.describe()}; mlflow run {run_id} marked FAILED", file=sys.stderr)
-        if held.signum is not None and not result.interrupted:
+        if signals.received is not None and not result.interrupted:
             # Every rank had ended: the run is what was recorded, and the exit code says so. In a
             # sweep the signal still stops the sweep (its parent is marked KILLED, exit 130).
-            name = signal.Signals(held.signum).name
             stops = " (the sweep stops)" if spec.parent_run_id else ""
-            print(f"dlcomm: {name} after every rank had ended; mlflow run {run_id} stays {status}{stops}", file=sys.stderr)
+            print(f"dlcomm: {signals.name} after every rank had ended; mlflow run {run_id} stays {status}{stops}",
+                  file=sys.stderr)
             if spec.parent_run_id:
                 return 130
         return result.exit_code
-
-
-class _SignalsHeld:
-    """SIGINT and SIGTERM recorded, not acted on, inside the block (main thread only: elsewhere
-    signals cannot be handled anyway); ``signum`` is the last one received, or None. After the
-    block each gets its handler from before, or the one ``then`` gives."""
-
-    def __init__(self, then: dict[int, object] | None = None) -> None:
-        self.signum: int | None = None
-        self._then = dict(then or {})
-        self._previous: dict[int, object] = {}
-
-    def _record(self, signum: int, frame: object) -> None:
-        self.signum = signum
-
-    def __enter__(self) -> "_SignalsHeld":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._record)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, self._then.get(signum, handler))  # type: ignore[arg-type]
-
-
-def _terminate_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (``kill``, a scheduler's cancel) ends the run like Ctrl-C: ranks torn down, KILLED."""
-    raise KeyboardInterrupt

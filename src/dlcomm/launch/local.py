@@ -35,6 +35,7 @@ from typing import Any
 
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
+from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.launch.procstart import is_alive, loopback_store, rank_processes
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
@@ -142,8 +143,15 @@ def launch_local(spec: RunSpec) -> LaunchResult:
         for rank in range(world)
     ]
     try:
-        for process in processes:
-            process.start()
+        INTERRUPTS.hold()  # a rank half-started (its state still on the way from here) must not be left behind
+        try:
+            for process in processes:
+                process.start()
+        except Exception:
+            if INTERRUPTS.received is None:
+                raise
+            # the fork server, which shares this process's group, got the same signal and is gone
+        INTERRUPTS.release()  # a signal that came meanwhile acts now
         return _watch(processes, errors, cfg["launcher"]["teardown_grace_s"], [layout.role_of(r) for r in range(world)])
     except KeyboardInterrupt:
         _teardown(processes, cfg["launcher"]["teardown_grace_s"])
@@ -206,6 +214,7 @@ def _signal_group(process: mp.Process, signum: int) -> bool:
 
 
 def _teardown(processes: list[mp.Process], grace_s: float) -> None:
+    processes = [process for process in processes if process.pid is not None]  # those started
     for process in processes:
         if not _signal_group(process, signal.SIGTERM) and process.is_alive():
             process.terminate()

@@ -19,7 +19,7 @@ import os
 from datetime import timedelta
 from multiprocessing.context import BaseContext
 
-PRELOAD = ("dlcomm.launch.rank_imports",)  # imported once by the fork server
+PRELOAD = ("dlcomm.launch.forkserver_shield", "dlcomm.launch.rank_imports")  # imported once by the fork server, in order
 
 
 def rank_processes() -> BaseContext:

@@ -22,6 +22,7 @@ from typing import Any
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.launch.job_end import TermWatcher, cancel_job, comm_failure_line, down_hosts
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
@@ -283,19 +284,26 @@ class SlurmLauncher(Launcher):
     @classmethod
     def launch(cls, spec: RunSpec) -> int:
         """Open the MLflow run and submit its SLURM job; return at once (or wait, ``launcher.wait``).
-        The ranks close the run (FINISHED or FAILED)."""
+        The ranks close the run (FINISHED or FAILED). Ctrl-C or SIGTERM while the run is opened and
+        submitted is held to the end of that (:mod:`dlcomm.launch.interrupts`), then the job is
+        cancelled and the run marked KILLED: it never stays RUNNING with no job behind it."""
         from dlcomm.paths import runs_dir
         from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
 
+        INTERRUPTS.hold()
         run_id = open_run(spec)
         spec = spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id)
         Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        if INTERRUPTS.received is not None:
+            return _withdraw([], [run_id], spec.tracking_uri)
         try:
             job = submit(spec)
         except Exception as error:  # noqa: BLE001 - sbatch refused: nothing runs, the run is FAILED
             close_run(spec.tracking_uri, run_id, "FAILED")
             raise UserError(f"sbatch refused the job ({_last_line(error)}); {_SBATCH_HINT}") from None
         set_tags(spec.tracking_uri, run_id, {"slurm_job_id": job.job_id})  # `dlcomm runs reap` asks squeue for it
+        if INTERRUPTS.received is not None:
+            return _withdraw([job.job_id], [run_id], spec.tracking_uri)
         print(f"submitted SLURM job {job.job_id} for mlflow run {run_id}", flush=True)
         print(f"  logs: {job.paths.stdout} and {job.paths.stderr}", flush=True)
         if not spec.config["launcher"]["wait"]:
@@ -306,10 +314,12 @@ class SlurmLauncher(Launcher):
     def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
         """Open the parent and every child run, then submit one job array per SLURM shape (one
         for a sweep that does not vary nodes, workers_per_node or launcher.*); the elements
-        close their runs and the last one the parent."""
+        close their runs and the last one the parent. A signal meanwhile is held, then what was
+        submitted is cancelled and every run marked KILLED."""
         from dlcomm.paths import results_dir, runs_dir
         from dlcomm.tracking.mlflow_run import close_run, open_run, set_tags
 
+        INTERRUPTS.hold()
         parent, specs = cls.open_parent(specs, overrides)
         opened = []
         for spec in specs:
@@ -333,6 +343,8 @@ class SlurmLauncher(Launcher):
             print(f"submitted SLURM job array {array_id} ({len(jobs)} elements, "
                   f"at most {group[0].config['launcher']['array_parallelism']} at once)", flush=True)
         set_tags(specs[0].tracking_uri, parent, {"slurm_array_job_ids": ",".join(array_ids)})
+        if INTERRUPTS.received is not None:
+            return _withdraw(array_ids, [spec.run_id for spec in opened] + [parent], specs[0].tracking_uri)
         print(f"  logs: {folder}/<array id>_<element>_<task>_log.out and .err", flush=True)
         return 0
 
@@ -347,20 +359,42 @@ class SlurmLauncher(Launcher):
 
         logging.getLogger("submitit").setLevel(logging.ERROR)  # its sacct fallback warns at every poll
         name = f"SLURM job {job.job_id}"
-        with tqdm(desc=name, bar_format="{desc} [{elapsed}]") as bar:
-            # the queue first: submitit's own check asks sacct, which prints a warning each time on
-            # clusters without accounting
-            while True:
-                queue = subprocess.run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"], capture_output=True, text=True)
-                if not queue.stdout.strip() and job.done():
-                    break
-                bar.set_description_str(f"{name}: {queue.stdout.strip() or 'ENDING'}")
-                time.sleep(2)
-            bar.set_description_str(f"{name}: ended")
+        try:
+            INTERRUPTS.release()
+            with tqdm(desc=name, bar_format="{desc} [{elapsed}]") as bar:
+                # the queue first: submitit's own check asks sacct, which prints a warning each time on
+                # clusters without accounting
+                while True:
+                    queue = subprocess.run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"],
+                                           capture_output=True, text=True)
+                    if not queue.stdout.strip() and job.done():
+                        break
+                    bar.set_description_str(f"{name}: {queue.stdout.strip() or 'ENDING'}")
+                    time.sleep(2)
+                bar.set_description_str(f"{name}: ended")
+        except KeyboardInterrupt:
+            print(f"dlcomm: stopped waiting; {name} goes on (`scancel {job.job_id}` stops it)", file=sys.stderr)
+            return 130
+        finally:
+            INTERRUPTS.hold()
         if job.exception() is None:
             return 0
         print(f"dlcomm: error: SLURM job {job.job_id} failed; see {job.paths.stderr}", file=sys.stderr)
         return 1
+
+
+def _withdraw(job_ids: list[str], run_ids: list[str], uri: str) -> int:
+    """A signal came while the runs were opened and submitted: cancel the jobs, mark the runs
+    KILLED; exit 130."""
+    from dlcomm.tracking.mlflow_run import close_run
+
+    for job_id in job_ids:
+        cancel_job(job_id)
+    for run_id in run_ids:
+        close_run(uri, run_id, "KILLED")
+    cancelled = f"SLURM job {', '.join(job_ids)} cancelled, " if job_ids else "nothing submitted, "
+    print(f"dlcomm: interrupted; {cancelled}mlflow run(s) {', '.join(run_ids)} marked KILLED", file=sys.stderr)
+    return 130
 
 
 _SBATCH_HINT = "check launcher.partition, launcher.account and launcher.time_min"
