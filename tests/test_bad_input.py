@@ -175,6 +175,7 @@ OTHER = [
     (["report", "experiment=x", f"tracking.uri={DEAD_SERVER}"], "no server answered"),
     (["sweep", "export", "-m", "algo=nope,allreduce"], "Available options in 'algo'"),
     (["sweep", "frob"], "invalid choice: 'frob' (choose from 'export')"),
+    (["sweep", "export", "-m", "nodes=2,0"], "sweep element [nodes=0]: nodes=0 is invalid"),  # issue 34: ranges too
     (["config", "algo=nope"], "Available options in 'algo'"),
     (["config", "nodes=four"], "nodes=four"),
     (["topology", "topology=nope"], "topology"),
@@ -435,14 +436,15 @@ def _gz(payload: bytes) -> bytes:
 
 def _image_root(home: Path, bad: str) -> Path:
     """An imagefolder root (train/ant, train/bee, val/ant) with bee's image text (``bad=text``), missing
-    (``empty``) or fine (anything else)."""
+    (``empty``), no image in the test split (``noval``) or fine (anything else)."""
     import numpy as np
     from PIL import Image
 
     root = home / "images"
     for folder in ("train/ant", "train/bee", "val/ant"):
         (root / folder).mkdir(parents=True)
-    for folder in ("train/ant", "val/ant") if bad in ("text", "empty") else ("train/ant", "train/bee", "val/ant"):
+    filled = {"text": ("train/ant", "val/ant"), "empty": ("train/ant", "val/ant"), "noval": ("train/ant", "train/bee")}
+    for folder in filled.get(bad, ("train/ant", "train/bee", "val/ant")):
         Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(root / folder / "0.png")
     if bad == "text":
         (root / "train" / "bee" / "0.png").write_text("not a picture\n")
@@ -476,7 +478,27 @@ DATA = [  # (id, overrides builder (home -> overrides), expected in the line)
     ("imagefolder empty class folder",
      lambda home: ["dataset=imagefolder", f"dataset.root={_image_root(home, 'empty')}"],
      "images/train/bee holds no image"),
+    ("imagefolder without test images",
+     lambda home: ["dataset=imagefolder", f"dataset.root={_image_root(home, 'noval')}"],
+     "dataset.val_dir=val: no class folder of"),
+    ("cifar10 batch that is text",
+     lambda home: ["dataset=cifar10", f"dataset.root={_cifar_root(home, test_batch=b'a text file, not a pickle')}"],
+     "test_batch is not a pickle file"),
 ]
+
+
+def _cifar_root(home: Path, **damaged: bytes) -> Path:
+    """A cifar10 root whose six batches are tiny but valid pickles, but for ``damaged`` ones."""
+    import pickle
+
+    import numpy as np
+
+    folder = home / "cifar" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        entry = {"data": np.zeros((2, 3072), dtype=np.uint8), "labels": [0, 1]}
+        (folder / name).write_bytes(damaged.get(name, pickle.dumps(entry, protocol=2)))
+    return home / "cifar"
 
 
 @pytest.mark.parametrize("build,expected", [row[1:] for row in DATA], ids=[row[0] for row in DATA])

@@ -381,3 +381,33 @@ def test_the_folder_check_knows_the_extensions_imagefolder_loads():
     from dlcomm.data.folder import IMAGE_EXTENSIONS
 
     assert IMAGE_EXTENSIONS == tuple(IMG_EXTENSIONS)
+
+
+def test_a_cifar_pickle_that_would_run_code_is_refused_in_one_line_and_runs_nothing(tmp_path):
+    """Issue 34 (security): unpickling a batch file from elsewhere ran whatever it named
+    (pickle.load); now only numpy's array reconstruction may be named."""
+    _write_cifar10(tmp_path)
+    witness = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {witness}",))
+
+    with open(tmp_path / "cifar-10-batches-py" / "test_batch", "wb") as f:
+        pickle.dump({"data": Payload(), "labels": [0]}, f, protocol=2)
+    with pytest.raises(UserError, match=r"test_batch is not a CIFAR batch of the python version \(it names .*system"):
+        build_dataset(CifarConfig(name="cifar10", root=str(tmp_path), augment=False))
+    assert not witness.exists()
+
+
+def test_cifar_loads_python_2_protocol_2_pickles(tmp_path):
+    """The published files are Python 2 pickles (protocol 2, byte strings): the allow-list covers them."""
+    _write_cifar10(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 256, (5, 3072), dtype=np.uint8)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump({"data": data, "labels": [1, 2, 3, 4, 5], "batch_label": "testing batch 1 of 1",
+                     "filenames": [b"a.png"] * 5}, f, protocol=2)
+    loaded = build_dataset(CifarConfig(name="cifar10", root=str(tmp_path), augment=False))
+    assert loaded.test_size == 5

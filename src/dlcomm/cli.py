@@ -216,14 +216,17 @@ def _runs(settings: list[str], dry_run: bool) -> int:
 
 
 def _export_sweep(overrides: list[str]) -> int:
-    """Print the sweep's elements, one per line, after checking every one composes."""
+    """Print the sweep's elements, one per line, after checking every one's settings as
+    ``dlcomm train`` would (composition, ranges, the shared keys' rules; not the data, store or
+    cluster, which the job checks where it runs)."""
     from dlcomm.compose import compose
+    from dlcomm.config.validate import validate_run
     from dlcomm.sweep import expand, export_lines, screening_order
 
     elements = expand(overrides)
     for element in (elements[position] for position in screening_order(elements)):
         try:
-            compose(element)
+            validate_run(compose(element))
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
     print("\n".join(export_lines(overrides)))

@@ -86,14 +86,42 @@ def check(source: CifarSource, root: str) -> None:
     missing = [f for f in source.train_files + source.test_files if not os.path.isfile(os.path.join(folder, f))]
     if missing:
         raise UserError(f"dataset.root={root}: {folder} lacks {', '.join(missing)}: {_fix(source)}")
+    for name in source.train_files + source.test_files:
+        path = os.path.join(folder, name)
+        with open(path, "rb") as f:
+            opening = f.read(2)
+        if len(opening) < 2 or opening[0] != pickle.PROTO[0]:  # protocol 2 and later open with PROTO
+            raise UserError(f"{path} is not a pickle file (the first bytes of CIFAR's python version are): {_fix(source)}")
+
+
+# What a CIFAR pickle may name: numpy's array reconstruction (numpy 1 and 2 module paths), and
+# _codecs.encode, which Python 2 pickles use for byte strings. Anything else (os.system, eval, ...)
+# is refused: unpickling a file from elsewhere must not run its code.
+_PICKLE_NAMES = frozenset({
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+})
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):  # noqa: ANN201 - pickle's signature
+        if (module, name) not in _PICKLE_NAMES:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR file never does")
+        return super().find_class(module, name)
 
 
 def _read_pickle(path: str, label_key: str) -> Tuple[torch.Tensor, List[int]]:
-    """uint8 images (N,3,32,32) and labels of one pickle file of the torchvision layout."""
-    with open(path, "rb") as f:
-        entry = pickle.load(f, encoding="latin1")
-    data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-    labels = list(entry[label_key])
+    """uint8 images (N,3,32,32) and labels of one pickle file of the torchvision layout; a file
+    that is not one is named in one line (:class:`UserError`), and nothing in it is run."""
+    try:
+        with open(path, "rb") as f:
+            entry = _DataOnlyUnpickler(f, encoding="latin1").load()
+        data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        labels = list(entry[label_key])
+    except Exception as error:  # noqa: BLE001 - pickle, numpy and key errors: the file is not a CIFAR batch
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"{path} is not a CIFAR batch of the python version ({reason}): replace it") from None
     if len(labels) != len(data):
         raise UserError(f"{path} holds {len(data)} images but {len(labels)} labels")
     return torch.from_numpy(data), labels

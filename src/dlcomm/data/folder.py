@@ -51,14 +51,17 @@ def first_image(directory: str) -> Optional[str]:
 
 
 def check_images(root: str, train_dir: str, val_dir: str) -> None:
-    """Raise a one-line :class:`UserError` unless every class folder of the training split holds
-    an image file, and the first image of each class folder (both splits) is one PIL can
+    """Raise a one-line :class:`UserError` unless every class folder of the training split, and
+    at least one of the test split, holds an image file, and the first image of each class folder (both splits) is one PIL can
     identify; reads one header per class, not the pixels (a rank names a file that fails to
     decode later)."""
     from PIL import Image
 
     train = os.path.join(root, train_dir)
     classes = class_names(train)
+    if not any(first_image(os.path.join(root, val_dir, name)) for name in classes):
+        raise UserError(f"dataset.val_dir={val_dir}: no class folder of {os.path.join(root, val_dir)} holds an image "
+                        f"(evaluation needs the test split): add its images, or point dataset.val_dir at them")
     for split, key in ((train_dir, "dataset.train_dir"), (val_dir, "dataset.val_dir")):
         for name in classes:
             directory = os.path.join(root, split, name)
