@@ -110,8 +110,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``dlcomm`` command (``argv`` None: this process's arguments) or a call of it with ``argv``
+    from inside another program; the exit code."""
     own_process = argv is None  # the `dlcomm` command itself, not a caller inside its own program
-    argv = list(sys.argv[1:] if argv is None else argv)
+    code = _main(list(sys.argv[1:] if argv is None else argv), own_process)
+    threads = sys.modules.get("dlcomm.launch.threads")
+    if own_process and threads is not None and threads.RANKS_ABORTED:
+        # Rank threads stopped mid-operation leave native state (torch's) that the interpreter's
+        # shutdown can abort on ("terminate called without an active exception", exit 134): the
+        # run is recorded and the code decided, so end here without that shutdown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str], own_process: bool) -> int:
     # -m may sit anywhere among the overrides (argparse would bind it before them only)
     multirun = any(token in ("-m", "--multirun") for token in argv[1:])
     args = _parser().parse_args(argv[:1] + [token for token in argv[1:] if token not in ("-m", "--multirun")])

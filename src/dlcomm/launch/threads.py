@@ -50,6 +50,9 @@ from dlcomm.spec import RunSpec
 
 COMPUTE_MODES = ("auto", "serial", "parallel")
 _POLL_S = 0.1
+# Set when ranks were stopped mid-operation (a failure or an interrupt): the `dlcomm` command then
+# ends without the interpreter's shutdown (dlcomm.cli.main says why).
+RANKS_ABORTED = False
 
 
 @dataclass
@@ -175,6 +178,7 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
                          name=f"dlcomm-{layout.role_of(rank)}{rank}", daemon=True)
         for rank in ranks
     ]
+    global RANKS_ABORTED
     grace_s = cfg.launcher.teardown_grace_s
     try:
         for thread in threads:
@@ -184,9 +188,11 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
             if not alive:
                 return LaunchResult()
             alive[0].join(timeout=_POLL_S)
+        RANKS_ABORTED = True
         _join(threads, grace_s)
         return LaunchResult(failure=_root_cause(failures, fabric, layout))
     except KeyboardInterrupt:
+        RANKS_ABORTED = True
         fabric.abort("interrupted")
         _join(threads, grace_s)
         return LaunchResult(interrupted=True)
