@@ -29,6 +29,7 @@ NETWORK = {
     "name": "uniform", "mode": "simulate",
     "intra": {"latency_ms": 1.0, "bandwidth_gbps": 0.1}, "inter": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
     "wide_workers": 0, "wide_bandwidth_gbps": 10.0, "worker_bandwidth_gbps": [], "compute_scale": 1.0,
+    "collectives": "textbook",  # the closed forms below: ring allreduce, binomial-tree broadcast and reduce
 }
 TENSORS = (384, 24, 96, 16)  # bytes of each parameter tensor
 SEGMENTS = (408, 112)  # the model's two top-level blocks

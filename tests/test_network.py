@@ -212,7 +212,8 @@ def test_operations_outside_iterations_are_not_modelled() -> None:
 def test_simulated_broadcast_and_allgather() -> None:
     compute = [0.2, 0.05, 0.1, 0.3]
     numel = 250_000  # 1 MB
-    out = run_ranks(rank_programs.broadcast_and_allgather_clocks, 4, compute, numel, network=network("eth_1g"))
+    cfg = network("eth_1g", "network.collectives=textbook")
+    out = run_ranks(rank_programs.broadcast_and_allgather_clocks, 4, compute, numel, network=cfg)
     tree = 2 * (0.05 * MS + 4 * numel / GBIT)  # binomial tree over 4 ranks: 2 rounds
     gather = 3 * (0.05 * MS + 4 / GBIT)  # ring all-gather of one float per rank
     for result in out:

@@ -21,6 +21,29 @@ repeats its own):
   bandwidth ``B``): ``max_i alpha_i + max(sum_i S_i / B, max_i S_i / beta_i)``; uniform:
   ``alpha + n*S/B``. The reverse (the server sends to every worker) costs the same.
 
+Collectives as NCCL runs them (``network.collectives=nccl``, the default; the forms above are
+``textbook``). ``C`` is NCCL's chunk: the Simple protocol's 4 MiB buffer (``NCCL_BUFFSIZE``) in
+``NCCL_STEPS = 8`` slots, 512 KiB; ``c = min(C, S)``; several chunks are in flight, so a link's
+latency overlaps the transfer of the chunks before it:
+
+* chain broadcast / reduce (NCCL's ring algorithm for them: a pipeline from the root along the
+  ring, or towards it): ``(p-1) alpha + S/beta + (p-2) c/beta`` on uniform links (the first chunk
+  crosses ``p-1`` links, then one chunk arrives every ``c/beta``);
+* tree allreduce (NCCL's double binary tree: reduce up, broadcast down, pipelined):
+  ``2 D (alpha + c/beta) + 2 (S - c)/beta = 2 D alpha + 2 S/beta + 2 (D-1) c/beta`` with
+  ``D = ceil(log2 p)`` (the first chunk goes up ``D`` links and down ``D``; then each rank's link
+  carries every byte twice, once up and once down);
+* allreduce: ``min(ring allreduce, tree allreduce)``, NCCL's choice by predicted time;
+* all-gather: the ring all-gather above;
+* every NCCL collective on ``p > 1`` ranks adds ``network.launch_us``.
+
+Sources: NCCL ``src/graph/tuning.cc`` (time = latency + bytes / algorithm bandwidth; a ring
+broadcast or reduce moves ``S`` at the bus bandwidth, a tree allreduce at half of it, a ring
+allreduce ``2(p-1)/p S``), ``src/graph/trees.cc`` (the trees; depth ``ceil(log2 p)``),
+``NCCL_STEPS`` in ``src/include/device.h``, and the NCCL user guide's ``NCCL_BUFFSIZE`` (default
+4 MiB); Sanders, Speck, Traeff, "Two-tree algorithms for full bandwidth broadcast, reduction and
+scan" (Parallel Computing 2009) for the double binary tree.
+
 References: Thakur, Rabenseifner, Gropp, "Optimization of collective communication operations
 in MPICH" (IJHPCA 2005); Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms for
 clusters of workstations" (JPDC 2009).
@@ -28,6 +51,7 @@ clusters of workstations" (JPDC 2009).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -136,3 +160,72 @@ def ps_incast(sizes: Sequence[float], links: Sequence[Link], server_bandwidth_Bp
     own = max(size / link.bandwidth_Bps for size, link in zip(sizes, links))
     return max(link.latency_s for link in links) + max(shared, own)
 
+
+
+# ---- collectives as NCCL runs them (network.collectives=nccl) ---------------------------
+NCCL_STEPS = 8  # slots of a connection's buffer (NCCL src/include/device.h)
+NCCL_BUFFSIZE = 4 * 2**20  # the Simple protocol's buffer per connection (NCCL_BUFFSIZE's default)
+NCCL_CHUNK_BYTES = NCCL_BUFFSIZE // NCCL_STEPS  # 512 KiB: the unit a pipeline moves
+
+
+def chain_broadcast(nbytes: float, chain: Sequence[Link], chunk: float = NCCL_CHUNK_BYTES) -> float:
+    """Pipelined broadcast along a chain from the root (NCCL's ring broadcast):
+    ``(p-1) alpha + S/beta + (p-2) c/beta`` on uniform links, ``c = min(C, S)``.
+
+    ``chain[k]`` is the link from the ``k``-th rank of the chain to the next (``p-1`` links,
+    the root first). The data moves in chunks of ``c`` bytes with several in flight, so a link's
+    latency overlaps the chunks before it: the first chunk reaches the last rank after
+    ``sum_k (alpha_k + c/beta_k)``, and the others follow, one every ``c/beta_min`` (the
+    slowest link of the chain paces the pipeline):
+    ``sum_k (alpha_k + c/beta_k) + (S - c)/beta_min``.
+    """
+    if not chain:
+        return 0.0
+    c = min(chunk, nbytes)
+    first = sum(link.message_s(c) for link in chain)
+    return first + (nbytes - c) / min(link.bandwidth_Bps for link in chain)
+
+
+def chain_reduce(nbytes: float, chain: Sequence[Link], chunk: float = NCCL_CHUNK_BYTES) -> float:
+    """Pipelined reduce along a chain towards the root (NCCL's ring reduce), the broadcast's
+    chain with the data flowing the other way: ``(p-1) alpha + S/beta + (p-2) c/beta`` on uniform
+    links (the time to add is not modelled). ``chain[k]``: the link between the ``k``-th rank
+    from the root and the next; links are symmetric, so the cost is the broadcast's."""
+    return chain_broadcast(nbytes, chain, chunk)
+
+
+def tree_depth(p: int) -> int:
+    """``ceil(log2 p)``: links from the root to the deepest rank of NCCL's binary tree (whose
+    root has one child) over ``p`` ranks."""
+    return math.ceil(math.log2(p)) if p > 1 else 0
+
+
+def tree_allreduce(nbytes: float, p: int, link: Link, chunk: float = NCCL_CHUNK_BYTES) -> float:
+    """Pipelined tree allreduce (NCCL's double binary tree): reduce up a binary tree, broadcast
+    down it, in chunks of ``c = min(C, S)``:
+    ``2 D (alpha + c/beta) + 2 (S - c)/beta = 2 D alpha + 2 S/beta + 2 (D-1) c/beta``,
+    ``D = ceil(log2 p)``.
+
+    The first chunk goes up ``D`` links and back down ``D``; after it, the pipeline is paced by a
+    rank's own link, which carries every byte twice (NCCL's tuning model gives a tree allreduce
+    half the bus bandwidth): each further chunk adds ``2 c/beta``. ``link`` is the slowest link
+    the tree uses (``max alpha``, ``min beta``).
+    """
+    if p <= 1:
+        return 0.0
+    c = min(chunk, nbytes)
+    return 2 * tree_depth(p) * link.message_s(c) + 2 * (nbytes - c) / link.bandwidth_Bps
+
+
+def nccl_allreduce(nbytes: float, ring: Sequence[Link], tree_link: Link,
+                   chunk: float = NCCL_CHUNK_BYTES) -> tuple[str, float]:
+    """NCCL's allreduce: the ring or the tree, whichever its model predicts faster:
+    ``min(2(p-1)(alpha + S/(p beta)), 2 D alpha + 2 S/beta + 2 (D-1) c/beta)``
+    (:func:`ring_allreduce`, :func:`tree_allreduce`). Returns ``(algorithm, seconds)``; the ring
+    on a tie."""
+    p = len(ring)
+    if p <= 1:
+        return "ring", 0.0
+    by_ring = ring_allreduce(nbytes, ring)
+    by_tree = tree_allreduce(nbytes, p, tree_link, chunk)
+    return ("tree", by_tree) if by_tree < by_ring else ("ring", by_ring)

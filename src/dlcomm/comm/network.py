@@ -7,10 +7,17 @@ inter-node bandwidth, ``inter.bandwidth_gbps`` unless overridden (``wide_workers
 wins). A link between two workers of different nodes has the inter-node latency and
 runs at the slower end: ``beta(i, j) = min(beta_i, beta_j)``.
 
-The Channel models each primitive as: allreduce = ring over the group in rank order (the ring
-crosses node boundaries as few times as possible because a node's ranks are consecutive);
-broadcast and reduce = binomial tree rooted at the root; all-gather = ring; send = one
-message. Formulas: :mod:`dlcomm.comm.cost`.
+How the Channel's collectives are charged is ``network.collectives``:
+
+* ``nccl`` (the default), the algorithms NCCL runs: allreduce = the ring or the pipelined
+  double binary tree, whichever is faster for the size; broadcast and reduce = a pipelined chain
+  from (to) the root along the group in rank order; all-gather = ring; each plus
+  ``network.launch_us``;
+* ``textbook``: allreduce = ring over the group in rank order; broadcast and reduce = binomial
+  tree rooted at the root; all-gather = ring.
+
+Rings and chains follow rank order, so they cross node boundaries as few times as possible (a
+node's ranks are consecutive). Send = one message, under both. Formulas: :mod:`dlcomm.comm.cost`.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class NetworkModel:
     intra: Link
     inter: Link
     worker_bandwidth_Bps: tuple[float, ...]  # inter-node bandwidth of each rank's own link
+    collectives: str = "nccl"  # nccl | textbook: how collectives are charged (module docstring)
+    launch_s: float = 0.0  # per collective on more than one rank, under nccl
 
     @classmethod
     def from_config(cls, cfg: Any, layout: ClusterLayout) -> "NetworkModel":
@@ -46,7 +55,9 @@ class NetworkModel:
             bandwidth[rank] = cfg.wide_bandwidth_gbps * GBPS
         for rank, gbps in enumerate(cfg.worker_bandwidth_gbps):
             bandwidth[rank] = gbps * GBPS
-        return cls(layout, link_of(cfg.intra), inter, tuple(bandwidth))
+        collectives = getattr(cfg, "collectives", None) or "nccl"
+        launch_us = getattr(cfg, "launch_us", None) or 0.0
+        return cls(layout, link_of(cfg.intra), inter, tuple(bandwidth), collectives, launch_us / 1e6)
 
     def link(self, a: int, b: int) -> Link:
         """The link between ranks ``a`` and ``b``: intra-node, or inter-node at the slower end."""
@@ -60,19 +71,55 @@ class NetworkModel:
         p = len(members)
         return tuple(self.link(members[k], members[(k + 1) % p]) for k in range(p))
 
+    @lru_cache(maxsize=256)
+    def chain(self, order: tuple[int, ...]) -> tuple[Link, ...]:
+        """Links of the chain through ``order`` (the root first): ``o_k -> o_(k+1)``."""
+        return tuple(self.link(order[k], order[k + 1]) for k in range(len(order) - 1))
+
+    @lru_cache(maxsize=256)
+    def slowest_pair(self, members: tuple[int, ...]) -> Link:
+        """The slowest link between any two of ``members``: ``(max alpha, min beta)``, what a
+        tree over them, whose edges join ranks far apart in rank order, is charged at."""
+        if len({self.layout.node_of(m) for m in members}) == 1:
+            return self.intra
+        return Link(max(self.intra.latency_s, self.inter.latency_s),
+                    min(self.intra.bandwidth_Bps, *(self.worker_bandwidth_Bps[m] for m in members)))
+
+    @property
+    def nccl(self) -> bool:
+        return self.collectives == "nccl"
+
+    def _launched(self, seconds: float, members: Sequence[int]) -> float:
+        """``seconds`` plus NCCL's launch overhead on a group of more than one rank."""
+        return seconds + self.launch_s if len(members) > 1 else seconds
+
     # ---- the Channel's primitives ----------------------------------------------------
+    def allreduce_algorithm(self, nbytes: int, members: Sequence[int]) -> str:
+        """``ring`` or ``tree``: the allreduce charged for ``nbytes`` on ``members``."""
+        if not self.nccl:
+            return "ring"
+        return cost.nccl_allreduce(nbytes, self.ring(tuple(members)), self.slowest_pair(tuple(members)))[0]
+
     def allreduce_s(self, nbytes: int, members: Sequence[int]) -> float:
-        return cost.ring_allreduce(nbytes, self.ring(tuple(members)))
+        if not self.nccl:
+            return cost.ring_allreduce(nbytes, self.ring(tuple(members)))
+        _, seconds = cost.nccl_allreduce(nbytes, self.ring(tuple(members)), self.slowest_pair(tuple(members)))
+        return self._launched(seconds, members)
 
     def allgather_s(self, nbytes_per_rank: int, members: Sequence[int]) -> float:
-        return cost.ring_allgather(nbytes_per_rank, self.ring(tuple(members)))
+        seconds = cost.ring_allgather(nbytes_per_rank, self.ring(tuple(members)))
+        return self._launched(seconds, members) if self.nccl else seconds
 
     def broadcast_s(self, nbytes: int, members: Sequence[int], root: int) -> float:
         order = _rooted(members, root)
+        if self.nccl:
+            return self._launched(cost.chain_broadcast(nbytes, self.chain(tuple(order))), order)
         return cost.tree_broadcast(nbytes, len(order), lambda a, b: self.link(order[a], order[b]))
 
     def reduce_s(self, nbytes: int, members: Sequence[int], root: int) -> float:
         order = _rooted(members, root)
+        if self.nccl:
+            return self._launched(cost.chain_reduce(nbytes, self.chain(tuple(order))), order)
         return cost.tree_reduce(nbytes, len(order), lambda a, b: self.link(order[a], order[b]))
 
     def send_s(self, nbytes: int, src: int, dst: int) -> float:
