@@ -6,11 +6,16 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# One compute-profile cache for the whole test session (network.compute=profile measures a replica
+# for ~2 s the first time a model/batch/optimizer is seen; every test has its own DLCOMM_HOME).
+os.environ.setdefault("DLCOMM_PROFILES", tempfile.mkdtemp(prefix="dlcomm-test-profiles-"))
 
 # The algorithm choices, as Hydra lists them (the config files of configs/algo/, sorted).
 ALGORITHMS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "src" / "dlcomm" / "configs" / "algo").glob("*.yaml"))

@@ -222,3 +222,15 @@ def test_simulated_broadcast_and_allgather() -> None:
         assert modelled == pytest.approx(tree)
         assert end == pytest.approx(max(compute) + tree, abs=1e-12)
         assert result["after"] == pytest.approx(max(compute) + tree + gather, abs=1e-9)
+
+
+def test_a_preset_whose_links_are_overridden_is_named_with_the_values_it_ran_with() -> None:
+    """Issue 35, item 4: `network=eth_10g network.inter.bandwidth_gbps=25` printed "simulated eth_10g"."""
+    from dlcomm.compose import compose
+    from dlcomm.spec import RunSpec
+
+    overrides = ("network=eth_10g", "network.inter.bandwidth_gbps=25", "network.intra.latency_ms=0.01", "nodes=2")
+    spec = RunSpec.from_config(compose(list(overrides)), "sqlite:///x.db", overrides)
+    assert spec.network_label() == "eth_10g, inter 25 Gb/s, intra 0.01 ms"
+    plain = RunSpec.from_config(compose(["network=eth_10g"]), "sqlite:///x.db", ("network=eth_10g",))
+    assert plain.network_label() == "eth_10g"

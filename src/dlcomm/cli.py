@@ -104,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
                     "login node and on a compute node (srun ... dlcomm doctor).")
     doctor.add_argument("--towards", default="", metavar="HOST",
                         help="rank 0's host: the interface is the route towards it (default MASTER_ADDR, else the default route)")
+    profile = sub.add_parser(
+        "profile", help="the compute profile of a run's config (one replica stepped alone): what simulated clocks charge",
+        description="Step one replica of the run's model, optimizer, batch, micro-batches and precision alone on this "
+                    "machine (or read it from results/profiles/, where it is cached) and print its forward, backward and "
+                    "optimizer times: what network.compute=profile charges every rank's simulated clock.")
+    profile.add_argument("--out", default="", help="also write the profile (JSON) here: network.compute_profile=<it>")
+    profile.add_argument("--fresh", action="store_true", help="measure again instead of reading the cache")
+    profile.add_argument("overrides", nargs="*", help="the run's overrides, e.g. model=resnet50 train.batch_size=32")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument("overrides", nargs="*")
     return parser
@@ -115,14 +123,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None  # the `dlcomm` command itself, not a caller inside its own program
     code = _main(list(sys.argv[1:] if argv is None else argv), own_process)
     threads = sys.modules.get("dlcomm.launch.threads")
-    if own_process and threads is not None and threads.RANKS_ABORTED:
-        # Rank threads stopped mid-operation leave native state (torch's) that the interpreter's
-        # shutdown can abort on ("terminate called without an active exception", exit 134): the
-        # run is recorded and the code decided, so end here without that shutdown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    if own_process and (INTERRUPTS.received is not None or (threads is not None and threads.RANKS_ABORTED)):
+        _end_now(code)
     return code
+
+
+def _end_now(code: int) -> None:
+    """End the process with ``code`` after Python's own exit handlers, skipping the native
+    teardown that follows them. A signal that cut an import of torch short, or rank threads
+    stopped mid-operation, leave native state whose destructors abort the process ("terminate
+    called without an active exception", exit 134), and CPython turns an exit after a
+    KeyboardInterrupt that left code run through ``PyRun_*`` (C extensions do that while imported)
+    into death by SIGINT (-2): the run is recorded and the code decided, so neither may change it."""
+    import atexit
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # multiprocessing's finalizers (no leaked semaphores), MLflow's, tqdm's
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _main(argv: list[str], own_process: bool) -> int:
@@ -153,6 +173,8 @@ def _main(argv: list[str], own_process: bool) -> int:
             return _runs(args.settings, args.dry_run)
         if args.command == "calibrate":
             return _calibrate(args)
+        if args.command == "profile":
+            return _profile(args.overrides, args.out, args.fresh)
         if args.command == "doctor":
             from dlcomm.doctor import doctor
 
@@ -189,6 +211,37 @@ def _calibrate(args: argparse.Namespace) -> int:
     forwarded += (["--out", str(Path(args.out).resolve())] if args.out else []) + (["--force"] if args.force else [])
     return calibrate(args.name, args.out, args.ranks, args.max_mib, args.repeats, args.slurm_nodes, args.tasks_per_host,
                      args.force, forwarded)
+
+
+def _profile(overrides: list[str], out: str, fresh: bool) -> int:
+    """Print (and with ``out`` write) the compute profile of the run ``overrides`` describe."""
+    import torch
+
+    from dlcomm.compose import compose
+    from dlcomm.config.validate import validate_run
+    from dlcomm.data import build_dataset, check_dataset
+    from dlcomm.paths import check_writable, profiles_dir
+    from dlcomm.train.profile import cached_profile, measure, write_atomically
+
+    cfg = compose(overrides)
+    validate_run(cfg)
+    check_dataset(cfg.dataset)
+    if out:
+        check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
+    cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    data = build_dataset(cfg.dataset)
+    print(f"dlcomm: profiling one replica alone on {device} ({torch.get_num_threads()} threads) ...", flush=True)
+    if fresh:
+        profile, where = measure(cfg, data, device), "measured now"
+    else:
+        profile, path, measured = cached_profile(cfg, data, device, profiles_dir())
+        where = f"measured now, cached in {path}" if measured else f"from the cache, {path}"
+    print(f"compute profile ({where}): {profile.describe()}")
+    if out:
+        write_atomically(Path(out), profile.to_json())
+        print(f"written to {out}: pass network.compute_profile={out}")
+    return 0
 
 
 def _show_config(overrides: list[str]) -> int:

@@ -19,6 +19,13 @@ def results_dir() -> Path:
     return project_root() / "results"
 
 
+def profiles_dir() -> Path:
+    """Where compute profiles are cached (``network.compute=profile``), keyed by what they depend on:
+    ``DLCOMM_PROFILES`` when set (one cache for several homes), else ``results/profiles``."""
+    shared = os.environ.get("DLCOMM_PROFILES", "")
+    return Path(shared) if shared else results_dir() / "profiles"
+
+
 def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file a ``sqlite:///<path>`` URI names; None for any other store."""
     return Path(tracking_uri[len("sqlite:///"):]) if tracking_uri.startswith("sqlite:///") else None

@@ -58,6 +58,22 @@ class RunSpec:
         head = f"{cfg['algo']['name']} n{cfg['nodes'] * cfg['workers_per_node']} seed={cfg['seed']}"
         return " ".join([head, *extra])[:250]
 
+    def network_label(self) -> str:
+        """The network preset's name, with the link values the command line changed, e.g.
+        ``eth_10g, inter 25 Gb/s``: what the run modelled, not only what it started from."""
+        changed = []
+        for item in self.overrides:
+            key, _, value = item.lstrip("+~").partition("=")
+            if not key.startswith("network.") or key in ("network.mode",):
+                continue
+            parts = key.split(".")[1:]
+            if parts[0] in ("inter", "intra") and len(parts) == 2:
+                unit = {"bandwidth_gbps": "Gb/s", "latency_ms": "ms"}.get(parts[1])
+                changed.append(f"{parts[0]} {value} {unit}" if unit else f"{'.'.join(parts)}={value}")
+            elif parts[0] in ("wide_workers", "wide_bandwidth_gbps", "worker_bandwidth_gbps"):
+                changed.append(f"{parts[0]}={value}")
+        return ", ".join([self.config["network"]["name"], *changed])
+
 
 def _key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]

@@ -49,6 +49,7 @@ from dlcomm.comm.device_timing import device_timer, union_length
 from dlcomm.comm.network import NetworkModel
 from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
 from dlcomm.comm.transport import P2P
+from dlcomm.train.profile import NO_METER, StepMeter
 
 
 
@@ -184,17 +185,25 @@ class Channel:
         self._unresolved: dict[str, deque[Handle]] = defaultdict(deque)
         self._in_flight: deque[tuple[Any, OpRecord]] = deque()
         self._modelled = ModelledTiming(self) if network is not None else None
+        self.compute_meter: StepMeter = NO_METER  # told where each training step is (profiled compute)
 
     @classmethod
-    def for_run(cls, cluster: Cluster, network_cfg: Any) -> "Channel":
-        """The Channel a run's ``network`` config asks for."""
+    def for_run(cls, cluster: Cluster, network_cfg: Any, profiled: Any = None) -> "Channel":
+        """The Channel a run's ``network`` config asks for. ``profiled``: the rank's
+        :class:`~dlcomm.train.profile.ProfiledCompute` under ``network.compute=profile`` (simulate),
+        which then is the virtual clock's compute reading and the loop's step meter."""
         if network_cfg.mode == "off":
             return cls(cluster)
         model = NetworkModel.from_config(network_cfg, cluster.layout)
         alone = cluster.transport.computes_alone
         simulate = network_cfg.mode == "simulate"
-        clock = VirtualClock(compute_timer(cluster.device, alone), network_cfg.compute_scale) if simulate else WallClock()
-        return cls(cluster, model, clock)
+        if not simulate:
+            return cls(cluster, model, WallClock())
+        if profiled is not None:
+            channel = cls(cluster, model, VirtualClock(profiled, network_cfg.compute_scale))
+            channel.compute_meter = profiled
+            return channel
+        return cls(cluster, model, VirtualClock(compute_timer(cluster.device, alone), network_cfg.compute_scale))
 
     @property
     def mode(self) -> str:

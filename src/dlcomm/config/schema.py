@@ -254,9 +254,25 @@ class NetworkConfig:
     wide_bandwidth_gbps: float = 10.0
     # one Gb/s value per rank for its inter-node link (wins over the above); [] = no per-rank values
     worker_bandwidth_gbps: List[float] = field(default_factory=list)
-    # simulate: the modelled devices' compute time per rank = the measured one x compute_scale
-    # (0.05: devices 20x faster than what runs the job; 1: as measured)
+    # simulate: the modelled devices' compute time per rank = the profiled (or measured) one x compute_scale
+    # (0.05: devices 20x faster than what runs the job; 1: as profiled)
     compute_scale: float = 1.0
+    # simulate: where a rank's compute time comes from (docs/network.md, "Compute on the simulated clock").
+    # profile: one replica stepped alone before training, the same charge for every rank and run
+    # (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)
+    compute: str = "profile"
+    compute_profile: str = ""  # a profile file (`dlcomm profile --out F`) to use; "": profiled before training, cached
+    compute_ms: float = field(default=0.0, metadata=limits(low=0.0))  # > 0: a step's compute outright (e.g. a paper's GPU step)
+    # stragglers (simulate): a lognormal factor of mean 1 and this coefficient of variation on every
+    # rank's step, drawn from (seed, rank, step); 0: every rank computes for the same time
+    compute_jitter: float = field(default=0.0, metadata=limits(low=0.0, high=4.0))
+    rank_compute_scale: List[float] = field(default_factory=list, metadata=limits(low=0.0))  # one factor per rank; []: all 1
+    straggler_prob: float = field(default=0.0, metadata=limits(low=0.0, high=1.0))  # chance a rank's step is slowed ...
+    straggler_slowdown: float = field(default=1.0, metadata=limits(low=1.0))  # ... by this factor
+    # how collectives are charged: nccl (the algorithm NCCL picks for the size: ring or tree allreduce,
+    # pipelined chain for reduce and broadcast, plus a launch overhead) | textbook (closed forms, docs/network.md)
+    collectives: str = "nccl"
+    launch_us: float = field(default=0.0, metadata=limits(low=0.0))  # per collective under collectives=nccl; see docs
 
 
 @dataclass

@@ -167,3 +167,21 @@ def validate_network(network: Any, world: int) -> None:
             "pass a positive factor on the measured compute time, e.g. 0.05 for devices 20x faster")
     require(network.compute_scale == 1 or network.mode == "simulate", "network.compute_scale", network.compute_scale,
             "only simulated clocks can scale compute; add network.mode=simulate or leave it at 1")
+    require(network.compute in ("profile", "measured"), "network.compute", network.compute, "use profile or measured")
+    require(network.collectives in ("nccl", "textbook"), "network.collectives", network.collectives, "use nccl or textbook")
+    scales = list(network.rank_compute_scale)
+    require(len(scales) in (0, world), "network.rank_compute_scale", scales,
+            f"give one factor per worker ({world} values for nodes*workers_per_node={world}) or []")
+    require(all(scale > 0 for scale in scales), "network.rank_compute_scale", scales, "a factor must be positive, e.g. 1.5")
+    profiled = network.mode == "simulate" and network.compute == "profile"
+    for key, value, off in (("compute_ms", network.compute_ms, 0), ("compute_jitter", network.compute_jitter, 0),
+                            ("straggler_prob", network.straggler_prob, 0), ("compute_profile", network.compute_profile, "")):
+        require(value == off or profiled, f"network.{key}", value,
+                "only a profiled simulated clock has it; add network.mode=simulate network.compute=profile")
+    require(not scales or profiled, "network.rank_compute_scale", scales,
+            "only a profiled simulated clock has it; add network.mode=simulate network.compute=profile")
+    if network.compute_profile:
+        from pathlib import Path
+
+        require(Path(network.compute_profile).is_file(), "network.compute_profile", network.compute_profile,
+                "no such file; write one with `dlcomm profile <the run's overrides> --out <file>`")

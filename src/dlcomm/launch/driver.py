@@ -104,6 +104,7 @@ class DriverLauncher(Launcher):
             world = spec.config["nodes"] * spec.config["workers_per_node"]
             print(f"dlcomm: starting {world} workers {cls.where}, MLflow run '{spec.run_name()}' ({run_id})", flush=True)
             signals.release()  # a signal that came while the run was opened acts here
+            prepare_profile(spec)
             result = cls.run_job(spec)
         except KeyboardInterrupt:
             result = LaunchResult(interrupted=True)
@@ -129,3 +130,23 @@ class DriverLauncher(Launcher):
             if spec.parent_run_id:
                 return 130
         return result.exit_code
+
+
+def prepare_profile(spec: RunSpec) -> None:
+    """Under ``network.compute=profile``, the run's compute profile in its folder before any rank
+    starts (this machine runs them all): from ``network.compute_profile``, the cache, or one replica
+    stepped here alone with all this process's threads (:mod:`dlcomm.train.profile`)."""
+    cfg = spec.cfg()
+    from dlcomm.train.profile import prepare_run_profile, uses_profile
+
+    if not uses_profile(cfg):
+        return
+    import torch
+
+    from dlcomm.paths import profiles_dir
+
+    cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    profile = prepare_run_profile(cfg, Path(spec.run_dir), profiles_dir(), device,
+                                  progress=lambda what: print(f"dlcomm: profiling one replica alone: {what}", flush=True))
+    print(f"dlcomm: compute profile: {profile.describe()}", flush=True)

@@ -33,6 +33,8 @@ from dlcomm.train.loop import TrainLoop
 from dlcomm.train.plan import plan_steps
 from dlcomm.train.optim import build_optimizer, build_scheduler
 from dlcomm.train.precision import Precision
+from dlcomm.train.profile import profiled_compute
+from dlcomm.paths import profiles_dir
 
 
 def resolve_device(device: str, backend: str, machine_rank: int, local_ranks: int) -> tuple[torch.device, str]:
@@ -140,13 +142,16 @@ def train_rank(
     cfg = spec.cfg()
     apply_determinism(cfg.train.get("deterministic", False))  # again for launchers that reach the ranks otherwise (idempotent)
     rank, device, layout = cluster.rank, cluster.device, cluster.layout
-    channel = Channel.for_run(cluster, cfg.network)
     data = data if data is not None else build_dataset(cfg.dataset)
     task = build_task(cfg)
     with cluster.transport.alone():  # ranks that are threads share the process's generator
         torch.manual_seed(cfg.seed)
         model = task.build_model(cfg.model, data).to(device)
         torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
+    # before the algorithm's gradient hooks: a bucket becomes ready at its profiled instant
+    profiled = profiled_compute(cfg, Path(spec.run_dir), rank, model, data, device, profiles_dir()) \
+        if cluster.role == "worker" else None
+    channel = Channel.for_run(cluster, cfg.network, profiled)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
     algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
     if cluster.role != "worker":

@@ -160,7 +160,7 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
         "config_hash": spec.config_hash,
         "hostname": socket.gethostname(),
         "launcher": cfg["launcher"]["name"],
-        "network": cfg["network"]["name"],
+        "network": spec.network_label(),  # the preset and the link values the command line changed
         "network_mode": cfg["network"]["mode"],
         **(extra_tags or {}),
     }

@@ -46,6 +46,9 @@ class Rank0Reporter:
         config_path = self.run_dir / "config.yaml"
         config_path.write_text(OmegaConf.to_yaml(self.spec.config))
         self.logger.log_artifact(config_path)
+        profile_path = self.run_dir / "compute_profile.json"  # network.compute=profile: what the clocks charged
+        if profile_path.exists():
+            self.logger.log_artifact(profile_path)
         if rows:
             self._timings.append(_table(rows))
         self.bar = tqdm(total=total_steps, initial=done_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5)
@@ -182,7 +185,7 @@ def _summary_line(s: dict[str, float], spec: RunSpec) -> str:
     )
     if names.FINAL_SIM_TIME_PER_ITER in s:
         line += (
-            f" | {network['mode']}d {network['name']}: {1000 * s[names.FINAL_SIM_TIME_PER_ITER]:.1f} ms/iter,"
+            f" | {network['mode']}d {spec.network_label()}: {1000 * s[names.FINAL_SIM_TIME_PER_ITER]:.1f} ms/iter,"
             f" communication {_pct(s[names.FINAL_SIM_COMM_SHARE])} of it"
             f" (modelled {1000 * s[names.FINAL_COMM_MODELLED_PER_ITER]:.1f} ms/iter),"
             f" training {s[names.FINAL_SIM_TIME]:.1f} s"

@@ -44,6 +44,7 @@ from dlcomm.train.evaluate import EvalResult, evaluate
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
 from dlcomm.tasks import Task
 from dlcomm.train.precision import FULL, Precision
+from dlcomm.train.profile import NO_METER, StepMeter
 
 
 class Reporter(Protocol):
@@ -108,6 +109,7 @@ def hooked_step(
     step: int,
     micro_batches: int = 1,
     precision: Precision = FULL,
+    meter: StepMeter = NO_METER,
 ) -> torch.Tensor:
     """One optimizer step with the algorithm's hooks in their documented order; the loss.
 
@@ -118,25 +120,35 @@ def hooked_step(
     micro-batches whose gradients accumulate, each loss scaled by ``1/c`` so the gradient is the
     batch mean, before ONE communication round and ONE optimizer step (the Crossover paper's
     communication interval). ``algorithm.accumulating`` is true during all but the last
-    backward, so an algorithm that communicates from gradient hooks waits for the last."""
+    backward, so an algorithm that communicates from gradient hooks waits for the last.
+
+    ``meter`` is told where the step is (:class:`dlcomm.train.profile.StepMeter`): the simulated
+    clock's profiled compute moves at those instants."""
     algorithm.before_step(step)
+    meter.step_begins(step)
     optimizer.zero_grad(set_to_none=True)
     if micro_batches == 1:
         algorithm.accumulating = False
         with precision.autocast():
             loss = loss_fn(model, inputs, labels)
+        meter.backward_begins(last=True)
         precision.backward(loss)
+        meter.backward_ends(last=True)
     else:
         total = torch.zeros(())
         for index, (part, part_labels) in enumerate(zip(inputs.chunk(micro_batches), labels.chunk(micro_batches))):
-            algorithm.accumulating = index < micro_batches - 1
+            last = index == micro_batches - 1
+            algorithm.accumulating = not last
             with precision.autocast():
                 part_loss = loss_fn(model, part, part_labels)
+            meter.backward_begins(last)
             precision.backward(part_loss / micro_batches)
+            meter.backward_ends(last)
             total += part_loss.detach().float().cpu()
         loss = total / micro_batches
     algorithm.reduce_gradients(step)
     precision.step(optimizer, _found_inf_sharing(algorithm))
+    meter.step_ends()
     algorithm.after_step(step)
     return loss
 
@@ -280,7 +292,7 @@ class TrainLoop:
             self.channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
             self.timer.begin_iteration()
             loss = hooked_step(self.algorithm, self.model, self.optimizer, self.task.loss, inputs, labels, step,
-                               self.cfg.train.comm_interval, self.precision)
+                               self.cfg.train.comm_interval, self.precision, self.channel.compute_meter)
             self.scheduler.step()
             comm = self.channel.end_iteration()
             split = self.timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
