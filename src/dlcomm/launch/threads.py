@@ -115,8 +115,11 @@ def resolve_compute(cfg: Any) -> tuple[str, str]:
     docstring says)."""
     if cfg.launcher.compute != "auto":
         return cfg.launcher.compute, f"launcher.compute={cfg.launcher.compute}"
-    if cfg.network.mode == "simulate":
+    if cfg.network.mode == "simulate" and cfg.network.get("compute", "measured") == "measured":
         return "serial", "auto: network.mode=simulate measures each rank's compute alone"
+    if cfg.network.mode == "simulate":  # the profile charges compute: serial only keeps memory down
+        return "serial", ("auto: network.mode=simulate, one rank's activations alive at a time "
+                          "(compute=profile: launcher.compute=parallel gives the same simulated figures)")
     drawing = draws_while_training(cfg)
     if drawing:
         return "serial", f"auto: {drawing} draws from the random generator while training"
