@@ -119,7 +119,7 @@ def resolve_compute(cfg: Any) -> tuple[str, str]:
         return "serial", "auto: network.mode=simulate measures each rank's compute alone"
     if cfg.network.mode == "simulate":  # the profile charges compute: serial only keeps memory down
         return "serial", ("auto: network.mode=simulate, one rank's activations alive at a time "
-                          "(compute=profile: launcher.compute=parallel gives the same simulated figures)")
+                          "(compute=profile: launcher.compute=parallel charges the same profile)")
     drawing = draws_while_training(cfg)
     if drawing:
         return "serial", f"auto: {drawing} draws from the random generator while training"
