@@ -170,20 +170,23 @@ def _expected_max(n: int, c: float, draws: int = 200_000) -> float:
     return float(rng.lognormal(-sigma * sigma / 2, sigma, size=(draws // n, n)).max(axis=1).mean())
 
 
-@pytest.mark.parametrize("n", [8])
-def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_less(tmp_path, monkeypatch, capsys, n) -> None:
-    """Acceptance: the simulated AllReduce step at n workers = E[max of n draws] x step + the
-    allreduce, within 3% over 200 steps; D-PSGD's grows more slowly with n (a rank waits only for
-    its neighbours)."""
+def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowly(tmp_path, monkeypatch, capsys) -> None:
+    """Acceptance: the simulated AllReduce step at n workers = E[max of n draws] x step (the links
+    nearly free), within 3% over 200 steps, at 2 and 8 workers; D-PSGD's step grows more slowly from
+    2 to 8 workers (a rank waits only for its neighbours, not for the slowest of all)."""
     c = 0.3
     profile = _profile_file(tmp_path, lead=0.010, backward=0.020, optimizer=0.0)
     common = ["network=eth_10g", "network.inter.latency_ms=0", "network.inter.bandwidth_gbps=100000", "network.compute=profile",
               f"network.compute_profile={profile}", f"network.compute_jitter={c}", "train.max_steps=200",
               "dataset.train_size=20000", "train.batch_size=4", "train.eval_size=64"]
-    (tmp_path / "ar").mkdir()
-    (tmp_path / "gossip").mkdir()
-    allreduce = _run(tmp_path / "ar", monkeypatch, capsys, f"nodes={n}", "algo.overlap=false", *common)
-    per_step = allreduce.groupby("step")["sim_time_s"].max().mean()  # the links are nearly free here
-    assert per_step == pytest.approx(_expected_max(n, c) * 0.030, rel=0.03)
-    gossip = _run(tmp_path / "gossip", monkeypatch, capsys, f"nodes={n}", "algo=dpsgd", *common)
-    assert gossip.groupby("step")["sim_time_s"].mean().mean() < per_step
+    step: dict[tuple[str, int], float] = {}
+    for n in (2, 8):
+        for algo in ("allreduce", "dpsgd"):
+            (tmp_path / f"{algo}{n}").mkdir()
+            extra = ["algo.overlap=false"] if algo == "allreduce" else []
+            timings = _run(tmp_path / f"{algo}{n}", monkeypatch, capsys, f"nodes={n}", f"algo={algo}", *extra, *common)
+            # the clock's long-run rate: simulated training time over the steps, mean over ranks
+            step[algo, n] = timings.groupby("rank")["sim_time_s"].sum().mean() / timings["step"].nunique()
+        assert step["allreduce", n] == pytest.approx(_expected_max(n, c) * 0.030, rel=0.03)
+    print({key: round(value * 1e3, 3) for key, value in step.items()}, "ms; E[max] x 30 ms:", [round(_expected_max(n, c) * 30, 3) for n in (2, 8)])
+    assert step["dpsgd", 8] / step["dpsgd", 2] < step["allreduce", 8] / step["allreduce", 2]
