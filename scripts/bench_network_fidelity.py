@@ -13,9 +13,11 @@ runs twice on this machine:
     network; above 1 either the sleep overshoots or this machine's real transfer outlasted the
     model ("overruns" counts those operations).
 (b) ``network.mode=simulate``: mean simulated time per iteration over the emulate-mode mean wall
-    time per iteration. Simulate charges compute as CPU time, emulate as wall time, so they differ
-    by what ranks lose waiting for a core; the compute and communication columns split both
-    (the target is 10%).
+    time per iteration. Simulate charges compute from a profile of one replica stepped alone with
+    all this process's threads (``--compute profile``, the default, as ``network.compute=profile``)
+    or each rank's CPU time (``--compute measured``); emulate charges wall time, so they differ by
+    what ranks lose waiting for a core and, under the profile, by the threads a lone replica has;
+    the compute and communication columns split both (the target is 10%).
 
     python scripts/bench_network_fidelity.py                 # 2, 4 and 8 ranks: 12 configurations, ~8 minutes
     python scripts/bench_network_fidelity.py --ranks 4 --presets eth_1g --iters 6
@@ -41,7 +43,10 @@ from dlcomm.compose import compose
 from dlcomm.config.schema import MLPConfig, ResNetConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
+from dlcomm.comm.channel import Channel
+from dlcomm.comm.clock import VirtualClock
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
+from dlcomm.train.profile import ComputeProfile, ProfiledCompute, measure_step
 
 # "resnet18-mlp": an MLP 3072 -> 3640 -> 10 with ResNet-18's parameter count (11.22 M vs 11.18 M),
 # hence the same traffic, but a tenth of its compute: the communication is what is measured.
@@ -62,11 +67,17 @@ ALGORITHMS = {
 LEAN_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 
 
-def _bench_rank(cluster, channel, model_name: str, algo: str, bucket_mb: float, batch: int, iters: int, warmup: int) -> dict:
-    """Per measured iteration: wall time, clock time, and the modelled operations' figures."""
+def _bench_rank(cluster, channel, model_name: str, algo: str, bucket_mb: float, batch: int, iters: int, warmup: int,
+                profile: ComputeProfile | None = None) -> dict:
+    """Per measured iteration: wall time, clock time, and the modelled operations' figures.
+    ``profile``: a simulated clock charges it (network.compute=profile) instead of CPU time."""
     torch.manual_seed(0)
     model = build_model(MODELS[model_name], (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # plain SGD: the least compute per step
+    if profile is not None and channel.mode == "simulate":
+        profiled = ProfiledCompute(profile, lambda step: 1.0, model)  # before the algorithm's gradient hooks
+        channel = Channel(cluster, channel.network, VirtualClock(profiled))
+        channel.compute_meter = profiled
     algorithm_class, config = ALGORITHMS[algo](bucket_mb)
     algorithm = algorithm_class(config, cluster, channel)
     algorithm.setup(model, optimizer)
@@ -78,7 +89,7 @@ def _bench_rank(cluster, channel, model_name: str, algo: str, bucket_mb: float, 
     for step in range(warmup + iters):
         started = time.perf_counter()
         channel.begin_iteration()
-        hooked_step(algorithm, model, optimizer, cross_entropy_loss, x, y, step)
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, x, y, step, meter=channel.compute_meter)
         comm = channel.end_iteration()
         wall = time.perf_counter() - started
         if step >= warmup:
@@ -95,12 +106,24 @@ def _bench_rank(cluster, channel, model_name: str, algo: str, bucket_mb: float, 
     return {"rows": rows, "params": sum(p.numel() for p in model.parameters())}
 
 
-def _run(algo: str, ranks: int, preset: str, mode: str, args: argparse.Namespace) -> list[dict]:
+def _run(algo: str, ranks: int, preset: str, mode: str, args: argparse.Namespace,
+         profile: ComputeProfile | None = None) -> list[dict]:
     network = OmegaConf.to_container(compose([f"network={preset}", f"network.mode={mode}"]).network)
     results = run_ranks(
-        _bench_rank, ranks, args.model, algo, args.bucket_mb, args.batch, args.iters, args.warmup, network=network, threads=1, timeout=3600
+        _bench_rank, ranks, args.model, algo, args.bucket_mb, args.batch, args.iters, args.warmup, profile,
+        network=network, threads=1, timeout=3600
     )
     return results
+
+
+def _profile(args: argparse.Namespace) -> ComputeProfile:
+    """One replica stepped alone in this process with all its threads (what network.compute=profile does)."""
+    torch.manual_seed(0)
+    model = build_model(MODELS[args.model], (3, 32, 32), 10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(0)
+    batch = (torch.randn(args.batch, 3, 32, 32, generator=generator), torch.randint(0, 10, (args.batch,), generator=generator))
+    return measure_step(model, optimizer, cross_entropy_loss, itertools.repeat(batch), torch.device("cpu"))
 
 
 def main() -> int:
@@ -115,9 +138,14 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=10, help="measured iterations per run")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--compute", choices=["profile", "measured"], default="profile",
+                        help="simulate's compute: a profile of one replica alone (the default) or each rank's CPU time")
     args = parser.parse_args()
     if not args.default_malloc:
         os.environ.update(LEAN_MALLOC)
+    profile = _profile(args) if args.compute == "profile" else None
+    if profile is not None:
+        print(f"compute profile: {profile.describe()}", flush=True)
     cores = os.cpu_count() or 1
     print(
         f"{args.model}, synthetic 3x32x32, batch {args.batch} per rank, 1 thread per rank, {cores} cores, "
@@ -134,7 +162,7 @@ def main() -> int:
     figures = []
     for algo, ranks, preset in itertools.product(args.algos, args.ranks, args.presets):
         emulate = [row for result in _run(algo, ranks, preset, "emulate", args) for row in result["rows"]]
-        simulate = [row for result in _run(algo, ranks, preset, "simulate", args) for row in result["rows"]]
+        simulate = [row for result in _run(algo, ranks, preset, "simulate", args, profile) for row in result["rows"]]
         modelled = sum(row["modelled_s"] for row in emulate)
         measured = sum(row["measured_s"] for row in emulate)
         emulate_iter = statistics.fmean(row["wall_s"] for row in emulate)

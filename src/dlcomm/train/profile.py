@@ -248,7 +248,6 @@ def _batches(data: Any, batch: int, seed: int) -> Iterator[tuple[torch.Tensor, t
 def measure(cfg: Any, data: Any, device: torch.device, progress: Callable[[str], None] | None = None) -> ComputeProfile:
     """Step one replica of ``cfg``'s run alone (see the module docstring); its profile."""
     from dlcomm.tasks import build_task
-    from dlcomm.train.loop import hooked_step
     from dlcomm.train.optim import build_optimizer
     from dlcomm.train.precision import Precision
 
@@ -257,16 +256,28 @@ def measure(cfg: Any, data: Any, device: torch.device, progress: Callable[[str],
     model = task.build_model(cfg.model, data).to(device)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
     precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
-    watch = _Stopwatch(model, device)
     micro = cfg.train.comm_interval
     batches = _batches(data, cfg.train.batch_size * micro, cfg.seed)
+    profile = measure_step(model, optimizer, task.loss, batches, device, micro, precision, progress)
+    return replace(profile, key=profile_key(cfg, device))
+
+
+def measure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
+                 batches: Iterator[tuple[torch.Tensor, torch.Tensor]], device: torch.device, micro_batches: int = 1,
+                 precision: Any = None, progress: Callable[[str], None] | None = None) -> ComputeProfile:
+    """The profile of stepping ``model`` alone on ``batches`` (see the module docstring)."""
+    from dlcomm.train.loop import hooked_step
+    from dlcomm.train.precision import FULL
+
+    watch = _Stopwatch(model, device)
     samples: list[tuple[float, float, float, list[float]]] = []
     started = time.perf_counter()
     step = 0
     while True:
         inputs, labels = next(batches)
         inputs, labels = inputs.to(device), labels.to(device)
-        hooked_step(_Alone(), model, optimizer, task.loss, inputs, labels, step, micro, precision, meter=watch)
+        hooked_step(_Alone(), model, optimizer, loss_fn, inputs, labels, step, micro_batches, precision or FULL,
+                    meter=watch)
         if step >= WARMUP_STEPS:
             ready = [r - watch.backward_start if math.isfinite(r) else 0.0 for r in watch.ready]
             samples.append((watch.backward_start - watch.start, watch.backward_end - watch.backward_start,
@@ -284,7 +295,6 @@ def measure(cfg: Any, data: Any, device: torch.device, progress: Callable[[str],
         lead_s=statistics.median(s[0] for s in samples), backward_s=statistics.median(s[1] for s in samples),
         optimizer_s=statistics.median(s[2] for s in samples), ready_s=ready_s, steps=len(samples),
         device=device_name(device), torch_version=torch.__version__, threads=torch.get_num_threads(),
-        key=profile_key(cfg, device),
     )
 
 
