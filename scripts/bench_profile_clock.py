@@ -2,7 +2,8 @@
 (issue 35). One job, run side by side in this script:
 
 1. under ``launcher=threads`` and ``launcher=local`` (4 workers), and again under threads with a
-   CPU-bound process beside it: every ``sim_*`` column of ``timings.csv`` compared bit for bit;
+   CPU-bound process beside it, and under ``launcher=slurm`` against threads on one node of 4
+   workers (when a SLURM answers): every ``sim_*`` column of ``timings.csv`` compared bit for bit;
 2. 16 workers against 1 worker: simulated compute per iteration;
 3. the same comparisons under ``network.compute=measured`` (today's clock), for the contrast.
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +57,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("DLCOMM_PROFILES", tempfile.mkdtemp(prefix="dlcomm-bench-profiles-"))
     rows = []
+    home = tempfile.mkdtemp(prefix="dlcomm-bench-profile-slurm-")  # a SLURM job's results land in its DLCOMM_HOME
     for mode in ("profile", "measured"):
         job = [*JOB, f"network.compute={mode}", f"train.max_steps={args.steps}"]
         threads = _sim(train_timings([*job, "nodes=4", "launcher=threads"], script="bench_profile_clock"))
@@ -64,6 +68,12 @@ def main() -> int:
             loaded = _sim(train_timings([*job, "nodes=4", "launcher=threads"], script="bench_profile_clock"))
         finally:
             neighbour.terminate()
+        slurm = "no SLURM here (scripts/slurm_local.sh up)"
+        if shutil.which("sinfo") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0:
+            shape = ["nodes=1", "workers_per_node=4"]  # a one-machine SLURM has one node
+            slurm = _same(_sim(train_timings([*job, *shape, "launcher=threads"], home, script="bench_profile_clock")),
+                          _sim(train_timings([*job, *shape, "launcher=slurm", "launcher.wait=true"], home,
+                                             script="bench_profile_clock")))
         one = _sim(train_timings([*job, "nodes=1", "launcher=threads"], script="bench_profile_clock"))
         many = _sim(train_timings([*job, "nodes=16", "launcher=threads"], script="bench_profile_clock"))
         ratio = many["sim_compute_s"].mean() / one["sim_compute_s"].mean()
@@ -71,6 +81,7 @@ def main() -> int:
             "network.compute": mode,
             "threads vs local (4 workers), sim_*": _same(threads, local),
             "threads vs threads + CPU-bound neighbour, sim_*": _same(threads, loaded),
+            "threads vs slurm (1 node x 4 workers), sim_*": slurm,
             "sim compute/iter, 16 workers over 1": f"{ratio:.4f}",
             "sim ms/iter threads | local | loaded": " | ".join(f"{1e3 * t['sim_time_s'].mean():.3f}"
                                                               for t in (threads, local, loaded)),

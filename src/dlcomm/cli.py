@@ -221,7 +221,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.config.validate import validate_run
     from dlcomm.data import build_dataset, check_dataset
     from dlcomm.paths import check_writable, profiles_dir
-    from dlcomm.train.profile import cached_profile, measure, write_atomically
+    from dlcomm.train.profile import all_threads, cached_profile, measure, write_atomically
 
     cfg = compose(overrides)
     validate_run(cfg)
@@ -231,12 +231,13 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     data = build_dataset(cfg.dataset)
-    print(f"dlcomm: profiling one replica alone on {device} ({torch.get_num_threads()} threads) ...", flush=True)
-    if fresh:
-        profile, where = measure(cfg, data, device), "measured now"
-    else:
-        profile, path, measured = cached_profile(cfg, data, device, profiles_dir())
-        where = f"measured now, cached in {path}" if measured else f"from the cache, {path}"
+    with all_threads() as threads:
+        print(f"dlcomm: profiling one replica alone on {device} ({threads} threads) ...", flush=True)
+        if fresh:
+            profile, where = measure(cfg, data, device), "measured now"
+        else:
+            profile, path, measured = cached_profile(cfg, data, device, profiles_dir())
+            where = f"measured now, cached in {path}" if measured else f"from the cache, {path}"
     print(f"compute profile ({where}): {profile.describe()}")
     if out:
         write_atomically(Path(out), profile.to_json())

@@ -23,6 +23,7 @@ Arithmetic an algorithm does outside the step (averaging, mixing) is not charged
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -348,21 +349,35 @@ def uses_profile(cfg: Any) -> bool:
     return cfg.network.mode == "simulate" and cfg.network.get("compute", "measured") == "profile"
 
 
+@contextlib.contextmanager
+def all_threads() -> Iterator[int]:
+    """torch's thread count set to every core this process may run on (a replica alone has the
+    machine), given back after; the count."""
+    previous = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(cores)
+    try:
+        yield cores
+    finally:
+        torch.set_num_threads(previous)
+
+
 def prepare_run_profile(cfg: Any, run_dir: Path, folder: Path, device: torch.device,
                         progress: Callable[[str], None] | None = None) -> ComputeProfile:
     """Write ``run_dir/compute_profile.json`` before the ranks start: ``network.compute_profile``'s
-    file, else the cached profile (measured now when the cache lacks it)."""
+    file, else the cached profile (measured now, with every core, when the cache lacks it)."""
     given = cfg.network.get("compute_profile", "")
     if given:
         profile = read_profile(Path(given))
     else:
         from dlcomm.data import build_dataset
 
-        path = folder / f"{profile_key(cfg, device)}.json"
-        if path.exists():
-            profile = read_profile(path)
-        else:
-            profile, _, _ = cached_profile(cfg, build_dataset(cfg.dataset), device, folder, progress)
+        with all_threads():  # the same key and figures whichever process profiles (driver or rank 0)
+            path = folder / f"{profile_key(cfg, device)}.json"
+            if path.exists():
+                profile = read_profile(path)
+            else:
+                profile, _, _ = cached_profile(cfg, build_dataset(cfg.dataset), device, folder, progress)
     write_atomically(run_dir / RUN_PROFILE, profile.to_json())
     return profile
 
