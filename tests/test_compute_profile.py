@@ -190,3 +190,23 @@ def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowl
         assert step["allreduce", n] == pytest.approx(_expected_max(n, c) * 0.030, rel=0.03)
     print({key: round(value * 1e3, 3) for key, value in step.items()}, "ms; E[max] x 30 ms:", [round(_expected_max(n, c) * 30, 3) for n in (2, 8)])
     assert step["dpsgd", 8] / step["dpsgd", 2] < step["allreduce", 8] / step["allreduce", 2]
+
+
+def test_dlcomm_profile_measures_caches_and_writes_a_profile_a_run_then_uses(home, monkeypatch, capsys) -> None:
+    from dlcomm import cli
+
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    monkeypatch.setenv("DLCOMM_PROFILES", str(home / "profiles"))
+    monkeypatch.chdir(home)
+    out = home / "mlp.json"
+    assert cli.main(["profile", *FAST, "model=mlp", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "compute profile (measured now, cached in" in printed and f"written to {out}" in printed
+    profile = ComputeProfile.from_json(out.read_text())
+    assert profile.steps >= 10 and len(profile.ready_s) == 6 and profile.step_s > 0
+    assert all(0 <= r <= profile.backward_s * 1.5 for r in profile.ready_s)
+    assert cli.main(["profile", *FAST, "model=mlp"]) == 0
+    assert "from the cache" in capsys.readouterr().out
+    timings = _run(home, monkeypatch, capsys, "nodes=2", "network=eth_10g", f"network.compute_profile={out}",
+                   "train.max_steps=2")
+    assert set(timings["sim_compute_s"].round(12)) <= {round(profile.step_s, 12)}

@@ -222,22 +222,13 @@ class _Stopwatch(StepMeter):
         self.end = self._now()
 
 
-class _Alone:
-    """The algorithm hooks of a replica that communicates with no one."""
+def _alone() -> Any:
+    """An algorithm whose hooks all do nothing (the base class's): a replica that communicates with no one."""
+    from dlcomm.algorithms.base import Algorithm
 
-    accumulating = False
-
-    def found_inf_group(self) -> None:
-        return None  # loss scaling decides alone
-
-    def before_step(self, step: int) -> None:
-        pass
-
-    def reduce_gradients(self, step: int) -> None:
-        pass
-
-    def after_step(self, step: int) -> None:
-        pass
+    alone = Algorithm.__new__(Algorithm)  # no cluster or channel: none of its hooks uses them
+    alone.accumulating = False
+    return alone
 
 
 def _batches(data: Any, batch: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -277,7 +268,7 @@ def measure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_
     while True:
         inputs, labels = next(batches)
         inputs, labels = inputs.to(device), labels.to(device)
-        hooked_step(_Alone(), model, optimizer, loss_fn, inputs, labels, step, micro_batches, precision or FULL,
+        hooked_step(_alone(), model, optimizer, loss_fn, inputs, labels, step, micro_batches, precision or FULL,
                     meter=watch)
         if step >= WARMUP_STEPS:
             ready = [r - watch.backward_start if math.isfinite(r) else 0.0 for r in watch.ready]
