@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,3 +112,13 @@ def wait_until_ended(home: Path, parent: str, count: int, timeout_s: float) -> l
             return runs
         assert time.monotonic() < deadline, (parent_status, [(run.info.run_name, run.info.status) for run in runs])
         time.sleep(3)
+
+
+@pytest.fixture
+def default_sigint():
+    """SIGINT as an interactive Python has it (``default_int_handler``) for the test, whatever the
+    test process started with: run in a shell's background (``nohup ... &``, some CI runners) it
+    starts ignoring SIGINT, and dlcomm then rightly leaves SIGINT alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

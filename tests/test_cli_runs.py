@@ -181,7 +181,8 @@ def _interrupt_while_closing(monkeypatch, signum: int) -> list[str]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_after_every_rank_ended_leaves_the_run_finished_and_exit_0(home, monkeypatch, capsys, signum) -> None:
+def test_a_signal_after_every_rank_ended_leaves_the_run_finished_and_exit_0(home, monkeypatch, capsys, signum,
+                                                                                  default_sigint) -> None:
     """Issue 34 class 6: a late Ctrl-C exited 130 with the run FINISHED (or cut the closing short).
     Once every rank has ended the outcome is decided: recorded whole, and the exit code is its own."""
     from mlflow.tracking import MlflowClient
@@ -201,7 +202,8 @@ def test_a_signal_after_every_rank_ended_leaves_the_run_finished_and_exit_0(home
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
 
 
-def test_a_signal_after_a_sweep_element_ended_stops_the_sweep_with_the_element_finished(home, monkeypatch, capsys) -> None:
+def test_a_signal_after_a_sweep_element_ended_stops_the_sweep_with_the_element_finished(home, monkeypatch, capsys,
+                                                                                      default_sigint) -> None:
     from mlflow.tracking import MlflowClient
 
     from dlcomm import cli

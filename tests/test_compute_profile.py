@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from conftest import FAST, run_cli
 from dlcomm.train.loop import hooked_step
-from dlcomm.train.profile import ComputeProfile, ProfiledCompute, StepMeter, step_factor
+from dlcomm.train.profile import ComputeProfile, ProfiledCompute, step_factor
 
 
 class _NoComm:

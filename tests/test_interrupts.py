@@ -8,12 +8,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from conftest import FAST
 from dlcomm.launch.interrupts import INTERRUPTS
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_interactive(default_sigint):
+    """Every test here sends SIGINT or SIGTERM: both must reach dlcomm's handlers."""
 
 
 @pytest.fixture
@@ -35,7 +41,7 @@ def test_a_released_signal_raises_once_and_the_teardown_it_starts_is_not_interru
     interrupts.release()
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
-        signal.pause()  # not reached: the handler raised
+        time.sleep(5)  # not reached: the handler raises as the signal is delivered
     os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C during the teardown: recorded only
     assert interrupts.held and interrupts.received == signal.SIGINT
 

@@ -43,13 +43,12 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from dlcomm.comm import traffic
-from dlcomm.comm.clock import VirtualClock, WallClock, compute_timer
+from dlcomm.comm.clock import NO_METER, StepMeter, VirtualClock, WallClock, compute_timer
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.device_timing import device_timer, union_length
 from dlcomm.comm.network import NetworkModel
 from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
 from dlcomm.comm.transport import P2P
-from dlcomm.train.profile import NO_METER, StepMeter
 
 
 

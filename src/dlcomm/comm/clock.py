@@ -34,6 +34,28 @@ import torch
 from dlcomm.comm.device_timing import StreamClock
 
 
+class StepMeter:
+    """What :func:`dlcomm.train.loop.hooked_step` tells about the step it runs; nothing by
+    default. ``last`` marks the step's last backward pass (the one gradient hooks communicate on).
+    A simulated clock whose compute comes from a profile
+    (:class:`dlcomm.train.profile.ProfiledCompute`) moves at these instants."""
+
+    def step_begins(self, step: int) -> None:
+        pass
+
+    def backward_begins(self, last: bool) -> None:
+        pass
+
+    def backward_ends(self, last: bool) -> None:
+        pass
+
+    def step_ends(self) -> None:
+        pass
+
+
+NO_METER = StepMeter()
+
+
 class WallClock:
     """Real time; ``advance_to`` sleeps until the clock reads ``t``."""
 

@@ -33,6 +33,7 @@ import torch
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.comm.channel import Channel
+from dlcomm.comm.clock import NO_METER, StepMeter
 from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import Diverged
 from dlcomm.train.plan import check_plan, step_batch
@@ -44,7 +45,6 @@ from dlcomm.train.evaluate import EvalResult, evaluate
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
 from dlcomm.tasks import Task
 from dlcomm.train.precision import FULL, Precision
-from dlcomm.train.profile import NO_METER, StepMeter
 
 
 class Reporter(Protocol):

@@ -38,6 +38,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from dlcomm.comm.clock import StepMeter
+
 WARMUP_STEPS = 3
 MIN_STEPS = 10
 MAX_STEPS = 200
@@ -82,26 +84,6 @@ class ComputeProfile:
         return (f"{self.step_s * 1e3:.2f} ms per step (forward and earlier passes {self.lead_s * 1e3:.2f}, last backward "
                 f"{self.backward_s * 1e3:.2f}, optimizer {self.optimizer_s * 1e3:.2f}) over {self.steps} timed steps on "
                 f"{self.device}, {self.threads} thread(s), torch {self.torch_version}")
-
-
-class StepMeter:
-    """What :func:`dlcomm.train.loop.hooked_step` tells about the step it runs; nothing by
-    default. ``last`` marks the step's last backward pass (the one gradient hooks communicate on)."""
-
-    def step_begins(self, step: int) -> None:
-        pass
-
-    def backward_begins(self, last: bool) -> None:
-        pass
-
-    def backward_ends(self, last: bool) -> None:
-        pass
-
-    def step_ends(self) -> None:
-        pass
-
-
-NO_METER = StepMeter()
 
 
 def step_factor(network: Any, seed: int, rank: int) -> Callable[[int], float]:
