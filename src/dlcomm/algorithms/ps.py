@@ -27,6 +27,7 @@ worker 0's value), and rank 0 hands the server its initial parameters.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -165,7 +166,7 @@ class ParameterServer(Algorithm):
             for param in params:
                 param.copy_(initial[offset : offset + param.numel()].view_as(param))
                 offset += param.numel()
-        while True:
+        for iteration in itertools.count():
             channel.begin_iteration()
             headers = [torch.empty(len(params) + 1, dtype=torch.float32, device=device) for _ in workers]
             channel.exchange(recvs=list(zip(headers, workers)), group="job", incast=True).wait()
@@ -176,7 +177,9 @@ class ParameterServer(Algorithm):
             payloads = [torch.empty(max(1, sum(p.numel() for p, k in zip(params, keep) if k)), device=device) for keep in keeps]
             channel.exchange(recvs=list(zip(payloads, workers)), group="job", incast=True).wait()
             started = channel.clock.now()
+            channel.compute_meter.step_begins(iteration)  # under the profile: the update costs an optimizer step
             changed = self._apply(params, optimizer, keeps, payloads, float(headers[0][0]))
+            channel.compute_meter.step_ends()
             fresh = _flat([p.detach() for p, c in zip(params, changed) if c], device)
             reply = torch.tensor([channel.clock.now() - started, *map(float, changed)], dtype=torch.float32, device=device)
             channel.exchange([message for worker in workers for message in ((reply, worker), (fresh, worker))],

@@ -149,8 +149,8 @@ def train_rank(
         model = task.build_model(cfg.model, data).to(device)
         torch.manual_seed(cfg.seed * 100_003 + 1 + rank)
     # before the algorithm's gradient hooks: a bucket becomes ready at its profiled instant
-    profiled = profiled_compute(cfg, Path(spec.run_dir), rank, model, data, device, profiles_dir()) \
-        if cluster.role == "worker" else None
+    profiled = profiled_compute(cfg, Path(spec.run_dir), rank, model, data, device, profiles_dir(),
+                                service=cluster.role != "worker")
     channel = Channel.for_run(cluster, cfg.network, profiled)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
     algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)

@@ -18,7 +18,10 @@ factor ``f`` (:func:`step_factor`: the rank's ``network.rank_compute_scale``, a 
 mean 1 and coefficient of variation ``network.compute_jitter``, and a straggler slowdown drawn
 with ``network.straggler_prob``), so a rank's simulated compute is a function of (config, seed,
 rank, step, profile) alone: the same under every launcher, machine load and rank count.
-Arithmetic an algorithm does outside the step (averaging, mixing) is not charged.
+Arithmetic an algorithm does outside the step (averaging, mixing) is not charged. A service rank
+(the parameter server, the gossip manager) is charged only what it marks as a step: the parameter
+server's update costs the profile's optimizer step (:meth:`ComputeProfile.of_service`), the gossip
+manager's bookkeeping nothing, so its figures too are free of the machine's load.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ class ComputeProfile:
         k = step_s / self.step_s if self.step_s > 0 else 0.0
         return replace(self, lead_s=self.lead_s * k, backward_s=self.backward_s * k, optimizer_s=self.optimizer_s * k,
                        ready_s=tuple(r * k for r in self.ready_s))
+
+    def of_service(self) -> "ComputeProfile":
+        """A service's step (the parameter server's update): the optimizer step alone, no forward or
+        backward pass, no gradient hooks."""
+        return replace(self, lead_s=0.0, backward_s=0.0, ready_s=())
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "ready_s": list(self.ready_s), "step_s": self.step_s}, indent=1)
@@ -366,10 +374,11 @@ def read_profile(path: Path) -> ComputeProfile:
 
 
 def profiled_compute(cfg: Any, run_dir: Path, rank: int, model: torch.nn.Module, data: Any,
-                     device: torch.device, folder: Path) -> ProfiledCompute | None:
+                     device: torch.device, folder: Path, service: bool = False) -> ProfiledCompute | None:
     """The rank's compute reading under ``network.compute=profile`` (None otherwise), from the
     run's profile file; where no launcher wrote it (SLURM, srun), rank 0 writes it and the
-    others wait for it."""
+    others wait for it. ``service``: a service rank's reading (:meth:`ComputeProfile.of_service`,
+    no jitter: a service is no straggling worker)."""
     if not uses_profile(cfg):
         return None
     path = run_dir / RUN_PROFILE
@@ -387,4 +396,6 @@ def profiled_compute(cfg: Any, run_dir: Path, rank: int, model: torch.nn.Module,
     profile = read_profile(path)
     if cfg.network.get("compute_ms", 0.0) > 0:
         profile = profile.with_step_s(cfg.network.compute_ms / 1000.0)
+    if service:
+        return ProfiledCompute(profile.of_service(), lambda step: 1.0)
     return ProfiledCompute(profile, step_factor(cfg.network, cfg.seed, rank), model)
