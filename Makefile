@@ -50,11 +50,18 @@ clean-results:
 # Each writes results/<experiment>/ (table.md, table.csv, table.tex, PNGs); results/README.md sets
 # them beside the papers' numbers. Times are for a 2-core machine.
 DLCOMM := $(VENV)/bin/dlcomm
+# Simulated time is charged from the experiment's committed compute profile (network.compute=profile;
+# docs/network.md): results/<experiment>/compute_profile.json, measured on the machine that made the
+# committed tables, so a rerun repeats every simulated column exactly, on any machine and under any
+# load. Delete the file to charge this machine's own step instead (it is measured again, in seconds).
+PROFILE = network.compute_profile=$(CURDIR)/results/$(1)/compute_profile.json
+results/%/compute_profile.json:
+	$(DLCOMM) profile experiment=$* --out $@
 .PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-largebatch reproduce-crossover-time reproduce-node-based reproduce-wan-gossip
 
 # SESGD (Fig. 5 at three latencies; Table 2: five methods x seeds 0-2, one epoch, 8 ranks as threads): 16 minutes here
-reproduce-sesgd: setup
-	$(DLCOMM) train -m experiment=sesgd_fig5 algo=allreduce,sesgd algo.bucket_mb=0 network.inter.latency_ms=0.1,1,5
+reproduce-sesgd: setup results/sesgd_fig5/compute_profile.json
+	$(DLCOMM) train -m experiment=sesgd_fig5 $(call PROFILE,sesgd_fig5) algo=allreduce,sesgd algo.bucket_mb=0 network.inter.latency_ms=0.1,1,5
 	$(DLCOMM) train -m experiment=sesgd_table2 algo=allreduce,node_based,local_sgd seed=0,1,2 train.epochs=1
 	$(DLCOMM) train -m experiment=sesgd_table2 algo=sesgd,local_sesgd algo.groups=2 seed=0,1,2 train.epochs=1
 	$(DLCOMM) report experiment=sesgd_fig5
@@ -62,11 +69,11 @@ reproduce-sesgd: setup
 
 # Layer dropping (Table 1 at both network settings: ResNet-18 on Fashion-MNIST, plain PS and
 # R = 0.9, 0.95, 0.97, seeds 0-2; 24 runs of 100 steps): 35-37 minutes here (200 steps: 61 minutes)
-reproduce-layerdrop: setup
-	$(DLCOMM) train -m experiment=layerdrop_1g algo=ps seed=0,1,2
-	$(DLCOMM) train -m experiment=layerdrop_1g algo=ps_layerdrop algo.ratio=0.9,0.95,0.97 seed=0,1,2
-	$(DLCOMM) train -m experiment=layerdrop_56g algo=ps seed=0,1,2
-	$(DLCOMM) train -m experiment=layerdrop_56g algo=ps_layerdrop algo.ratio=0.9,0.95,0.97 seed=0,1,2
+reproduce-layerdrop: setup results/layerdrop_1g/compute_profile.json results/layerdrop_56g/compute_profile.json
+	$(DLCOMM) train -m experiment=layerdrop_1g $(call PROFILE,layerdrop_1g) algo=ps seed=0,1,2
+	$(DLCOMM) train -m experiment=layerdrop_1g $(call PROFILE,layerdrop_1g) algo=ps_layerdrop algo.ratio=0.9,0.95,0.97 seed=0,1,2
+	$(DLCOMM) train -m experiment=layerdrop_56g $(call PROFILE,layerdrop_56g) algo=ps seed=0,1,2
+	$(DLCOMM) train -m experiment=layerdrop_56g $(call PROFILE,layerdrop_56g) algo=ps_layerdrop algo.ratio=0.9,0.95,0.97 seed=0,1,2
 	$(DLCOMM) report experiment=layerdrop_1g
 	$(DLCOMM) report experiment=layerdrop_56g
 
@@ -89,21 +96,21 @@ reproduce-crossover-largebatch: setup
 
 # Crossover-SGD Fig. 11 (simulated time per iteration, 8 workers, 10 Gb/s, ResNet-18-sized messages, crossover /
 # crossover_hier / SGP / AllReduce at three compute scales: 12 runs of 20 steps as threads): 21 minutes here
-reproduce-crossover-time: setup
-	$(DLCOMM) train -m experiment=crossover_time algo=allreduce,sgp,crossover,crossover_hier network.compute_scale=1,0.2,0.05
+reproduce-crossover-time: setup results/crossover_time/compute_profile.json
+	$(DLCOMM) train -m experiment=crossover_time $(call PROFILE,crossover_time) algo=allreduce,sgp,crossover,crossover_hier network.compute_scale=1,0.2,0.05
 	$(DLCOMM) report experiment=crossover_time
 
 # Node-based averaging (Table III: the five clusters 2x2 to 8x2, K' = 50, an MLP for 10 epochs, seeds 0-2): 34 minutes here (30 runs)
-reproduce-node-based: setup
-	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=2,4,6,8 seed=0,1,2
-	$(DLCOMM) train -m experiment=node_based_table3 algo=allreduce nodes=4 workers_per_node=4 seed=0,1,2
-	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based algo.k_prime=50 nodes=2,4,6,8 seed=0,1,2
-	$(DLCOMM) train -m experiment=node_based_table3 algo=node_based algo.k_prime=50 nodes=4 workers_per_node=4 seed=0,1,2
+reproduce-node-based: setup results/node_based_table3/compute_profile.json
+	$(DLCOMM) train -m experiment=node_based_table3 $(call PROFILE,node_based_table3) algo=allreduce nodes=2,4,6,8 seed=0,1,2
+	$(DLCOMM) train -m experiment=node_based_table3 $(call PROFILE,node_based_table3) algo=allreduce nodes=4 workers_per_node=4 seed=0,1,2
+	$(DLCOMM) train -m experiment=node_based_table3 $(call PROFILE,node_based_table3) algo=node_based algo.k_prime=50 nodes=2,4,6,8 seed=0,1,2
+	$(DLCOMM) train -m experiment=node_based_table3 $(call PROFILE,node_based_table3) algo=node_based algo.k_prime=50 nodes=4 workers_per_node=4 seed=0,1,2
 	$(DLCOMM) report experiment=node_based_table3
 
 # Wide-area pull-gossip (Table 3 setting, 2 wide workers, 25 simulated s, two seeds): 65 to 100 minutes here
 # (10 runs of 6-14 min, most of it training 8 NiN workers on 2 cores): over the 60-minute aim
-reproduce-wan-gossip: setup
-	$(DLCOMM) train -m experiment=wan_gossip_fmnist algo.overlap=none seed=1,2
-	$(DLCOMM) train -m experiment=wan_gossip_fmnist algo.overlap=naive,scheduled algo.scheduler=managed,autonomous seed=1,2
+reproduce-wan-gossip: setup results/wan_gossip_fmnist/compute_profile.json
+	$(DLCOMM) train -m experiment=wan_gossip_fmnist $(call PROFILE,wan_gossip_fmnist) algo.overlap=none seed=1,2
+	$(DLCOMM) train -m experiment=wan_gossip_fmnist $(call PROFILE,wan_gossip_fmnist) algo.overlap=naive,scheduled algo.scheduler=managed,autonomous seed=1,2
 	$(DLCOMM) report experiment=wan_gossip_fmnist

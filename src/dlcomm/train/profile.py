@@ -281,9 +281,17 @@ def measure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_
 
 
 def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model (``platform.processor()`` is empty on most Linux
+    systems, where ``/proc/cpuinfo`` names it), with the architecture."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine() or "cpu"
+    model = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return " ".join(part for part in (model, platform.machine()) if part) or "cpu"
 
 
 def profile_key(cfg: Any, device: torch.device) -> str:
