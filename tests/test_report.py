@@ -235,7 +235,9 @@ def test_plots_against_a_setting_key(tmp_path) -> None:
 def test_compare_results_ignores_clock_columns_and_provenance_but_not_accuracy(tmp_path) -> None:
     """scripts/compare_results.py: a second generation that differs only in what a clock
     measured (or in a clock's column an older table lacks), in run ids or in the order of its rows
-    is identical; one whose accuracy or a non-clock column differs is not, exit 1, naming the cell."""
+    is identical; one whose accuracy or a non-clock column differs is not, exit 1, naming the cell.
+    The simulated clock's columns (and a speedup on it) count where both rows were charged from a
+    compute profile (``sim_clock=profile``: they repeat bit for bit), not where they were measured."""
     import subprocess
     import sys
 
@@ -252,19 +254,43 @@ def test_compare_results_ignores_clock_columns_and_provenance_but_not_accuracy(t
     two = pd.concat([base, base.assign(setting="nodes=16", final_acc_mean=80.0)], ignore_index=True)
     variants["reordered"] = two.iloc[::-1]  # the same rows in another order (settings sorted otherwise)
     variants["swapped"] = two.assign(final_acc_mean=[80.0, 90.4])  # the same values on the wrong rows
-    for name, frame in (("old", base), ("old_two", two)):
+    sim = base.assign(sim_ms_per_iter=41.5, sim_clock="profile", speedup_clock="simulated")
+    variants["sim_profiled"] = sim.assign(sim_ms_per_iter=41.6)
+    variants["speedup_profiled"] = sim.assign(speedup=1.01)
+    variants["sim_measured"] = sim.assign(sim_ms_per_iter=44.0, speedup=1.2, sim_clock="measured")
+    variants["sim_same"] = sim.assign(speedup_std=0.0, wall_ms_per_iter=12.0, runs="x")
+    for name, frame in (("old", base), ("old_two", two), ("old_sim", sim)):
         (tmp_path / name / "x").mkdir(parents=True)
         frame.to_csv(tmp_path / name / "x" / "table.csv", index=False)
     outcome = {}
     for name, frame in variants.items():
         (tmp_path / name / "x").mkdir(parents=True)
         frame.to_csv(tmp_path / name / "x" / "table.csv", index=False)
-        old = tmp_path / ("old_two" if name in ("reordered", "swapped") else "old")
+        old = tmp_path / ("old_two" if name in ("reordered", "swapped") else "old_sim" if name.startswith("s") else "old")
         done = subprocess.run([sys.executable, str(script), str(old), str(tmp_path / name)], capture_output=True,
                               text=True)
         outcome[name] = (done.returncode, done.stdout.strip())
-    assert outcome["clock"] == (0, "x: identical except measured columns and run ids")
+    identical = "x: identical except wall-clock columns and run ids"
+    assert outcome["clock"] == (0, f"{identical} (no simulated column compared)")
     assert outcome["accuracy"] == (1, "x: allreduce final_acc_mean: 90.4 against 90.5")
     assert outcome["column"][0] == 1 and "columns differ: ['extra']" in outcome["column"][1]
-    assert outcome["reordered"] == (0, "x: identical except measured columns and run ids")
+    assert outcome["reordered"] == (0, f"{identical} (no simulated column compared)")
+    assert outcome["sim_profiled"] == (1, "x: allreduce sim_ms_per_iter: 41.5 against 41.6")
+    assert outcome["speedup_profiled"] == (1, "x: allreduce speedup: 1.0 against 1.01")
+    assert outcome["sim_measured"] == (0, f"{identical} (no simulated column compared)")
+    assert outcome["sim_same"] == (0, f"{identical} (simulated columns identical on 1 of 1 rows)")
     assert outcome["swapped"][0] == 1 and "final_acc_mean: 90.4 against 80.0" in outcome["swapped"][1]
+
+
+def test_the_table_says_how_the_simulated_compute_was_charged() -> None:
+    """sim_clock: profile only when every run of the method charged a profile (its simulated columns
+    repeat); runs from before the profile (no network.compute) were measured; no simulated time: empty."""
+    from dlcomm.metrics import names
+    from dlcomm.report.table import sim_clock
+
+    sim = "metrics." + names.FINAL_SIM_TIME_PER_ITER
+    frame = pd.DataFrame({sim: [0.1, 0.2], "params.network.compute": ["profile", "profile"]})
+    assert sim_clock(frame) == "profile"
+    assert sim_clock(frame.assign(**{"params.network.compute": ["profile", "measured"]})) == "measured"
+    assert sim_clock(frame.drop(columns="params.network.compute")) == "measured"
+    assert sim_clock(frame.assign(**{sim: [float("nan")] * 2})) == ""
