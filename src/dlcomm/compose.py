@@ -8,6 +8,8 @@ checks only and imports nothing above it.
 
 from __future__ import annotations
 
+import difflib
+
 import re
 from typing import Any, Optional
 
@@ -55,7 +57,7 @@ def compose(overrides: list[str]) -> DictConfig:
     except OverrideParseException as error:
         raise UserError(unparsable(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
-        raise UserError(_foreign_knob(error, overrides) or _one_line(error)) from None
+        raise UserError(_foreign_knob(error, overrides) or _unknown_key(error, overrides) or _one_line(error)) from None
     except ValueError as error:  # Hydra's own for a group set to null (model=null)
         raise UserError(_null_group(overrides) or str(error)) from None
     check_values(cfg)
@@ -123,6 +125,28 @@ def _foreign_knob(error: Exception, overrides: list[str]) -> Optional[str]:
     except Exception:  # noqa: BLE001 - the key comes from a file, not an override: the usual message
         return None
     return foreign_knob(group, knob, choice)
+
+
+def _unknown_key(error: Exception, overrides: list[str]) -> Optional[str]:
+    """``no key train.max_stepz: did you mean train.max_steps?`` for an override of a key the
+    config lacks, with the closest keys of the same section (Hydra's own advice, to append the key
+    with ``+``, would only fail later: every section is typed)."""
+    key = str(getattr(error.__cause__, "full_key", None) or getattr(error, "full_key", None) or "")
+    if not key or not ("Could not override" in str(error) or "not in struct" in str(error)):
+        return None
+    rest = [item for item in overrides if item.lstrip("+~").split("=")[0] != key]
+    try:
+        config = _hydra_compose(rest)
+    except Exception:  # noqa: BLE001 - the key comes from a file, not an override: the usual message
+        return None
+    parent, _, _ = key.rpartition(".")
+    section = OmegaConf.select(config, parent) if parent else config
+    if not isinstance(section, DictConfig):
+        return None
+    known = [f"{parent}.{name}" if parent else str(name) for name in section.keys()]
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"the keys of {parent or 'the config'}: {', '.join(known)}"
+    return f"no key {key} in the config: {hint} (every key with `dlcomm config`)"
 
 
 def _one_line(error: Exception) -> str:
