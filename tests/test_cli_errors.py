@@ -16,6 +16,10 @@ def test_config_composes_from_any_directory(home) -> None:
     assert result.returncode == 0, result.stderr
     assert "period: 4" in result.stdout and "nodes: 8" in result.stdout
     assert "root: /usr/share/datasets/fashion-mnist" in result.stdout
+    # the default store ('') is named as the run would open it
+    assert f"# tracking.uri '' is the default store: sqlite:///{home.resolve()}/results/mlflow.db" in result.stdout
+    named = run_cli(home, "config", "tracking.uri=sqlite:///elsewhere.db")
+    assert "uri: sqlite:///elsewhere.db" in named.stdout and "default store" not in named.stdout
 
 
 def test_config_shows_the_chosen_model_optimizer_and_dataset_knobs_only(home) -> None:

@@ -248,9 +248,16 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
 def _show_config(overrides: list[str]) -> int:
     from omegaconf import OmegaConf
 
+    from dlcomm.paths import home_setting
+
     from dlcomm.compose import compose
 
-    print(OmegaConf.to_yaml(compose(overrides)), end="")
+    from dlcomm.tracking.mlflow_run import resolve_tracking_uri
+
+    cfg = compose(overrides)
+    print(OmegaConf.to_yaml(cfg), end="")
+    if not cfg.tracking.uri:  # '' is the default store: say which one it is from here
+        print(f"# tracking.uri '' is the default store: {resolve_tracking_uri('')} (results/ under {home_setting()})")
     return 0
 
 
