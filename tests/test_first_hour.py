@@ -83,7 +83,7 @@ def test_a_line_at_once_and_the_done_line_agrees_with_iterations_2_to_20(home) -
     assert "INFO" not in err, err  # no library chatter on the terminal
     lines = (first + out).splitlines()
     assert re.fullmatch(r"dlcomm: starting 4 workers as processes of this machine, MLflow run "
-                        r"'allreduce n4 seed=0 dataset=synthetic .*train.max_steps=20 train.epochs=1' \([0-9a-f]{32}\)",
+                        r"'allreduce 4x1 dataset=synthetic .*\.\.\. seed=0' \([0-9a-f]{32}\)",
                         lines[1]), lines[1]
     done = next(line for line in lines if line.startswith("done: "))
     done_ms = float(re.search(r"wall ([\d.]+) ms/iter", done).group(1))
@@ -111,8 +111,8 @@ def test_a_sweep_s_runs_are_named_by_what_it_varies(home) -> None:
     experiment = client.get_experiment_by_name("dlcomm")
     names_ = sorted(run.info.run_name for run in client.search_runs([experiment.experiment_id])
                     if run.data.tags.get("sweep") != "true")
-    assert names_ == ["allreduce n4 seed=1 optim.lr=0.05", "allreduce n4 seed=1 optim.lr=0.1",
-                      "allreduce n4 seed=2 optim.lr=0.05", "allreduce n4 seed=2 optim.lr=0.1"]
+    assert names_ == ["allreduce 4x1 optim.lr=0.05 seed=1", "allreduce 4x1 optim.lr=0.05 seed=2",
+                      "allreduce 4x1 optim.lr=0.1 seed=1", "allreduce 4x1 optim.lr=0.1 seed=2"]
 
 
 def test_throughput_is_on_rank_0s_clock_when_a_peer_started_first(home, monkeypatch) -> None:

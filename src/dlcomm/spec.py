@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dlcomm.paths import project_root
 
+RUN_NAME_CHARS = 64  # a run's default name, which the MLflow UI's runs list shows whole at about this width
 # Keys that say where and how a run is recorded or launched, not what it computes.
 _NOT_HASHED = ("tracking", "launcher", "debug", "report")
 
@@ -46,17 +47,25 @@ class RunSpec:
 
     def run_name(self) -> str:
         """``tracking.run_name``, else a name that tells runs apart in the MLflow UI: algorithm,
-        world size, seed, then what the sweep varies (a sweep's element) or the command line's
-        other settings (a single run), e.g. ``crossover n16 seed=2 algo.segments=4``."""
+        nodes x workers per node, the network preset (when one is modelled), then what the sweep
+        varies (a sweep's element) or the command line's other settings (a single run), then the
+        seed, e.g. ``crossover 2x4 eth_1g algo.segments=4 seed=2``; at most :data:`RUN_NAME_CHARS`
+        characters (the rest of a long command line is in the run's params)."""
         cfg = self.config
         if cfg["tracking"]["run_name"]:
             return cfg["tracking"]["run_name"]
-        shown = ("algo", "nodes", "workers_per_node", "seed")
+        shown = ("algo", "nodes", "workers_per_node", "seed", "network", "experiment")
         quiet = ("tracking", "launcher", "debug", "report")
-        extra = [item for item in (self.varied if self.parent_run_id or self.varied else self.overrides)
+        extra = [item.lstrip("+~") for item in (self.varied if self.parent_run_id or self.varied else self.overrides)
                  if _key(item) not in shown and _key(item).split(".")[0] not in quiet]
-        head = f"{cfg['algo']['name']} n{cfg['nodes'] * cfg['workers_per_node']} seed={cfg['seed']}"
-        return " ".join([head, *extra])[:250]
+        network = cfg["network"]["name"]
+        words = [cfg["algo"]["name"], f"{cfg['nodes']}x{cfg['workers_per_node']}",
+                 *([network] if network not in ("off", "") else []), *extra]
+        seed = f" seed={cfg['seed']}"
+        head = " ".join(words)
+        if len(head) + len(seed) > RUN_NAME_CHARS:
+            head = head[: RUN_NAME_CHARS - len(seed) - 3].rstrip() + "..."
+        return head + seed
 
     def network_label(self) -> str:
         """The network preset's name, with the link values the command line changed, e.g.
