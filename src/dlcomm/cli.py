@@ -263,11 +263,12 @@ def _show_config(overrides: list[str]) -> int:
 
 def _topology(arguments: list[str]) -> int:
     from dlcomm.paths import check_writable, home_setting, results_dir
-    from dlcomm.topology.analysis import analyse, parse_arguments, write
+    from dlcomm.topology.analysis import analyse, explain, parse_arguments, write
 
     settings = parse_arguments(arguments)
     check_writable(results_dir() / "topology", home_setting(), "set DLCOMM_HOME to a folder you can write (results go to its results/)")
     table = analyse(settings)
+    print(explain(table, settings))
     print(table.to_string(index=False, float_format=lambda value: f"{value:.4g}"))
     csv, png = write(table, settings, results_dir() / "topology")
     print(f"wrote {csv} and {png}")

@@ -1,9 +1,9 @@
 """``dlcomm topology``: the Crossover-SGD paper's Fig. 6 for any of the topologies.
 
 For each step ``k`` the table holds ``lambda_2`` and the imbalance factor of ``P_k`` (see
-:mod:`dlcomm.topology.mixing`), averaged over ``trials`` seeds for the random topologies. A
-random topology brings its ablation along: ``crossover`` is shown with ``crossover_unfair``
-(the paper's ``fair=false``). Written as CSV and PNG under ``results/topology/``.
+:mod:`dlcomm.topology.mixing`), averaged over ``trials`` seeds for the random topologies: the topologies named, no others
+(``crossover_unfair``, the paper's ``fair=false`` ablation, when asked for). Written as CSV and PNG
+under ``results/topology/``; :func:`explain` is the text printed above the table.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from dlcomm.errors import UserError
 from dlcomm.settings import parse_settings
 from dlcomm.topology.mixing import RANDOM, TOPOLOGIES, mixing_curve
 
-ABLATION = {"crossover": "crossover_unfair"}
-
-
 def parse_arguments(arguments: list[str]) -> dict[str, str]:
     """``key=value`` words; keys: topology, compare, nodes, steps, seed, trials."""
     known = {"topology": "crossover", "compare": "", "nodes": "16", "steps": "20", "seed": "0", "trials": "20"}
@@ -31,7 +28,7 @@ def analyse(settings: dict[str, str]) -> pd.DataFrame:
     for name in names:
         if name not in TOPOLOGIES:
             raise UserError(f"topology={name} is invalid: use one of {', '.join(TOPOLOGIES)}")
-    names = list(dict.fromkeys(n for name in names for n in (name, ABLATION.get(name)) if n))
+    names = list(dict.fromkeys(names))
     try:
         n, steps, seed, trials = (int(settings[key]) for key in ("nodes", "steps", "seed", "trials"))
     except ValueError:
@@ -45,6 +42,22 @@ def analyse(settings: dict[str, str]) -> pd.DataFrame:
         table[f"lambda2_{name}"] = curves[:, :, 0].mean(axis=0)
         table[f"imbalance_{name}"] = curves[:, :, 1].mean(axis=0)
     return table
+
+
+def explain(table: pd.DataFrame, settings: dict[str, str]) -> str:
+    """What the table compares and what its columns mean (printed above it)."""
+    names = [column[len("lambda2_"):] for column in table.columns if column.startswith("lambda2_")]
+    random = [name for name in names if name in RANDOM]
+    averaged = f"; {', '.join(random)} averaged over {settings['trials']} random draws (seeds from {settings['seed']})" \
+        if random else ""
+    return "\n".join([
+        f"mixing of {', '.join(names)} on {settings['nodes']} ranks over {len(table)} gossip steps{averaged}.",
+        "P_k = W_k ... W_1 is what k steps do to the ranks' values (x <- W x); J = 11^T/n is exact averaging.",
+        "lambda2_<t>: the second largest singular value of P_k, how far k steps are from averaging (0 = averaged, "
+        "1 = not mixing); lower is faster mixing.",
+        "imbalance_<t>: the variance of the entries of P_k - J (0 when every rank holds the plain average; "
+        "stays above 0 when some ranks' values count more than others').",
+    ])
 
 
 def write(table: pd.DataFrame, settings: dict[str, str], folder: Path) -> tuple[Path, Path]:
