@@ -282,19 +282,21 @@ def crossover_sources(cluster, channel, steps: int, segments: int) -> list:
 
 # ---- group schemes -------------------------------------------------------------------------
 
-def node_based_steps(cluster, channel, k_prime: int, per_epoch: int, epochs: int) -> dict:
-    """node_based with BatchNorm: parameters+buffers after each step and the global exchanges per epoch."""
+def node_based_steps(cluster, channel, k_prime: int, per_epoch: int, epochs: int, total: int = 0) -> dict:
+    """node_based with BatchNorm: parameters+buffers after each step and the global exchanges per epoch;
+    ``total``: the run's steps when it is cut within an epoch (train.max_steps)."""
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     algorithm = _gossip_algorithm("node_based", cluster, channel, k_prime=k_prime)
     algorithm.setup(model, optimizer)
-    algorithm.plan(per_epoch, per_epoch * epochs)
+    total = total or per_epoch * epochs
+    algorithm.plan(per_epoch, total)
     generator = torch.Generator().manual_seed(700 + cluster.rank)
     states, consensus, exchanges = [], [], []
     step = 0
     for epoch in range(epochs):
         count = 0
-        for _ in range(per_epoch):
+        for _ in range(min(per_epoch, total - step)):
             inputs, labels = _batch(generator)
             channel.begin_iteration()
             hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)

@@ -36,6 +36,15 @@ def test_node_based_once_per_epoch_when_k_prime_is_the_epoch() -> None:
     assert results[0]["exchanges"] == [1, 1]  # K' = K: the footnote's "at least once"
 
 
+def test_node_based_averages_after_the_last_step_of_a_run_cut_within_an_epoch() -> None:
+    """train.max_steps=4 in an epoch of 7, once per epoch: the cut epoch's final iteration is the run's
+    last, so the run ends with one model (before, no exchange at all and 0% communication)."""
+    results = run_ranks(rank_programs.node_based_steps, 4, -1, 7, 1, 4, nodes=2)
+    assert results[0]["consensus"] == [False, False, False, True] and results[0]["exchanges"] == [1]
+    last = [r["states"][-1] for r in results]
+    assert max(np.abs(s - last[0]).max() for s in last) < 1e-6
+
+
 def test_sesgd_groups_partition_agree_and_average() -> None:
     world, steps = 8, 5
     results = run_ranks(rank_programs.sesgd_steps, world, "sesgd", {"groups": 2}, steps)

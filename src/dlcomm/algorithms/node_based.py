@@ -9,7 +9,8 @@ Optimizer state is not averaged. The paper's pseudocode reads ``if i == K'`` but
 footnote say "every K' and at the final iteration": implemented as the text, so an epoch of
 ``K`` iterations has ``floor(K / K') + 1`` exchanges, or ``K / K'`` when ``K'`` divides ``K``
 (the last multiple is the final iteration; the paper's footnote: once per epoch when ``K' = K``,
-at most ``1 + floor(K / K')``). ``k_prime = -1``: once per epoch.
+at most ``1 + floor(K / K')``). ``k_prime = -1``: once per epoch. A run that ``train.max_steps`` ends within an epoch averages
+after its last step too (the cut epoch's final iteration).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class NodeBased(Algorithm):
 
     def plan(self, steps_per_epoch: int, total_steps: int) -> None:
         super().plan(steps_per_epoch, total_steps)
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_epoch, self.total_steps = steps_per_epoch, total_steps
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
@@ -64,6 +65,7 @@ class NodeBased(Algorithm):
         self.param_buffers = [b.bind_params() for b in make_buckets(params, int(self.cfg.bucket_mb * 2**20))]
         self.float_buffers = [b for b in model.buffers() if b.is_floating_point()]  # BatchNorm running stats
         self.steps_per_epoch = getattr(self, "steps_per_epoch", 0)
+        self.total_steps = getattr(self, "total_steps", 0)
 
     def reduce_gradients(self, step: int) -> None:
         if self.cluster.layout.workers_per_node == 1:
@@ -75,10 +77,13 @@ class NodeBased(Algorithm):
             bucket.unpack_grads()
 
     def consensus_after(self, step: int) -> bool:
-        """Is there a global exchange after ``step`` (counted over the run from 0)?"""
+        """Is there a global exchange after ``step`` (counted over the run from 0)? Also after the
+        run's last step when ``train.max_steps`` cuts an epoch short: that step is the cut epoch's
+        final iteration, and the run ends with one model."""
         in_epoch = step % self.steps_per_epoch + 1 if self.steps_per_epoch else step + 1
         last = bool(self.steps_per_epoch) and in_epoch == self.steps_per_epoch
-        return last or (self.cfg.k_prime > 0 and in_epoch % self.cfg.k_prime == 0)
+        run_ends = self.total_steps > 0 and step == self.total_steps - 1
+        return last or run_ends or (self.cfg.k_prime > 0 and in_epoch % self.cfg.k_prime == 0)
 
     def after_step(self, step: int) -> None:
         if self.cluster.layout.nodes == 1 or not self.consensus_after(step):
