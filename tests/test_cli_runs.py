@@ -57,6 +57,10 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     assert (tags["algo"], tags["model"], tags["dataset"], tags["world_size"]) == ("allreduce", "small_cnn", "synthetic", "4")
     for tag in ("git_commit", "config_hash", "hostname"):
         assert tags[tag]
+    from importlib.metadata import version
+
+    assert tags["dlcomm_version"] == version("dlcomm")  # what a pip-installed dlcomm has instead of a commit
+    assert run.info.run_name.startswith("allreduce 2x2 ") and run.info.run_name.endswith(" seed=0")  # 2 nodes of 2
     assert (tags["network"], tags["network_mode"]) == ("off", "off")
     assert run.data.params["train.batch_size"] == "64" and run.data.params["workers_per_node"] == "2"
     metrics = run.data.metrics

@@ -140,6 +140,18 @@ def _log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
         retrying(client.log_batch, run_id, params=items[start : start + _PARAMS_PER_BATCH])
 
 
+def dlcomm_version() -> str:
+    """The installed distribution's version (what a ``pip install``ed dlcomm has instead of a commit)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dlcomm")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        import dlcomm
+
+        return dlcomm.__version__
+
+
 def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     """Create the run (status RUNNING) with its tags and params; return its id.
     ``extra_tags`` adds, e.g., ``mlflow.parentRunId`` for a sweep's element, ``driver_pid``
@@ -157,6 +169,7 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
         "workers_per_node": str(cfg["workers_per_node"]),
         "git_commit": spec.git_commit,
         "mlflow.source.git.commit": spec.git_commit,
+        "dlcomm_version": dlcomm_version(),
         "config_hash": spec.config_hash,
         "hostname": socket.gethostname(),
         "launcher": cfg["launcher"]["name"],
@@ -175,8 +188,8 @@ def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, 
     from the launcher (a sweep run here records its driver's pid, tag ``driver_pid``)."""
     client = _user_client(uri)
     experiment_id = _experiment_id(client, experiment, uri)
-    tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "hostname": socket.gethostname(),
-            **(extra_tags or {})}
+    tags = {"sweep": "true", "launcher": launcher, "git_commit": _git_commit(), "dlcomm_version": dlcomm_version(),
+            "hostname": socket.gethostname(), **(extra_tags or {})}
     run = retrying(client.create_run, experiment_id, run_name=f"sweep of {size}: {' '.join(overrides)}"[:250], tags=tags)
     _log_params(client, run.info.run_id, {"sweep.overrides": " ".join(overrides)[:6000], "sweep.size": str(size)})
     return run.info.run_id
