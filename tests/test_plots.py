@@ -33,6 +33,15 @@ def test_one_seed_has_its_curve_as_mean_and_no_spread() -> None:
     assert curves["std"].isna().all()  # one seed says nothing about the spread: nan, not 0
 
 
+def test_seeds_with_no_common_range_pair_their_points_in_order() -> None:
+    """Each seed evaluated once, at its own end time (the README's sweep): no range they all cover,
+    so the k-th points pair up at the mean x, instead of the method vanishing from the figure."""
+    curves = seed_curves([pd.Series([0.80], index=[10.0]), pd.Series([0.82], index=[12.0])])
+    assert list(curves.index) == [11.0] and list(curves["mean"]) == pytest.approx([0.81])
+    assert list(curves["std"]) == pytest.approx([0.02 / math.sqrt(2)])
+    assert seed_curves([pd.Series([0.8], index=[1.0]), pd.Series([0.8, 0.9], index=[5.0, 6.0])]).empty  # nothing to pair
+
+
 def test_seeds_at_different_x_are_interpolated_onto_the_range_they_all_cover() -> None:
     a = pd.Series([0.0, 0.4, 0.8], index=[0.0, 2.0, 4.0])  # a line of slope 0.2
     b = pd.Series([0.2, 0.2, 0.6], index=[1.0, 3.0, 5.0])

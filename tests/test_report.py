@@ -230,6 +230,9 @@ def test_plots_against_a_setting_key(tmp_path) -> None:
     assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
     one = runs[runs["params.nodes"] == "4"]
     assert plots.against(table[table["setting"] == "nodes=4"], one, "world", "w", "speedup", "s", tmp_path / "n.png", "t") is None
+    # two settings on the axis, but only one with a value (no baseline at 8 nodes): one point, no figure
+    lonely = table.assign(speedup=table["speedup"].where(table["setting"] == "nodes=4"))
+    assert plots.against(lonely, runs, "world", "w", "speedup", "s", tmp_path / "l.png", "t") is None
 
 
 def test_compare_results_ignores_clock_columns_and_provenance_but_not_accuracy(tmp_path) -> None:

@@ -22,6 +22,7 @@ _EPILOG = """examples:
   dlcomm topology compare=crossover,sgp nodes=16 steps=20   mixing of gossip topologies (Fig. 6)
   dlcomm config algo=local_sgd                   print the composed configuration
   dlcomm report experiment=sesgd_fig5            tables and plots into results/sesgd_fig5/
+  dlcomm report sweep=last                       the latest sweep's comparison, also onto its parent run
   dlcomm report --all tracking.uri=sqlite:///elsewhere.db   every experiment of another store
   dlcomm runs reap                               close lost runs (RUNNING, job or driver gone) as FAILED
   dlcomm doctor                                  this node before the first job: torch, CUDA, driver, GPUs, network, SLURM
@@ -76,9 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*")
     topology = sub.add_parser("topology", help="mixing analysis of gossip topologies (lambda_2, imbalance): table + plot")
     topology.add_argument("settings", nargs="*", help="topology=crossover compare=crossover,sgp nodes=16 steps=20 trials=20")
-    report = sub.add_parser("report", help="tables (md, csv, tex) and plots of an experiment's runs, into results/<experiment>/")
+    report = sub.add_parser("report", help="tables (md, csv, tex) and plots of an experiment's runs, into results/<experiment>/, "
+                                          "or of one sweep's, into results/sweeps/<parent run id>/ and its parent run")
     report.add_argument("--all", action="store_true", help="every experiment of the store that has finished runs")
-    report.add_argument("settings", nargs="*", help="experiment=<name> [tracking.uri=sqlite:///...] [out=<folder>]")
+    report.add_argument("settings", nargs="*",
+                        help="experiment=<name> | sweep=<parent run id>|last [tracking.uri=sqlite:///...] [out=<folder>]")
     runs = sub.add_parser("runs", help="run tools: `runs reap` closes lost runs (RUNNING, their SLURM job or driver gone) as FAILED")
     runs.add_argument("action", choices=["reap"])
     runs.add_argument("--dry-run", action="store_true", help="list the lost runs, close nothing")

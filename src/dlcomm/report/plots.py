@@ -241,7 +241,8 @@ def _against_figure(table: pd.DataFrame, runs: pd.DataFrame, x_key: str, x_label
     """The figure of :func:`against`, or None when it has nothing to show."""
     per_setting = runs.drop_duplicates("setting").set_index("setting")
     x_of = per_setting[x_key].astype(float)
-    if x_of.nunique() < 2 or table[y].isna().all():
+    shown = table.loc[table[y].notna(), "setting"].map(x_of)  # the x of every point that has a value
+    if shown.nunique() < 2:  # one point (or none) on the axis: no figure
         return None
     log_x = log_x and bool((x_of > 0).all())  # a 0 ms latency has no place on a log axis
     plt = _pyplot()

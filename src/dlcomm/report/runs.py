@@ -41,6 +41,43 @@ def load_runs(uri: str, experiment: str) -> pd.DataFrame:
     return runs.reset_index(drop=True)
 
 
+def find_sweep(uri: str, which: str) -> tuple[str, str]:
+    """``(parent run id, experiment name)`` of the sweep ``which``: a parent run's id, or ``last``
+    (the sweep parent started most recently in the store)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    if which == "last":
+        ids = [experiment.experiment_id for experiment in client.search_experiments()]
+        parents = client.search_runs(ids, "tags.sweep = 'true'", order_by=["attributes.start_time DESC"],
+                                     max_results=1) if ids else []
+        if not parents:
+            raise UserError(f"the store {uri} holds no sweep: run one with `dlcomm train -m ...` first")
+        parent = parents[0]
+    else:
+        try:
+            parent = client.get_run(which)
+        except MlflowException:
+            raise UserError(f"sweep={which} is not a run of {uri}: pass a sweep's parent run id "
+                            "(printed as 'sweep of N runs: parent mlflow run <id>'), or sweep=last") from None
+        if parent.data.tags.get("sweep") != "true":
+            raise UserError(f"sweep={which} is a run, not a sweep's parent: pass the id its sweep printed, or sweep=last")
+    return parent.info.run_id, client.get_experiment(parent.info.experiment_id).name
+
+
+def load_sweep_runs(uri: str, parent: str, experiment: str) -> pd.DataFrame:
+    """:func:`load_runs` for the finished runs of one sweep (the children of ``parent``)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=[experiment],
+                              filter_string=f"attributes.status = 'FINISHED' and tags.mlflow.parentRunId = '{parent}'")
+    if runs.empty:
+        raise UserError(f"the sweep {parent} in {uri} has no finished run yet: wait for its runs, or look with `dlcomm runs`")
+    return runs.reset_index(drop=True)
+
+
 def metric_history(uri: str, run_id: str, key: str) -> pd.Series:
     """``key``'s values by MLflow step (the last value logged at each step)."""
     from mlflow.tracking import MlflowClient
