@@ -60,6 +60,8 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     from importlib.metadata import version
 
     assert tags["dlcomm_version"] == version("dlcomm")  # what a pip-installed dlcomm has instead of a commit
+    (dataset,) = [item.dataset for item in run.inputs.dataset_inputs]  # the UI's Datasets column
+    assert (dataset.name, dataset.source_type) == ("synthetic", "code") and len(dataset.digest) == 16
     assert run.info.run_name.startswith("allreduce 2x2 ") and run.info.run_name.endswith(" seed=0")  # 2 nodes of 2
     assert (tags["network"], tags["network_mode"]) == ("off", "off")
     assert run.data.params["train.batch_size"] == "64" and run.data.params["workers_per_node"] == "2"

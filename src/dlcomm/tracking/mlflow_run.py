@@ -179,7 +179,26 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     }
     run = retrying(client.create_run, experiment_id, run_name=spec.run_name(), tags=tags)
     _log_params(client, run.info.run_id, flatten(cfg))
+    retrying(client.log_inputs, run.info.run_id, [dataset_input(cfg)])
     return run.info.run_id
+
+
+def dataset_input(cfg: dict[str, Any]) -> Any:
+    """The run's data set as an MLflow input (the UI's Datasets column): its name, where it is
+    read from, and a digest of its ``dataset`` settings (runs on the same data share it)."""
+    import hashlib
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    settings = cfg["dataset"]
+    root = str(settings.get("root", "") or "")
+    dataset = Dataset(name=str(settings["name"]),
+                      digest=hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16],
+                      source_type="local" if root else "code", source=json.dumps({"uri": root or f"dlcomm:{settings['name']}"}),
+                      profile=json.dumps({key: value for key, value in settings.items() if key not in ("name", "root")},
+                                         default=str))
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")])
 
 
 def open_parent_run(uri: str, experiment: str, overrides: list[str], size: int, launcher: str,
