@@ -203,8 +203,12 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
         out["modelled comm ms/iter"] = [_num(v, 2) for v in table["comm_modelled_ms"]]
     if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
         out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
-    out["speedup"] = [_num(m, 2) + ("" if math.isnan(s) else f" ± {s:.2f}") for m, s in zip(table["speedup"], table["speedup_std"])]
-    out["comm cut %"] = [_num(v) for v in table["comm_cut_pct"]]
+    clocks = set(table.get("speedup_clock", pd.Series(dtype=str)).fillna("")) - {""}
+    # the clock a speedup was measured on, in its header: a wall clock of ranks that share cores is no cluster's
+    on = f" ({'wall clock' if clocks == {'wall'} else 'simulated' if clocks == {'simulated'} else 'per setting: speedup_clock'})" \
+        if clocks else ""
+    out[f"speedup{on}"] = [_num(m, 2) + ("" if math.isnan(s) else f" ± {s:.2f}") for m, s in zip(table["speedup"], table["speedup_std"])]
+    out[f"comm cut %{on}"] = [_num(v) for v in table["comm_cut_pct"]]
     out["MA-acceleration"] = [_num(v, 2) for v in table["ma_acceleration"]]
     if (out["setting"] == "all").all():
         out = out.drop(columns="setting")
