@@ -99,6 +99,12 @@ def test_a_sweep_is_one_job_array_of_child_runs_under_one_parent(home) -> None:
     assert parent_run.data.params["sweep.overrides"].startswith("seed=1,2 algo=allreduce,local_sgd")
     assert parent_run.data.params["sweep.size"] == "4"
     assert parent_run.data.tags["slurm_array_job_ids"] == arrays[0][0]
+    # the child that ended the sweep then writes its comparison onto the parent (dlcomm report sweep=...)
+    deadline = time.monotonic() + 120
+    while "comparison/table.md" not in {item.path for item in store_client(home).list_artifacts(parent, "comparison")}:
+        assert time.monotonic() < deadline, "no comparison on the sweep's parent run"
+        time.sleep(1)
+    assert all("summary/ms_per_iter" in store_client(home).get_run(run.info.run_id).data.metrics for run in runs)
 
 
 @needs_slurm

@@ -190,8 +190,10 @@ class RankTask:
         if status != "FINISHED" and run_status(self.spec.tracking_uri, self.spec.run_id) in TERMINAL:
             return
         close_run(self.spec.tracking_uri, self.spec.run_id, status, error)
-        if self.spec.parent_run_id:
-            close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id)
+        if self.spec.parent_run_id and close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id):
+            from dlcomm.launch.base import compare_sweep
+
+            compare_sweep(self.spec.tracking_uri, self.spec.parent_run_id)  # the last child to end writes it
 
 
 def _one_line(error: BaseException) -> str:
