@@ -52,6 +52,10 @@ def test_epoch_and_run_metrics_of_rows_match_hand_computation() -> None:
     assert series[names.ITER_TIME] == pytest.approx({0: 0.3, 1: 0.3})
     assert series[names.ITER_BYTES] == {0: 150.0, 1: 100.0}
     assert names.ITER_SIM_TIME not in series and iteration_series(rows, modelled=True)[names.ITER_SIM_TIME] == {0: 2.0, 1: 2.0}
+    # the timing warm-up (train.timing_warmup=1) is its own series: iter/* start after it
+    warm = iteration_series(rows, modelled=True, warmup=1)
+    assert warm[names.ITER_TIME] == pytest.approx({1: 0.3}) and warm["warmup/time_s"] == pytest.approx({0: 0.3})
+    assert warm[names.ITER_SIM_TIME] == {1: 2.0} and warm["warmup/sim_time_s"] == {0: 2.0}
 
 
 def test_statistics_are_means_of_observations_or_counts_per_worker() -> None:

@@ -113,14 +113,21 @@ def run_metrics(rows: Sequence[IterationRow], batch_size: int, wall_s: float, mo
     return metrics
 
 
-def iteration_series(rows: Sequence[IterationRow], modelled: bool) -> dict[str, dict[int, float]]:
+def iteration_series(rows: Sequence[IterationRow], modelled: bool, warmup: int = 0) -> dict[str, dict[int, float]]:
     """The ``iter/*`` series: MLflow name -> {step: mean over the ranks' rows of that step} for
-    every row field that names a series (the modelled ones only when ``modelled``)."""
+    every row field that names a series (the modelled ones only when ``modelled``). The first
+    ``warmup`` steps (``train.timing_warmup``: start-up skew, seconds where later steps take
+    milliseconds) are the ``warmup/*`` series instead, so a chart of ``iter/*`` keeps its scale."""
     fields = {**SERIES, **(MODELLED_SERIES if modelled else {})}
     by_step: dict[int, list[IterationRow]] = {}
     for row in rows:
         by_step.setdefault(row.step, []).append(row)
-    return {
-        metric: {step: sum(getattr(row, column) for row in at) / len(at) for step, at in sorted(by_step.items())}
-        for metric, column in fields.items()
-    }
+    series: dict[str, dict[int, float]] = {}
+    for metric, column in fields.items():
+        for step, at in sorted(by_step.items()):
+            name = metric if step >= warmup else WARMUP_PREFIX + metric.removeprefix("iter/")
+            series.setdefault(name, {})[step] = sum(getattr(row, column) for row in at) / len(at)
+    return series
+
+
+WARMUP_PREFIX = "warmup/"

@@ -401,7 +401,8 @@ class TrainLoop:
             self._remember_best(result.test_acc_mean)
             self._check_target(metrics)
         if self.reporter:
-            series = {**iteration_series(all_rows, self.channel.mode != "off"), **stats.step_series(logs)}
+            series = {**iteration_series(all_rows, self.channel.mode != "off", self.cfg.train.timing_warmup),
+                      **stats.step_series(logs)}
             self.reporter.epoch(epoch + 1, metrics, all_rows, series)
             if images:
                 self.reporter.images(epoch + 1, images)
