@@ -56,6 +56,7 @@ def test_epoch_and_run_metrics_of_rows_match_hand_computation() -> None:
     warm = iteration_series(rows, modelled=True, warmup=1)
     assert warm[names.ITER_TIME] == pytest.approx({1: 0.3}) and warm["warmup/time_s"] == pytest.approx({0: 0.3})
     assert warm[names.ITER_SIM_TIME] == {1: 2.0} and warm["warmup/sim_time_s"] == {0: 2.0}
+    assert warm[names.ITER_BYTES] == {0: 150.0, 1: 100.0} and "warmup/bytes_sent" not in warm  # not a time
 
 
 def test_statistics_are_means_of_observations_or_counts_per_worker() -> None:

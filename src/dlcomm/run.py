@@ -97,7 +97,9 @@ def run_sweep(overrides: list[str]) -> int:
     specs = prepare_sweep(overrides)
     INTERRUPTS.check()
     _close_lost(specs[0].tracking_uri)
-    return _launcher(specs[0]).sweep(specs, overrides)
+    from dlcomm.report.sweep import compare_sweep
+
+    return _launcher(specs[0]).sweep(specs, overrides, on_end=compare_sweep)
 
 
 def launch(spec: RunSpec) -> int:

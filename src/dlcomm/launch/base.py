@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from dlcomm.errors import UserError
+
+SweepEnd = Callable[[str, str], None]  # (tracking uri, parent run id): what runs once a sweep has ended
 
 if TYPE_CHECKING:
     from dlcomm.spec import RunSpec
@@ -64,10 +66,12 @@ class Launcher:
         raise NotImplementedError
 
     @classmethod
-    def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
+    def sweep(cls, specs: list[RunSpec], overrides: list[str], on_end: SweepEnd | None = None) -> int:
         """The sweep's elements (checked, not yet recorded) under one parent run: by default one
         :meth:`launch` after another here; a failed element does not stop the others (exit 1 at
-        the end); Ctrl-C stops all and marks the parent KILLED."""
+        the end); Ctrl-C stops all and marks the parent KILLED. ``on_end(tracking uri, parent run
+        id)`` is called once the sweep has ended with some run finished (the caller's comparison:
+        :func:`dlcomm.report.sweep.compare_sweep`)."""
         from dlcomm.launch.interrupts import INTERRUPTS
         from dlcomm.tracking.mlflow_run import close_parent_if_done, close_run
 
@@ -86,8 +90,8 @@ class Launcher:
         close_parent_if_done(specs[0].tracking_uri, parent)
         failed = sum(code != 0 for code in codes)
         print(f"sweep done: {len(codes) - failed} of {len(codes)} runs finished; parent mlflow run {parent}", flush=True)
-        if failed < len(codes):
-            compare_sweep(specs[0].tracking_uri, parent)
+        if on_end is not None and failed < len(codes):
+            on_end(specs[0].tracking_uri, parent)
         return 0 if failed == 0 else 1
 
     @classmethod
@@ -105,24 +109,6 @@ class Launcher:
                                  cls.name, cls.driver_tags())
         print(f"sweep of {len(specs)} runs: parent mlflow run {parent}", flush=True)
         return parent, [spec.in_sweep(parent) for spec in specs]
-
-
-def compare_sweep(uri: str, parent: str) -> None:
-    """The sweep's comparison (:mod:`dlcomm.report.sweep`) at its end; a failure to write it is
-    one line on stderr and leaves the sweep's outcome as it is (``dlcomm report sweep=<parent>``
-    tries again)."""
-    from dlcomm.paths import results_dir
-
-    try:
-        from dlcomm.report.sweep import report_sweep
-
-        _, written = report_sweep(uri, parent, results_dir())
-    except Exception as error:  # noqa: BLE001 - the runs are recorded; only their summary is missing
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        print(f"dlcomm: the sweep's comparison was not written ({first}); retry with "
-              f"`dlcomm report sweep={parent}`", file=sys.stderr, flush=True)
-        return
-    print(f"sweep comparison: {written[0].parent}/table.md (also artifacts of the parent run, comparison/)", flush=True)
 
 
 def element_label(spec: RunSpec) -> str:

@@ -108,6 +108,7 @@ class RankTask:
     """
 
     spec: RunSpec
+    on_sweep_end: Any = None  # a sweep element's: called by the element that ends the sweep (pickled by reference)
 
     def __call__(self, store: Any = None) -> dict[str, float]:
         """Train as this task's rank; ``store``: rank 0's rendezvous store if already made."""
@@ -164,8 +165,10 @@ class RankTask:
             raise
         finally:
             del store
-        if env.global_rank == 0:
-            self._end("FINISHED")
+        if env.global_rank == 0 and self._end("FINISHED") and self.on_sweep_end is not None:
+            # the sweep's last element to end, and it finished: the sweep's comparison (an element that
+            # fails cancels its own job at once: `dlcomm report sweep=<parent>` writes it then)
+            self.on_sweep_end(self.spec.tracking_uri, self.spec.parent_run_id)
         return summary
 
     def _requeue(self, stop: BaseException, job_id: str) -> None:
@@ -183,17 +186,15 @@ class RankTask:
         print(f"dlcomm: {stop}; requeueing SLURM job {job_id} ({restarts + 1} of at most {limit})", flush=True)
         subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
 
-    def _end(self, status: str, error: str = "") -> None:
-        """End the run unless another rank ended it first (the first reason is the root cause)."""
+    def _end(self, status: str, error: str = "") -> bool:
+        """End the run unless another rank ended it first (the first reason is the root cause);
+        whether this ended the sweep too (its last element to end)."""
         from dlcomm.tracking.mlflow_run import TERMINAL, close_parent_if_done, close_run, run_status
 
         if status != "FINISHED" and run_status(self.spec.tracking_uri, self.spec.run_id) in TERMINAL:
-            return
+            return False
         close_run(self.spec.tracking_uri, self.spec.run_id, status, error)
-        if self.spec.parent_run_id and close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id):
-            from dlcomm.launch.base import compare_sweep
-
-            compare_sweep(self.spec.tracking_uri, self.spec.parent_run_id)  # the last child to end writes it
+        return bool(self.spec.parent_run_id and close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id))
 
 
 def _one_line(error: BaseException) -> str:
@@ -239,13 +240,13 @@ def submit(spec: RunSpec) -> Any:
     return executor.submit(RankTask(spec))
 
 
-def submit_array(specs: list[RunSpec], folder: Path, name: str) -> list[Any]:
+def submit_array(specs: list[RunSpec], folder: Path, name: str, on_sweep_end: Any = None) -> list[Any]:
     """Submit the specs as the elements of ONE job array (``launcher.array_parallelism`` at once).
-    They must share their SLURM shape (:func:`group_by_shape`)."""
+    They must share their SLURM shape (:func:`group_by_shape`); ``on_sweep_end``: see :class:`RankTask`."""
     executor = _executor(folder, specs[0].config)
     executor.update_parameters(job_name=name)
     with executor.batch():
-        jobs = [executor.submit(RankTask(spec)) for spec in specs]
+        jobs = [executor.submit(RankTask(spec, on_sweep_end)) for spec in specs]
     return jobs
 
 
@@ -313,7 +314,7 @@ class SlurmLauncher(Launcher):
         return cls.wait(job)
 
     @classmethod
-    def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
+    def sweep(cls, specs: list[RunSpec], overrides: list[str], on_end: Any = None) -> int:
         """Open the parent and every child run, then submit one job array per SLURM shape (one
         for a sweep that does not vary nodes, workers_per_node or launcher.*); the elements
         close their runs and the last one the parent. A signal meanwhile is held, then what was
@@ -332,7 +333,7 @@ class SlurmLauncher(Launcher):
         array_ids = []
         for group in group_by_shape(opened):
             try:
-                jobs = submit_array(group, folder, f"dlcomm-sweep-{parent[:8]}")
+                jobs = submit_array(group, folder, f"dlcomm-sweep-{parent[:8]}", on_end)
             except Exception as error:  # noqa: BLE001 - sbatch refused: those elements never run
                 for spec in group:
                     close_run(spec.tracking_uri, spec.run_id, "FAILED", "sbatch refused the array")

@@ -41,7 +41,7 @@ class SrunLauncher(Launcher):
         return 0
 
     @classmethod
-    def sweep(cls, specs: list[RunSpec], overrides: list[str]) -> int:
+    def sweep(cls, specs: list[RunSpec], overrides: list[str], on_end: Any = None) -> int:
         raise UserError("launcher=srun is invalid with -m: one srun step is one run; write the sweep's lines with "
                         "`dlcomm sweep export -m ...` for slurm/array.sbatch, or use launcher=slurm")
 

@@ -117,7 +117,8 @@ def iteration_series(rows: Sequence[IterationRow], modelled: bool, warmup: int =
     """The ``iter/*`` series: MLflow name -> {step: mean over the ranks' rows of that step} for
     every row field that names a series (the modelled ones only when ``modelled``). The first
     ``warmup`` steps (``train.timing_warmup``: start-up skew, seconds where later steps take
-    milliseconds) are the ``warmup/*`` series instead, so a chart of ``iter/*`` keeps its scale."""
+    milliseconds) of the time series (:data:`TIMED`) are the ``warmup/*`` series instead, so a
+    chart of ``iter/time_s`` keeps its scale."""
     fields = {**SERIES, **(MODELLED_SERIES if modelled else {})}
     by_step: dict[int, list[IterationRow]] = {}
     for row in rows:
@@ -125,9 +126,12 @@ def iteration_series(rows: Sequence[IterationRow], modelled: bool, warmup: int =
     series: dict[str, dict[int, float]] = {}
     for metric, column in fields.items():
         for step, at in sorted(by_step.items()):
-            name = metric if step >= warmup else WARMUP_PREFIX + metric.removeprefix("iter/")
+            timed = metric in TIMED  # the loss, bytes and messages of a warm-up step are as any other's
+            name = metric if step >= warmup or not timed else WARMUP_PREFIX + metric.removeprefix("iter/")
             series.setdefault(name, {})[step] = sum(getattr(row, column) for row in at) / len(at)
     return series
 
 
 WARMUP_PREFIX = "warmup/"
+TIMED = {names.ITER_TIME, names.ITER_COMPUTE, names.ITER_COMM_EXPOSED, names.ITER_COMM_BUSY, names.ITER_SIM_TIME,
+         names.ITER_SIM_COMPUTE, names.ITER_SIM_COMM_EXPOSED, names.ITER_SIM_COMM_BUSY}  # what the warm-up skews

@@ -20,6 +20,7 @@ has it, else the wall clock):
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -97,3 +98,19 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
                                 command=f"dlcomm report sweep={parent}")
     log_comparison(uri, parent, table, assign(runs)[0], files)
     return parent, files
+
+
+def compare_sweep(uri: str, parent: str) -> None:
+    """The sweep's comparison (:mod:`dlcomm.report.sweep`) at its end; a failure to write it is
+    one line on stderr and leaves the sweep's outcome as it is (``dlcomm report sweep=<parent>``
+    tries again)."""
+    from dlcomm.paths import results_dir
+
+    try:
+        _, written = report_sweep(uri, parent, results_dir())
+    except Exception as error:  # noqa: BLE001 - the runs are recorded; only their summary is missing
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        print(f"dlcomm: the sweep's comparison was not written ({first}); retry with "
+              f"`dlcomm report sweep={parent}`", file=sys.stderr, flush=True)
+        return
+    print(f"sweep comparison: {written[0].parent}/table.md (also artifacts of the parent run, comparison/)", flush=True)
