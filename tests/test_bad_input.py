@@ -738,10 +738,10 @@ def _small(overrides: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("dataset", ["mnist", "imagefolder"])
 def test_the_good_files_of_the_data_rows_check_out(home, monkeypatch, dataset) -> None:
-    from dlcomm.compose import compose
+    from dlcomm.compose import compose_run
     from dlcomm.run import check_runnable
 
     monkeypatch.setenv("DLCOMM_HOME", str(home))
     root = _mnist_root(home) if dataset == "mnist" else _image_root(home, "none")
     overrides = [f"dataset={dataset}", f"dataset.root={root}"]
-    check_runnable(compose([*overrides, *_small(overrides)]))
+    check_runnable(compose_run([*overrides, *_small(overrides)]))

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from dlcomm.config.schema import NetworkConfig
 from dlcomm.train.loop import hooked_step
 from dlcomm.train.profile import ComputeProfile, ProfiledCompute, step_factor
 
@@ -101,7 +101,7 @@ def test_compute_ms_keeps_the_shape_and_sets_the_step() -> None:
 
 
 def test_the_jitter_is_lognormal_with_mean_1_and_the_asked_coefficient_of_variation() -> None:
-    network = OmegaConf.create({"compute_jitter": 0.3, "straggler_prob": 0.0})
+    network = NetworkConfig(compute_jitter=0.3, straggler_prob=0.0)
     draws = np.array([step_factor(network, 7, 3)(step) for step in range(20000)])
     assert draws.mean() == pytest.approx(1.0, rel=0.01)
     assert draws.std() / draws.mean() == pytest.approx(0.3, rel=0.03)
@@ -110,11 +110,11 @@ def test_the_jitter_is_lognormal_with_mean_1_and_the_asked_coefficient_of_variat
 
 
 def test_stragglers_and_per_rank_factors() -> None:
-    network = OmegaConf.create({"straggler_prob": 0.1, "straggler_slowdown": 3.0, "rank_compute_scale": [1.0, 1.5]})
+    network = NetworkConfig(straggler_prob=0.1, straggler_slowdown=3.0, rank_compute_scale=[1.0, 1.5])
     draws = np.array([step_factor(network, 0, 1)(step) for step in range(20000)])
     assert set(np.round(draws, 9)) == {1.5, 4.5}
     assert (draws == 4.5).mean() == pytest.approx(0.1, abs=0.01)
-    assert step_factor(OmegaConf.create({}), 0, 0)(5) == 1.0
+    assert step_factor(NetworkConfig(), 0, 0)(5) == 1.0
 
 
 def _profile_file(tmp_path, lead=0.010, backward=0.020, optimizer=0.005) -> str:

@@ -300,13 +300,13 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     """Print (and with ``out`` write) the compute profile of the run ``overrides`` describe."""
     import torch
 
-    from dlcomm.compose import compose
+    from dlcomm.compose import compose_run
     from dlcomm.config.validate import validate_run
     from dlcomm.data import build_dataset, check_dataset
     from dlcomm.paths import check_writable, profiles_dir
     from dlcomm.train.profile import all_threads, cached_profile, measure, write_atomically
 
-    cfg = compose(overrides)
+    cfg = compose_run(overrides)
     validate_run(cfg)
     check_dataset(cfg.dataset)
     if out:
@@ -385,14 +385,14 @@ def _export_sweep(overrides: list[str]) -> int:
     """Print the sweep's elements, one per line, after checking every one's settings as
     ``dlcomm train`` would (composition, ranges, the shared keys' rules; not the data, store or
     cluster, which the job checks where it runs)."""
-    from dlcomm.compose import compose
+    from dlcomm.compose import compose_run
     from dlcomm.config.validate import validate_run
     from dlcomm.sweep import expand, export_lines, screening_order
 
     elements = expand(overrides)
     for element in (elements[position] for position in screening_order(elements)):
         try:
-            validate_run(compose(element))
+            validate_run(compose_run(element))
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
     print("\n".join(export_lines(overrides)))

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from dlcomm.config.choices import CHOICE_GROUPS, check_knobs, foreign_knob
 from dlcomm.config.schema import SCHEMAS
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    from dlcomm.config.schema import RunConfig
 
 
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
@@ -69,11 +72,24 @@ def compose(overrides: list[str]) -> DictConfig:
     except OverrideParseException as error:
         raise UserError(unparsable(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
-        raise UserError(_foreign_knob(error, overrides) or _unknown_key(error, overrides) or _one_line(error)) from None
+        raise UserError(
+            _closed_choice(error)
+            or _foreign_knob(error, overrides)
+            or _unknown_key(error, overrides)
+            or _one_line(error)
+        ) from None
     except ValueError as error:  # Hydra's own for a group set to null (model=null)
         raise UserError(_null_group(overrides) or str(error)) from None
     check_values(cfg)
     return cfg
+
+
+def compose_run(overrides: list[str]) -> "RunConfig":
+    """:func:`compose`, as the typed objects every check after composition and every rank reads
+    (:func:`dlcomm.config.typed.to_run_config`)."""
+    from dlcomm.config.typed import to_run_config
+
+    return to_run_config(compose(overrides))
 
 
 def unparsable(error: Exception) -> str:
@@ -132,6 +148,21 @@ def check_algorithm(cfg: DictConfig) -> None:
     algorithm.check_config(cfg.algo)
     algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
     check_optimizer(cfg.optim)  # its own knobs (angulargrad's method)
+
+
+def _closed_choice(error: Exception) -> Optional[str]:
+    """``train.device=tpu is invalid: use cpu, cuda or auto`` for a value outside the words of a
+    :class:`~dlcomm.config.schema.Choice` knob (OmegaConf's "Invalid value 'tpu', expected one of
+    [cpu, cuda, auto]")."""
+    key = str(getattr(error.__cause__, "full_key", None) or getattr(error, "full_key", None) or "")
+    found = re.search(r"Invalid value '(.*?)', expected one of \[(.*?)\]", f"{error} {error.__cause__}")
+    if not key or not found:
+        return None
+    value, words = found.group(1), [word.strip() for word in found.group(2).split(",")]
+    listed = f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
+    # a YAML file's bare off/on/yes/no (YAML 1.1) and an override's true/false are booleans
+    quote = f" (a bare word was read as the boolean {value.lower()}: quote it)" if value in ("True", "False") else ""
+    return f"{key}={value} is invalid: use {listed}{quote}"
 
 
 def _foreign_knob(error: Exception, overrides: list[str]) -> Optional[str]:

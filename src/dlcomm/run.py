@@ -6,13 +6,15 @@ from omegaconf import DictConfig
 
 from dlcomm import progress
 from dlcomm.compose import compose
+from dlcomm.config.schema import RunConfig
+from dlcomm.config.typed import to_run_config
 from dlcomm.config.validate import validate_run
 from dlcomm.errors import UserError
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
 
 
-def check_runnable(cfg: DictConfig) -> None:
+def check_runnable(cfg: RunConfig) -> None:
     """Everything that can be known wrong before any process starts or any run is recorded."""
     validate_run(cfg)
     from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
@@ -68,7 +70,7 @@ def prepare_run(overrides: list[str], cfg: DictConfig | None = None) -> RunSpec:
         f"checking the data set, the model and the launcher ({cfg.dataset.name}, {cfg.model.name}, "
         f"launcher={cfg.launcher.name})"
     )
-    check_runnable(cfg)
+    check_runnable(to_run_config(cfg))
     uri = resolve_tracking_uri(cfg.tracking.uri)
     progress.stage(f"opening the MLflow store {uri}")
     probe(uri, cfg.tracking.connect_timeout_s)
@@ -89,7 +91,7 @@ def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
     for position in order:  # every swept value early, composed and range-checked first (torch-free, fast)
         try:
             composed[position] = compose(elements[position])
-            validate_run(composed[position])
+            validate_run(to_run_config(composed[position]))
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
     for position in order:  # then what needs the data, the model and the store

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from dlcomm.config.schema import RunConfig
 
 RUN_NAME_CHARS = 64  # a run's default name, which the MLflow UI's runs list shows whole at about this width
 # Keys that say where and how a run is recorded or launched, not what it computes.
@@ -18,6 +20,9 @@ _NOT_HASHED = ("tracking", "launcher", "debug", "report")
 
 @dataclass(frozen=True)
 class RunSpec:
+    """``config``: the plain data (hashed, logged as params, shown); ``typed``: the same as the
+    schemas' dataclasses, what :meth:`cfg` gives every check and every rank."""
+
     config: dict[str, Any]
     config_hash: str
     git_commit: str
@@ -27,20 +32,27 @@ class RunSpec:
     parent_run_id: str = ""  # the sweep's parent run, for a sweep's element
     overrides: tuple[str, ...] = ()  # the command line's overrides that composed ``config``
     varied: tuple[str, ...] = ()  # a sweep element's overrides of the keys its sweep varies
+    typed: RunConfig | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, tracking_uri: str, overrides: tuple[str, ...] = ()) -> "RunSpec":
-        config = OmegaConf.to_container(cfg, resolve=True)
+        from dlcomm.config.typed import to_run_config
+
+        config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         return cls(
             config=config,
+            typed=to_run_config(cfg),
             config_hash=config_hash(config),
             git_commit=git_commit(),
             tracking_uri=tracking_uri,
             overrides=tuple(overrides),
         )
 
-    def cfg(self) -> DictConfig:
-        return OmegaConf.create(self.config)
+    def cfg(self) -> RunConfig:
+        """The run's configuration as typed objects (``cfg().algo`` is the algorithm's ``Config``)."""
+        if self.typed is None:
+            raise ValueError("a RunSpec made without RunSpec.from_config has no typed config")
+        return self.typed
 
     def with_run(self, run_id: str, run_dir: Path) -> "RunSpec":
         return replace(self, run_id=run_id, run_dir=str(run_dir))

@@ -49,6 +49,7 @@ from dlcomm.comm.device_timing import device_timer, union_length
 from dlcomm.comm.network import NetworkModel
 from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
 from dlcomm.comm.transport import P2P
+from dlcomm.config.schema import NetworkConfig
 
 
 @dataclass(slots=True)
@@ -186,7 +187,7 @@ class Channel:
         self.compute_meter: StepMeter = NO_METER  # told where each training step is (profiled compute)
 
     @classmethod
-    def for_run(cls, cluster: Cluster, network_cfg: Any, profiled: Any = None) -> "Channel":
+    def for_run(cls, cluster: Cluster, network_cfg: NetworkConfig, profiled: Any = None) -> "Channel":
         """The Channel a run's ``network`` config asks for. ``profiled``: the rank's
         :class:`~dlcomm.train.profile.ProfiledCompute` under ``network.compute=profile`` (simulate),
         which then is the virtual clock's compute reading and the loop's step meter."""

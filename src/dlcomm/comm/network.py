@@ -24,16 +24,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Sequence
 
 from dlcomm.comm import cost
 from dlcomm.comm.cost import Link
 from dlcomm.comm.layout import ClusterLayout
+from dlcomm.config.schema import LinkConfig, NetworkConfig
 
 GBPS = 1e9 / 8  # bytes per second in one Gb/s
 
 
-def link_of(link_cfg: Any) -> Link:
+def link_of(link_cfg: LinkConfig) -> Link:
     """A ``{latency_ms, bandwidth_gbps}`` config as a :class:`Link` in seconds and bytes/s."""
     return Link(link_cfg.latency_ms / 1e3, link_cfg.bandwidth_gbps * GBPS)
 
@@ -48,7 +49,7 @@ class NetworkModel:
     launch_s: float = 0.0  # per collective on more than one rank, under nccl
 
     @classmethod
-    def from_config(cls, cfg: Any, layout: ClusterLayout) -> "NetworkModel":
+    def from_config(cls, cfg: NetworkConfig, layout: ClusterLayout) -> "NetworkModel":
         inter = link_of(cfg.inter)
         bandwidth = [inter.bandwidth_Bps] * layout.job_size  # service roles: the ordinary inter-node link
         for rank in range(min(cfg.wide_workers, layout.world_size)):

@@ -16,6 +16,7 @@ import inspect
 import io
 import textwrap
 import tokenize
+from enum import Enum
 from functools import lru_cache
 from typing import Any
 
@@ -72,6 +73,8 @@ def _default(field: dataclasses.Field) -> Any:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, Enum):  # a closed knob (dlcomm.config.schema.Choice): its word
+        return str(value.value)
     if isinstance(value, (DictConfig, ListConfig)):
         value = OmegaConf.to_container(value, resolve=True)
     if dataclasses.is_dataclass(value):
@@ -98,6 +101,8 @@ def rows(section: DictConfig, prefix: str, defaults: object = None) -> list[tupl
         key = f"{prefix}.{field.name}"
         kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
+        if isinstance(default, Enum):  # a closed knob: its words are its type
+            kind = " | ".join(str(member.value) for member in type(default))
         if isinstance(value, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(value)):
             out.append((key, kind, "(section)", "", doc_of(cls, field.name)))
             out.extend(rows(value, key, default if dataclasses.is_dataclass(default) else None))

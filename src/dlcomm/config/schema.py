@@ -11,6 +11,7 @@ cannot express live in :mod:`dlcomm.config.validate`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING
@@ -24,6 +25,77 @@ def limits(*, low: Any = None, high: Any = None, below: Any = None, length: Opti
     below``, and for a list ``len(value) == length``. Every float is also checked finite and every
     integer to fit 64 bits, declared or not."""
     return {"limits": {"low": low, "high": high, "below": below, "length": length}}
+
+
+class Choice(str, Enum):
+    """A knob with a closed set of values. OmegaConf refuses any other value while composing
+    (:func:`dlcomm.compose.compose` words it as ``key=value is invalid: use a, b or c``). A member
+    is its value as a string (``Device.cuda == "cuda"``, ``f"{Device.cuda}"`` is ``cuda``), so the
+    code compares with plain strings and the logged params are the words the user typed."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    @classmethod
+    def words(cls) -> List[str]:
+        return [member.value for member in cls]
+
+
+class Device(Choice):
+    """Where a rank computes: ``auto`` takes cuda when every process of the machine has a GPU."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+class AmpDtype(Choice):
+    """Mixed precision's type: ``auto`` is bf16 on CPU, fp16 with loss scaling on CUDA."""
+
+    auto = "auto"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Schedule(Choice):
+    """The learning rate's schedule over the run (:func:`dlcomm.train.optim.lr_factor`)."""
+
+    constant = "constant"
+    cosine = "cosine"
+    multistep = "multistep"
+
+
+class NetworkMode(Choice):
+    """off: real time only | emulate: sleep to the modelled time | simulate: virtual clocks."""
+
+    off = "off"
+    emulate = "emulate"
+    simulate = "simulate"
+
+
+class ComputeSource(Choice):
+    """Where a simulated rank's compute time comes from (docs/network.md)."""
+
+    profile = "profile"
+    measured = "measured"
+
+
+class Collectives(Choice):
+    """How collectives are charged: as NCCL picks its algorithm, or by the textbook closed forms."""
+
+    nccl = "nccl"
+    textbook = "textbook"
+
+
+class Backend(Choice):
+    """The process group's backend: ``auto`` is nccl when train.device resolves to cuda, else gloo."""
+
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
 
 
 @dataclass
@@ -43,8 +115,8 @@ class TrainConfig:
     )
     label_smoothing: float = 0.0
     amp: bool = False  # mixed precision: autocast forward, see dlcomm.train.precision
-    amp_dtype: str = "auto"  # auto (bf16 on CPU, fp16 with loss scaling on CUDA) | bf16 | fp16
-    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
+    amp_dtype: AmpDtype = AmpDtype.auto  # auto: bf16 on CPU, fp16 with loss scaling on CUDA
+    device: Device = Device.cpu  # auto: cuda when every process of the machine finds a GPU of its own
     deterministic: bool = False  # torch's deterministic algorithms, cuDNN without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8 (dlcomm.train.determinism; what repeats bit for bit: docs/metrics.md)
     threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
     time_budget_s: float = 0.0  # train until any worker's training clock (simulated under network.mode=simulate, else wall) reaches it (epochs then do not end the run; max_steps still does); 0: off
@@ -162,7 +234,7 @@ class OptimConfig:
     name: str = MISSING
     lr: float = MISSING  # the rate of the global (all-worker) mean gradient
     weight_decay: float = 0.0
-    schedule: str = "constant"  # constant | cosine | multistep
+    schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
     milestones: List[int] = field(default_factory=list)  # epochs, for multistep
     gamma: float = 0.1  # multistep decay factor
     warmup_epochs: float = 0.0  # linear warm-up from 0 to lr over these epochs
@@ -185,7 +257,7 @@ class LarsConfig(SGDConfig):
 
     lr: float = 1.0
     weight_decay: float = 0.00005
-    schedule: str = "cosine"
+    schedule: Schedule = Schedule.cosine
     warmup_epochs: float = 1.0
     trust_coefficient: float = 0.001  # the layer-wise trust coefficient (the Crossover paper: 0.0025)
     exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
@@ -249,7 +321,9 @@ class NetworkConfig:
     """A modelled network (see dlcomm.comm.network): link classes, per-worker bandwidth, mode."""
 
     name: str = "off"
-    mode: str = "off"  # off (real time) | emulate (sleep to the modelled time) | simulate (virtual clocks)
+    mode: NetworkMode = (
+        NetworkMode.off
+    )  # off (real time) | emulate (sleep to the modelled time) | simulate (virtual clocks)
     # between ranks of one node: shared memory / NVLink class
     intra: LinkConfig = field(default_factory=lambda: LinkConfig(latency_ms=0.002, bandwidth_gbps=800.0))
     inter: LinkConfig = field(default_factory=LinkConfig)  # between nodes; each worker's own link
@@ -263,7 +337,7 @@ class NetworkConfig:
     # simulate: where a rank's compute time comes from (docs/network.md, "Compute on the simulated clock").
     # profile: one replica stepped alone before training, the same charge for every rank and run
     # (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)
-    compute: str = "profile"
+    compute: ComputeSource = ComputeSource.profile
     compute_profile: str = ""  # a profile file (`dlcomm profile --out F`) to use; "": profiled before training, cached
     compute_ms: float = field(
         default=0.0, metadata=limits(low=0.0)
@@ -278,19 +352,30 @@ class NetworkConfig:
     straggler_slowdown: float = field(default=1.0, metadata=limits(low=1.0))  # ... by this factor
     # how collectives are charged: nccl (the algorithm NCCL picks for the size: ring or tree allreduce,
     # pipelined chain for reduce and broadcast, plus a launch overhead) | textbook (closed forms, docs/network.md)
-    collectives: str = "nccl"
+    collectives: Collectives = Collectives.nccl
     launch_us: float = field(default=0.0, metadata=limits(low=0.0))  # per collective under collectives=nccl; see docs
 
 
 @dataclass
 class LauncherConfig:
     name: str = "local"
-    backend: str = "auto"  # process group: auto (nccl when train.device resolves to cuda, else gloo) | gloo | nccl
+    backend: Backend = (
+        Backend.auto
+    )  # process group: auto (nccl when train.device resolves to cuda, else gloo) | gloo | nccl
     teardown_grace_s: float = 5.0  # after a rank fails: seconds the others get to stop (processes: SIGTERM, SIGKILL)
 
 
 @dataclass
-class SlurmLauncherConfig(LauncherConfig):
+class ProcessLauncherConfig(LauncherConfig):
+    """The launchers whose ranks are processes joined by a gloo or NCCL process group (local, slurm, srun)."""
+
+    comm_timeout_s: float = field(
+        default=300.0, metadata=limits(low=1.0)
+    )  # seconds a collective or message may wait before the run fails (a lost host or link)
+
+
+@dataclass
+class SlurmLauncherConfig(ProcessLauncherConfig):
     """``launcher=slurm``: one SLURM job of ``nodes`` nodes x ``workers_per_node`` tasks, one rank each."""
 
     name: str = "slurm"
@@ -310,7 +395,6 @@ class SlurmLauncherConfig(LauncherConfig):
     signal_delay_s: int = 90  # seconds before the time limit that SLURM sends its warning signal (USR2)
     check_every: int = 10  # training iterations between the ranks' checks for SLURM's warning signal (USR2)
     ifname: str = ""  # network interface between hosts for gloo/nccl (e.g. eth0); empty: the one towards rank 0's host
-    comm_timeout_s: float = 300.0  # seconds a collective or message may wait before the run fails (a lost host or link)
 
 
 @dataclass
@@ -383,5 +467,6 @@ SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
     ("optim", "angulargrad_schema", AngularGradConfig),
     ("network", "network_schema", NetworkConfig),
     ("launcher", "launcher_schema", LauncherConfig),
+    ("launcher", "process_launcher_schema", ProcessLauncherConfig),
     ("launcher", "slurm_launcher_schema", SlurmLauncherConfig),
 )

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
 
 SweepEnd = Callable[[str, str], None]  # (tracking uri, parent run id): what runs once a sweep has ended
@@ -47,7 +48,7 @@ class Launcher:
     a SLURM job (tag ``slurm_job_id``: lost when ``squeue`` no longer lists the job)."""
 
     @classmethod
-    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+    def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Raise a one-line :class:`UserError` for what this launcher cannot run; ``roles``:
         the service processes the algorithm needs. Subclasses extend it (``super().check``)."""
         if roles and not cls.services:

@@ -18,6 +18,7 @@ once; the driver is this process.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
 
 COPIES = 6  # parameters, gradients, momentum (Adam: two moments), algorithm buffers, evaluation copy
@@ -60,15 +62,14 @@ class Footprint:
 _PROBES: dict[str, tuple[torch.nn.Module, tuple[int, int, int]]] = {}
 
 
-def probe_model(cfg: Any) -> tuple[torch.nn.Module, tuple[int, int, int]]:
+def probe_model(cfg: RunConfig) -> tuple[torch.nn.Module, tuple[int, int, int]]:
     """The run's model, built on the CPU from the data set's shape (no data loaded), and that
     shape; built once per model, data set and task (the launcher's checks ask more than once)."""
-    from omegaconf import OmegaConf
-
+    from dlcomm.config.typed import plain
     from dlcomm.data import dataset_shape
     from dlcomm.tasks import build_task
 
-    key = OmegaConf.to_yaml({"model": cfg.model, "dataset": cfg.dataset, "task": cfg.task})
+    key = json.dumps(plain({"model": cfg.model, "dataset": cfg.dataset, "task": cfg.task}), sort_keys=True)
     if key not in _PROBES:
         shape, classes = dataset_shape(cfg.dataset)
         data = SimpleNamespace(input_shape=shape, num_classes=classes, pixel_mean=None, pixel_std=None)
@@ -77,7 +78,7 @@ def probe_model(cfg: Any) -> tuple[torch.nn.Module, tuple[int, int, int]]:
     return _PROBES[key]
 
 
-def estimate(cfg: Any, ranks: int, serial: bool) -> Footprint:
+def estimate(cfg: RunConfig, ranks: int, serial: bool) -> Footprint:
     """The footprint of ``ranks`` threads running ``cfg``."""
     from dlcomm.train.memory import peak_rss_mib
 
@@ -91,7 +92,7 @@ def estimate(cfg: Any, ranks: int, serial: bool) -> Footprint:
     )
 
 
-def estimate_processes(cfg: Any, ranks: int) -> Footprint:
+def estimate_processes(cfg: RunConfig, ranks: int) -> Footprint:
     """The footprint of ``ranks`` processes running ``cfg`` (and this process, their driver)."""
     from dlcomm.train.memory import peak_rss_mib
 
@@ -105,7 +106,7 @@ def estimate_processes(cfg: Any, ranks: int) -> Footprint:
     )
 
 
-def check_fits(cfg: Any, footprint: Footprint, services: int, launcher: str, kind: str, elsewhere: str) -> None:
+def check_fits(cfg: RunConfig, footprint: Footprint, services: int, launcher: str, kind: str, elsewhere: str) -> None:
     """Refuse, in one line with the estimate and the limit, a job that would not fit in this
     machine's memory; ``services``: how many of the footprint's ranks are not workers; the
     launcher names itself, what its ranks are (``kind``) and where else the job could run."""
@@ -129,7 +130,7 @@ def _param_mib(model: torch.nn.Module) -> float:
     return sum(p.numel() * p.element_size() for p in model.parameters()) / MIB
 
 
-def _data_mib(cfg: Any, shape: tuple[int, int, int]) -> float:
+def _data_mib(cfg: RunConfig, shape: tuple[int, int, int]) -> float:
     """The data set in memory (uint8 pixels); 0 when its size is not known without loading it."""
     from dlcomm.data import dataset_sizes
 
@@ -137,7 +138,7 @@ def _data_mib(cfg: Any, shape: tuple[int, int, int]) -> float:
     return sum(sizes) * math.prod(shape) / MIB if sizes else 0.0
 
 
-def _activations(cfg: Any, model: torch.nn.Module, shape: tuple[int, int, int]) -> float:
+def _activations(cfg: RunConfig, model: torch.nn.Module, shape: tuple[int, int, int]) -> float:
     return ACTIVATION_FACTOR * _activation_mib(model, shape, max(cfg.train.batch_size, cfg.train.eval_batch_size))
 
 

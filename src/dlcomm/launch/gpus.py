@@ -29,8 +29,7 @@ The rules, the same for every launcher that starts processes (``local``, ``slurm
 
 from __future__ import annotations
 
-from typing import Any
-
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
 
 
@@ -49,7 +48,7 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_backend(cfg: Any, cuda: bool, where: str) -> None:
+def check_backend(cfg: RunConfig, cuda: bool, where: str) -> None:
     """``launcher.backend`` against the device the ranks will use (``cuda``: whether they will
     train on GPUs; ``where`` says why, e.g. "train.device=auto finds 0 GPU(s) for 4 processes
     here")."""
@@ -67,14 +66,14 @@ def check_backend(cfg: Any, cuda: bool, where: str) -> None:
         )
 
 
-def _processes(cfg: Any, roles: tuple[str, ...]) -> str:
+def _processes(cfg: RunConfig, roles: tuple[str, ...]) -> str:
     workers = cfg.nodes * cfg.workers_per_node
     if not roles:
         return f"{workers} processes"
     return f"{workers + len(roles)} processes ({workers} workers and the {', '.join(roles)} of algo={cfg.algo.name})"
 
 
-def check_local_gpus(cfg: Any, roles: tuple[str, ...]) -> None:
+def check_local_gpus(cfg: RunConfig, roles: tuple[str, ...]) -> None:
     """``launcher=local``: the backend, then one visible GPU per process, services included."""
     processes = cfg.nodes * cfg.workers_per_node + len(roles)
     gpus = visible_gpus()
@@ -96,7 +95,7 @@ def check_local_gpus(cfg: Any, roles: tuple[str, ...]) -> None:
         )
 
 
-def check_slurm_gpus(cfg: Any) -> None:
+def check_slurm_gpus(cfg: RunConfig) -> None:
     """``launcher=slurm``: ``launcher.gpus_per_node`` GPUs are asked for on every node, one per rank."""
     launcher, device, per_node = cfg.launcher, cfg.train.device, cfg.workers_per_node
     gpus = launcher.gpus_per_node
@@ -115,7 +114,7 @@ def check_slurm_gpus(cfg: Any) -> None:
         )
 
 
-def check_srun_gpus(cfg: Any, in_step: bool) -> None:
+def check_srun_gpus(cfg: RunConfig, in_step: bool) -> None:
     """``launcher=srun``: the GPUs this task of the allocation sees, one per rank of its node
     (outside an srun step there is nothing to count: the launch refuses it)."""
     device, per_node = cfg.train.device, cfg.workers_per_node

@@ -35,11 +35,11 @@ def _entry(
     args: tuple,
     results: mp.Queue,
 ) -> None:
-    from omegaconf import OmegaConf
-
     from dlcomm.comm.channel import Channel
     from dlcomm.comm.cluster import Cluster
     from dlcomm.comm.layout import ClusterLayout
+    from dlcomm.config.schema import NetworkConfig
+    from dlcomm.config.typed import typed_section
 
     torch.set_num_threads(threads)
     try:
@@ -47,7 +47,7 @@ def _entry(
         store = join_store("127.0.0.1", port, layout.job_size)
         cluster = Cluster.connect(layout, rank, store, "gloo", torch.device("cpu"), timeout_s=timeout_s)
         try:
-            channel = Channel.for_run(cluster, OmegaConf.create(network)) if network else Channel(cluster)
+            channel = Channel.for_run(cluster, typed_section(NetworkConfig, network)) if network else Channel(cluster)
             results.put((rank, True, fn(cluster, channel, *args)))
         finally:
             cluster.close()
@@ -141,12 +141,12 @@ def _run_in_threads(
     semantics: str = "gloo",
     hang_timeout_s: float = 10.0,
 ) -> list[Any]:
-    from omegaconf import OmegaConf
-
     from dlcomm.comm.channel import Channel
     from dlcomm.comm.cluster import Cluster
     from dlcomm.comm.inprocess import Fabric, JobAborted, Turns
     from dlcomm.comm.layout import ClusterLayout
+    from dlcomm.config.schema import NetworkConfig
+    from dlcomm.config.typed import typed_section
 
     layout = ClusterLayout(nodes, world // nodes, services)
     fabric = Fabric(
@@ -163,7 +163,7 @@ def _run_in_threads(
             fabric.turns.begin(rank)
         try:
             cluster = Cluster.in_process(layout, rank, fabric, torch.device("cpu"))
-            channel = Channel.for_run(cluster, OmegaConf.create(network)) if network else Channel(cluster)
+            channel = Channel.for_run(cluster, typed_section(NetworkConfig, network)) if network else Channel(cluster)
             results[rank] = fn(cluster, channel, *args)
         except JobAborted:
             pass

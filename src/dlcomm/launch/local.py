@@ -31,8 +31,8 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from typing import Any
 
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.interrupts import INTERRUPTS
@@ -79,7 +79,7 @@ def _failure_message(error: BaseException, spec: RunSpec) -> str:
     otherwise the exception's type and text."""
     from dlcomm.launch.job_end import comm_failure
 
-    found = comm_failure(error, spec.config["launcher"].get("comm_timeout_s", 300.0), gloo=False)
+    found = comm_failure(error, spec.config["launcher"]["comm_timeout_s"], gloo=False)
     if found is None:
         return f"raised {type(error).__name__}: {error}"
     what, consequence = found
@@ -248,7 +248,7 @@ class LocalLauncher(DriverLauncher):
     where = "as processes of this machine"
 
     @classmethod
-    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+    def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Beside the base checks: the processes must fit in this machine's memory;
         ``launcher.backend`` must carry the device's tensors, and ``train.device=cuda`` needs one
         visible GPU per process, the algorithm's services included (:mod:`dlcomm.launch.gpus`)."""

@@ -22,6 +22,7 @@ from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
+from dlcomm.config.schema import RunConfig
 from dlcomm.data import build_dataset
 from dlcomm.errors import UserError
 from dlcomm.launch.netif import choose_interface
@@ -101,7 +102,7 @@ def threads_per_rank(requested: int, local_ranks: int) -> int:
     return max(1, (os.cpu_count() or 1) // local_ranks)
 
 
-def job_layout(cfg) -> ClusterLayout:
+def job_layout(cfg: RunConfig) -> ClusterLayout:
     """The workers of ``cfg`` and the service processes its algorithm needs."""
     return ClusterLayout(cfg.nodes, cfg.workers_per_node, get_algorithm(cfg.algo.name).roles(cfg.algo))
 
@@ -122,7 +123,7 @@ def run_rank(
     checkpoint at epoch ends (and, with ``warning``, when the scheduler warns, checking every
     ``check_every`` iterations) and resume from the run's newest checkpoint."""
     cfg = spec.cfg()
-    apply_determinism(cfg.train.get("deterministic", False))  # before CUDA is first used (resolve_device)
+    apply_determinism(cfg.train.deterministic)  # before CUDA is first used (resolve_device)
     torch.set_num_threads(threads_per_rank(cfg.train.threads_per_rank, local_ranks))
     layout = job_layout(cfg)
     if rank == 0:
@@ -131,12 +132,12 @@ def run_rank(
     device, backend = resolve_device(cfg.train.device, cfg.launcher.backend, machine_rank, local_ranks)
     if backend == "nccl":
         nccl_failures_raise()  # before the process groups are made: ProcessGroupNCCL reads it then
-    choose_interface(cfg.launcher.get("ifname", ""), store_host)
+    choose_interface(getattr(cfg.launcher, "ifname", ""), store_host)  # a knob of the launchers that span hosts
     alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
     if rank == 0:
         progress.mark_stage(spec.run_dir, f"connecting the {layout.job_size} ranks ({backend})")
     cluster = Cluster.connect(
-        layout, rank, store, backend, device, timeout_s=cfg.launcher.get("comm_timeout_s", 300.0), computes_alone=alone
+        layout, rank, store, backend, device, timeout_s=cfg.launcher.comm_timeout_s, computes_alone=alone
     )
     try:
         return train_rank(spec, cluster, resumable=resumable, warning=warning, check_every=check_every)
@@ -158,9 +159,7 @@ def train_rank(
     algorithm, then train, or serve when the rank plays a service role. ``track=False``: rank 0
     records nothing in MLflow (tests that train many small jobs in one process)."""
     cfg = spec.cfg()
-    apply_determinism(
-        cfg.train.get("deterministic", False)
-    )  # again for launchers that reach the ranks otherwise (idempotent)
+    apply_determinism(cfg.train.deterministic)  # again for launchers that reach the ranks otherwise (idempotent)
     rank, device, layout = cluster.rank, cluster.device, cluster.layout
     stage = (lambda text: progress.mark_stage(spec.run_dir, text)) if rank == 0 and track else (lambda text: None)
     if data is None:

@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from dlcomm.config.schema import RunConfig
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher, element_label
@@ -59,12 +60,6 @@ def check_slurm_settings(launcher: Any) -> None:
         "launcher.array_parallelism",
         launcher.array_parallelism,
         "pass a positive count",
-    )
-    require(
-        launcher.comm_timeout_s >= 1,
-        "launcher.comm_timeout_s",
-        launcher.comm_timeout_s,
-        "pass the seconds a transfer may wait before the run fails, 1 or more (default 300)",
     )
 
 
@@ -318,7 +313,7 @@ class SlurmLauncher(Launcher):
     ended_by = "slurm_job"
 
     @classmethod
-    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+    def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Beside the base checks: the ``launcher.*`` ranges, GPUs asked for every rank and a
         backend that carries the device's tensors (:func:`dlcomm.launch.gpus.check_slurm_gpus`),
         ``sbatch`` on PATH, a partition that exists and has ``nodes`` nodes. (The GPUs are on the

@@ -9,6 +9,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher
 from dlcomm.launch.registry import register
@@ -25,7 +26,7 @@ class SrunLauncher(Launcher):
     ended_by = "slurm_job"
 
     @classmethod
-    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+    def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Beside the base checks: the ``launcher.*`` ranges, and inside an srun step a GPU for
         every rank of this node among those this task sees, and a backend that carries the
         device's tensors (:func:`dlcomm.launch.gpus.check_srun_gpus`)."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlcomm import progress
-from dlcomm.config.schema import LauncherConfig
+from dlcomm.config.schema import LauncherConfig, RunConfig
 from dlcomm.errors import Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.registry import register
@@ -75,7 +75,7 @@ class ThreadsLauncher(DriverLauncher):
     Config = ThreadsLauncherConfig
 
     @classmethod
-    def check(cls, cfg: Any, roles: tuple[str, ...] = ()) -> None:
+    def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Beside the base checks: a known ``launcher.compute``, no wall-clock emulation under
         serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
         from dlcomm.comm.inprocess import SEMANTICS
@@ -124,12 +124,12 @@ class ThreadsLauncher(DriverLauncher):
         return launch_threads(spec)
 
 
-def resolve_compute(cfg: Any) -> tuple[str, str]:
+def resolve_compute(cfg: RunConfig) -> tuple[str, str]:
     """``(serial or parallel, why)`` for ``launcher.compute`` (``auto`` decided as the module
     docstring says)."""
     if cfg.launcher.compute != "auto":
         return cfg.launcher.compute, f"launcher.compute={cfg.launcher.compute}"
-    if cfg.network.mode == "simulate" and cfg.network.get("compute", "measured") == "measured":
+    if cfg.network.mode == "simulate" and cfg.network.compute == "measured":
         return "serial", "auto: network.mode=simulate measures each rank's compute alone"
     if cfg.network.mode == "simulate":  # the profile charges compute: serial only keeps memory down
         return "serial", (
@@ -142,7 +142,7 @@ def resolve_compute(cfg: Any) -> tuple[str, str]:
     return "parallel", "auto"
 
 
-def draws_while_training(cfg: Any) -> str:
+def draws_while_training(cfg: RunConfig) -> str:
     """What in the run draws from torch's process-wide generator after the initial weights
     (empty if nothing): dropout in the model, a GAN's noise, imagefolder's augmentation."""
     import torch
@@ -178,7 +178,7 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     from dlcomm.train.determinism import apply_determinism
 
     cfg = spec.cfg()
-    apply_determinism(cfg.train.get("deterministic", False))  # before CUDA is first used, for every rank of the process
+    apply_determinism(cfg.train.deterministic)  # before CUDA is first used, for every rank of the process
     layout = job_layout(cfg)
     compute, why = resolve_compute(cfg)
     torch.set_num_threads(torch_threads(cfg.train.threads_per_rank, compute, layout.job_size))

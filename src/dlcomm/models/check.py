@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Tuple
 
 import torch
 
+from dlcomm.config.schema import ModelConfig
 from dlcomm.errors import UserError
 from dlcomm.models.registry import build_model
 
@@ -22,7 +23,7 @@ def _short(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_model_fits(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int, dataset: str = "") -> None:
+def check_model_fits(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int, dataset: str = "") -> None:
     """Build ``cfg.name`` and run a zero batch of 2 through it, in eval mode without grad.
 
     Raises :class:`UserError` (one line naming the model and the shape) when building or the

@@ -16,11 +16,12 @@ algorithm, evaluation and check that sees "a model" sees both networks' paramete
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import nn
 
+from dlcomm.config.schema import ACGANConfig
 from dlcomm.errors import UserError
 
 
@@ -118,7 +119,7 @@ class AcGan(nn.Module):
 
 
 def build_acgan(
-    cfg: Any,
+    cfg: ACGANConfig,
     input_shape: Tuple[int, int, int],
     num_classes: int,
     pixel_mean: Sequence[float] | None = None,

@@ -21,10 +21,12 @@ running statistics are buffers of the model state. PyTorch's default initialisat
 
 from __future__ import annotations
 
-from typing import Any, Tuple, Type
+from typing import Tuple, Type
 
 import torch
 from torch import nn
+
+from dlcomm.config.schema import RecurrentConfig
 
 FEATURE_DROPOUT = 0.25  # after BatchNorm, Table II's DP(0.25)
 CLASSIFIER_WIDTH = 32  # Table II's FC(32)
@@ -55,7 +57,9 @@ class RowRecurrentClassifier(nn.Module):
         return self.head(outputs[:, -1])
 
 
-def _build(kind: Type[nn.RNNBase], cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def _build(
+    kind: Type[nn.RNNBase], cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int
+) -> nn.Module:
     c, _, w = input_shape
     hidden = int(cfg.hidden_size)
     if hidden < 1:
@@ -63,16 +67,16 @@ def _build(kind: Type[nn.RNNBase], cfg: Any, input_shape: Tuple[int, int, int], 
     return RowRecurrentClassifier(kind(input_size=c * w, hidden_size=hidden, batch_first=True), num_classes)
 
 
-def build_rnn(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_rnn(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """Simple (Elman, tanh) RNN over image rows; see the module docstring."""
     return _build(nn.RNN, cfg, input_shape, num_classes)
 
 
-def build_lstm(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_lstm(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """LSTM over image rows; see the module docstring."""
     return _build(nn.LSTM, cfg, input_shape, num_classes)
 
 
-def build_gru(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_gru(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """GRU over image rows; see the module docstring."""
     return _build(nn.GRU, cfg, input_shape, num_classes)

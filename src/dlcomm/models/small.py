@@ -5,12 +5,14 @@ None of them uses BatchNorm, so their state is parameters only (no running stati
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import List, Tuple
 
 from torch import nn
 
+from dlcomm.config.schema import MLPConfig, ModelConfig, NiNConfig
 
-def build_small_cnn(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+
+def build_small_cnn(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """The default model: the classic two-conv MNIST network (as in PyTorch's MNIST example).
 
     conv(C->32, 3x3, pad 1)-ReLU-maxpool2, conv(32->64, 3x3, pad 1)-ReLU-maxpool2, flatten,
@@ -34,7 +36,7 @@ def build_small_cnn(cfg: Any, input_shape: Tuple[int, int, int], num_classes: in
     )
 
 
-def build_mlp(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_mlp(cfg: MLPConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """A multi-layer perceptron: flatten, then ``cfg.hidden`` widths with ReLU, then logits.
 
     Dropout of ``cfg.dropout`` follows each hidden ReLU when it is above 0.
@@ -66,7 +68,7 @@ def _mlpconv(c_in: int, widths: Tuple[int, int, int], kernel: int) -> List[nn.Mo
     ]
 
 
-def build_nin(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_nin(cfg: NiNConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """Network-in-Network (Lin, Chen, Yan, "Network In Network", ICLR 2014), CIFAR widths.
 
     Three mlpconv blocks (192/160/96 with 5x5, 192/192/192 with 5x5, 192/192/classes with

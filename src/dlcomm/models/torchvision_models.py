@@ -12,9 +12,11 @@ pay for importing it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from torch import nn
+
+from dlcomm.config.schema import ModelConfig, ResNetConfig
 
 Init = Callable[[nn.Conv2d], None]
 
@@ -49,7 +51,7 @@ def _with_in_channels(conv: nn.Conv2d, in_channels: int, init: Optional[Init]) -
     return new
 
 
-def _resnet(arch: str, cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def _resnet(arch: str, cfg: ResNetConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """ResNet (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016).
 
     With ``cfg.cifar_stem`` the 7x7 stride-2 first conv becomes 3x3 stride 1 padding 1 and
@@ -68,27 +70,27 @@ def _resnet(arch: str, cfg: Any, input_shape: Tuple[int, int, int], num_classes:
     return model
 
 
-def build_resnet18(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_resnet18(cfg: ResNetConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision ResNet-18 (11 M parameters at 1000 classes); see :func:`_resnet`."""
     return _resnet("resnet18", cfg, input_shape, num_classes)
 
 
-def build_resnet34(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_resnet34(cfg: ResNetConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision ResNet-34 (22 M parameters); see :func:`_resnet`."""
     return _resnet("resnet34", cfg, input_shape, num_classes)
 
 
-def build_resnet50(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_resnet50(cfg: ResNetConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision ResNet-50, bottleneck blocks (26 M parameters); see :func:`_resnet`."""
     return _resnet("resnet50", cfg, input_shape, num_classes)
 
 
-def build_resnet101(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_resnet101(cfg: ResNetConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision ResNet-101, bottleneck blocks (45 M parameters); see :func:`_resnet`."""
     return _resnet("resnet101", cfg, input_shape, num_classes)
 
 
-def build_vgg16(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_vgg16(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision VGG-16 without BatchNorm (Simonyan & Zisserman, ICLR 2015; 138 M parameters).
 
     Five 2x2 max-pools need images of at least 32x32.
@@ -102,7 +104,7 @@ def build_vgg16(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -
     return model
 
 
-def build_densenet121(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_densenet121(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision DenseNet-121 (Huang et al., "Densely Connected Convolutional Networks", CVPR 2017).
 
     8 M parameters; its ImageNet stem and three transitions need images of at least 32x32.
@@ -116,7 +118,7 @@ def build_densenet121(cfg: Any, input_shape: Tuple[int, int, int], num_classes: 
     return model
 
 
-def build_shufflenet_v2(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_shufflenet_v2(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """torchvision ShuffleNet V2 x1.0 (Ma et al., ECCV 2018; 2.3 M parameters at 1000 classes)."""
     from torchvision import models
 

@@ -25,9 +25,11 @@ paper's Table II sizes); timm is imported inside the builder.
 from __future__ import annotations
 
 import math
-from typing import Any, Tuple
+from typing import Tuple
 
 from torch import nn
+
+from dlcomm.config.schema import ViTConfig
 
 
 def _padded(side: int, patch: int) -> int:
@@ -52,7 +54,7 @@ def vit_param_count(
     return (c * p * p * d + d) + d + (patches + 1) * d + depth * block + 2 * d + (d * k + k)
 
 
-def build_vit(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_vit(cfg: ViTConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """A timm VisionTransformer for ``(C, H, W)`` images and ``num_classes`` logits, sized by
     ``cfg.embed_dim``, ``cfg.depth``, ``cfg.num_heads``, ``cfg.patch_size``, ``cfg.mlp_ratio``."""
     from functools import partial
@@ -87,11 +89,11 @@ def build_vit(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> 
     )
 
 
-def build_vit_s(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_vit_s(cfg: ViTConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """ViT-S; the paper's Table II sizes (width 224, depth 6, 8 heads, patch 8) are in vit_s.yaml."""
     return build_vit(cfg, input_shape, num_classes)
 
 
-def build_vit_b(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_vit_b(cfg: ViTConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """ViT-B; the paper's Table II sizes (width 384, depth 12, 12 heads, patch 16) are in vit_b.yaml."""
     return build_vit(cfg, input_shape, num_classes)

@@ -34,6 +34,7 @@ import torch
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import NO_METER, StepMeter
+from dlcomm.config.schema import RunConfig
 from dlcomm.data.partition import epoch_partition
 from dlcomm.errors import Diverged
 from dlcomm.metrics import names, stats
@@ -177,7 +178,7 @@ def cross_entropy_loss(model: torch.nn.Module, inputs: torch.Tensor, labels: tor
 class TrainLoop:
     def __init__(
         self,
-        cfg: Any,
+        cfg: RunConfig,
         channel: Channel,
         algorithm: Algorithm,
         model: torch.nn.Module,

@@ -55,11 +55,11 @@ class Optimizer:
     Config: ClassVar[type] = OptimConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: OptimConfig) -> None:
         """Raise a one-line ``UserError`` for a knob of ``cfg`` out of range (default: none)."""
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         """The optimizer over parameter ``groups`` (a group's own keys win over ``cfg``'s)."""
         raise NotImplementedError(f"optimizer {cls.name} lacks build()")
 
@@ -80,7 +80,7 @@ class SGD(Optimizer):
     Config = SGDConfig
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         import torch
 
         return torch.optim.SGD(
@@ -94,7 +94,7 @@ class Lars(Optimizer):
     Config = LarsConfig
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from timm.optim import Lars
 
         split = []
@@ -121,7 +121,7 @@ class Adam(Optimizer):
     Config = AdamConfig
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         import torch
 
         return torch.optim.Adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
@@ -133,7 +133,7 @@ class AdamW(Optimizer):
     Config = AdamConfig
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         import torch
 
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
@@ -145,7 +145,7 @@ class AdaBelief(Optimizer):
     Config = AdaBeliefConfig
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from timm.optim import AdaBelief
 
         return AdaBelief(
@@ -166,12 +166,12 @@ class AngularGrad(Optimizer):
     Config = AngularGradConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: OptimConfig) -> None:
         if cfg.method not in ("cos", "tan"):
             raise UserError(f"optim.method={cfg.method} is invalid: angulargrad's coefficient: use cos or tan")
 
     @classmethod
-    def build(cls, cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from dlcomm.train.angulargrad import AngularGrad
 
         return AngularGrad(
@@ -197,18 +197,18 @@ def optimizer_schemas() -> list[tuple[Optional[str], str, type]]:
     return extra_schemas("optim", all_optimizers(), "optimizer")
 
 
-def check_optimizer(cfg: Any) -> None:
+def check_optimizer(cfg: OptimConfig) -> None:
     """The optimizer's own checks of the composed ``optim`` node (:meth:`Optimizer.check`)."""
     get_optimizer(cfg.name).check(cfg)
 
 
-def build_optimizer(cfg: Any, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+def build_optimizer(cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
     """The optimizer ``cfg.name`` over parameter ``groups`` (``[{"params": [...], ...}]``, as a
     task gives them; a group's own keys, e.g. its ``lr``, win over ``cfg``'s)."""
     return get_optimizer(cfg.name).build(cfg, groups)
 
 
-def lr_factor(cfg: Any, step: int, steps_per_epoch: int, total_steps: int) -> float:
+def lr_factor(cfg: OptimConfig, step: int, steps_per_epoch: int, total_steps: int) -> float:
     """The multiplier ``f(step)`` of the module docstring."""
     warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
     if step < warmup:
@@ -225,7 +225,7 @@ def lr_factor(cfg: Any, step: int, steps_per_epoch: int, total_steps: int) -> fl
 
 
 def build_scheduler(
-    cfg: Any, optimizer: "torch.optim.Optimizer", steps_per_epoch: int, total_steps: int
+    cfg: OptimConfig, optimizer: "torch.optim.Optimizer", steps_per_epoch: int, total_steps: int
 ) -> "torch.optim.lr_scheduler.LambdaLR":
     import torch
 

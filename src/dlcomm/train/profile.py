@@ -42,6 +42,8 @@ import numpy as np
 import torch
 
 from dlcomm.comm.clock import StepMeter
+from dlcomm.config.schema import NetworkConfig, RunConfig
+from dlcomm.config.typed import plain
 
 WARMUP_STEPS = 3
 MIN_STEPS = 10
@@ -101,17 +103,17 @@ class ComputeProfile:
         )
 
 
-def step_factor(network: Any, seed: int, rank: int) -> Callable[[int], float]:
+def step_factor(network: NetworkConfig, seed: int, rank: int) -> Callable[[int], float]:
     """``step -> f``: the rank's compute factor at that step. ``f = s_rank * J * D`` with ``s_rank``
     from ``rank_compute_scale`` (1 when empty), ``J`` lognormal with ``E[J] = 1`` and coefficient of
     variation ``c = compute_jitter`` (``sigma^2 = ln(1 + c^2)``, ``mu = -sigma^2 / 2``; 1 when ``c = 0``)
     and ``D = straggler_slowdown`` with probability ``straggler_prob`` (else 1). The draws come from a
     generator seeded by ``(seed, rank, step)``: the same whatever runs the rank."""
-    scales = list(network.get("rank_compute_scale", []) or [])
+    scales = list(network.rank_compute_scale)
     own = float(scales[rank]) if scales else 1.0
-    c = float(network.get("compute_jitter", 0.0))
-    probability = float(network.get("straggler_prob", 0.0))
-    slowdown = float(network.get("straggler_slowdown", 1.0))
+    c = float(network.compute_jitter)
+    probability = float(network.straggler_prob)
+    slowdown = float(network.straggler_slowdown)
     sigma = math.sqrt(math.log1p(c * c))
     if c == 0 and probability == 0:
         return lambda step: own
@@ -240,7 +242,9 @@ def _batches(data: Any, batch: int, seed: int) -> Iterator[tuple[torch.Tensor, t
         yield from data.train_batches(torch.arange(count), batch, seed)
 
 
-def measure(cfg: Any, data: Any, device: torch.device, progress: Callable[[str], None] | None = None) -> ComputeProfile:
+def measure(
+    cfg: RunConfig, data: Any, device: torch.device, progress: Callable[[str], None] | None = None
+) -> ComputeProfile:
     """Step one replica of ``cfg``'s run alone (see the module docstring); its profile."""
     from dlcomm.tasks import build_task
     from dlcomm.train.optim import build_optimizer
@@ -326,19 +330,17 @@ def device_name(device: torch.device) -> str:
     return " ".join(part for part in (model, platform.machine()) if part) or "cpu"
 
 
-def profile_key(cfg: Any, device: torch.device) -> str:
+def profile_key(cfg: RunConfig, device: torch.device) -> str:
     """What a profile depends on: model, data shape, batch, micro-batches, optimizer, precision,
     task, device, torch version and threads (a hash of them)."""
-    from omegaconf import OmegaConf
-
     parts = {
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
-        "dataset": [cfg.dataset.name, cfg.dataset.get("image_size", None)],
+        "model": plain(cfg.model),
+        "dataset": [cfg.dataset.name, getattr(cfg.dataset, "image_size", None)],  # only image folders resize
         "batch": cfg.train.batch_size,
         "micro": cfg.train.comm_interval,
-        "optim": OmegaConf.to_container(cfg.optim, resolve=True),
-        "precision": [cfg.train.amp, cfg.train.amp_dtype],
-        "task": OmegaConf.to_container(cfg.task, resolve=True),
+        "optim": plain(cfg.optim),
+        "precision": [cfg.train.amp, str(cfg.train.amp_dtype)],
+        "task": plain(cfg.task),
         "device": device_name(device),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -347,7 +349,7 @@ def profile_key(cfg: Any, device: torch.device) -> str:
 
 
 def cached_profile(
-    cfg: Any, data: Any, device: torch.device, folder: Path, progress: Callable[[str], None] | None = None
+    cfg: RunConfig, data: Any, device: torch.device, folder: Path, progress: Callable[[str], None] | None = None
 ) -> tuple[ComputeProfile, Path, bool]:
     """The profile of ``cfg`` from ``folder`` (keyed by :func:`profile_key`), measured and written
     there when absent; with its path and whether it was measured now."""
@@ -371,8 +373,8 @@ RUN_PROFILE = "compute_profile.json"  # in the run's folder: what its ranks char
 _WAIT_S = 1800.0  # how long a rank waits for rank 0 to profile (under SLURM; a large model on a CPU takes minutes)
 
 
-def uses_profile(cfg: Any) -> bool:
-    return cfg.network.mode == "simulate" and cfg.network.get("compute", "measured") == "profile"
+def uses_profile(cfg: RunConfig) -> bool:
+    return cfg.network.mode == "simulate" and cfg.network.compute == "profile"
 
 
 @contextlib.contextmanager
@@ -389,11 +391,11 @@ def all_threads() -> Iterator[int]:
 
 
 def prepare_run_profile(
-    cfg: Any, run_dir: Path, folder: Path, device: torch.device, progress: Callable[[str], None] | None = None
+    cfg: RunConfig, run_dir: Path, folder: Path, device: torch.device, progress: Callable[[str], None] | None = None
 ) -> ComputeProfile:
     """Write ``run_dir/compute_profile.json`` before the ranks start: ``network.compute_profile``'s
     file, else the cached profile (measured now, with every core, when the cache lacks it)."""
-    given = cfg.network.get("compute_profile", "")
+    given = cfg.network.compute_profile
     if given:
         profile = read_profile(Path(given))
     else:
@@ -422,7 +424,7 @@ def read_profile(path: Path) -> ComputeProfile:
 
 
 def profiled_compute(
-    cfg: Any,
+    cfg: RunConfig,
     run_dir: Path,
     rank: int,
     model: torch.nn.Module,
@@ -438,7 +440,7 @@ def profiled_compute(
     if not uses_profile(cfg):
         return None
     path = run_dir / RUN_PROFILE
-    if cfg.network.get("compute_profile", ""):
+    if cfg.network.compute_profile:
         path = Path(cfg.network.compute_profile)  # every rank reads it: nothing to wait for
     elif not path.exists():
         if rank == 0:
@@ -450,7 +452,7 @@ def profiled_compute(
                     raise RuntimeError(f"rank 0 wrote no compute profile to {path} in {_WAIT_S:.0f} s")
                 time.sleep(0.2)
     profile = read_profile(path)
-    if cfg.network.get("compute_ms", 0.0) > 0:
+    if cfg.network.compute_ms > 0:
         profile = profile.with_step_s(cfg.network.compute_ms / 1000.0)
     if service:
         return ProfiledCompute(profile.of_service(), lambda step: 1.0)
