@@ -26,7 +26,7 @@ def test_every_launcher_config_has_its_registered_class() -> None:
         # the file's name, or its schema's default where the file leaves it out (tests/test_config_defaults.py)
         assert compose([f"launcher={name}"]).launcher.name == name
     assert find_launcher("rank") is None and find_launcher("") is None  # a module of launch/, not a launcher
-    with pytest.raises(KeyError, match="unknown launcher 'nope'; known: local"):
+    with pytest.raises(UserError, match=r"^launcher.name=nope is unknown: choose one of local, slurm, srun, threads$"):
         get_launcher("nope")
 
 

@@ -17,7 +17,11 @@ from dlcomm.train.precision import Precision
 
 from conftest import FAST, mlflow_run, run_cli
 
-GAN_CFG = SimpleNamespace(generator_lr=0.0, discriminator_lr=0.0, samples_per_class=3)
+
+def _gan_run(seed: int = 0, **knobs) -> SimpleNamespace:
+    """The part of a run's configuration a GAN task reads: ``task`` (GanTaskConfig's knobs) and ``seed``."""
+    task = {"generator_lr": 0.0, "discriminator_lr": 0.0, "samples_per_class": 3, **knobs}
+    return SimpleNamespace(task=SimpleNamespace(**task), seed=seed)
 
 
 def _gan(seed: int = 0):
@@ -32,7 +36,7 @@ def _grads(module: torch.nn.Module) -> torch.Tensor:
 def test_gan_step_gives_each_network_the_gradient_of_its_own_loss() -> None:
     """One backward of L_D + L_G: D receives exactly grad L_D, G exactly grad L_G."""
     model = _gan().eval()  # eval: no dropout, BN on running statistics, so forward passes repeat exactly
-    task = GanTask(GAN_CFG, seed=0)
+    task = GanTask(_gan_run(seed=0))
     images, labels = torch.randn(6, 1, 8, 8), torch.randint(0, 4, (6,))
     torch.manual_seed(5)
     task.loss(model, images, labels).backward()
@@ -65,8 +69,7 @@ def test_gan_step_gives_each_network_the_gradient_of_its_own_loss() -> None:
 
 def test_gan_parameter_groups_are_one_optimizer_per_network() -> None:
     model = _gan()
-    cfg = SimpleNamespace(generator_lr=0.001, discriminator_lr=0.0, samples_per_class=3)
-    groups = GanTask(cfg, seed=0).param_groups(model, SimpleNamespace(lr=0.0002))
+    groups = GanTask(_gan_run(generator_lr=0.001)).param_groups(model, SimpleNamespace(lr=0.0002))
     optim_cfg = SimpleNamespace(name="adam", lr=0.0002, betas=[0.5, 0.999], eps=1e-8, weight_decay=0.0)
     optimizer = build_optimizer(optim_cfg, groups)
     assert [group["lr"] for group in optimizer.param_groups] == [0.001, 0.0002]
@@ -79,9 +82,9 @@ def test_generated_images_have_the_datas_range_and_the_grid_one_row_per_class() 
     images = model.generator(torch.randn(5, 8), torch.arange(5) % 4)
     low, high = (0 - 0.3) / 0.4, (1 - 0.3) / 0.4  # pixels 0 and 1 after the data's normalisation
     assert images.shape == (5, 1, 8, 8) and float(images.min()) >= low - 1e-6 and float(images.max()) <= high + 1e-6
-    grid = GanTask(GAN_CFG, seed=3).samples(model)["samples"]
+    grid = GanTask(_gan_run(seed=3)).samples(model)["samples"]
     assert grid.shape == (3, 4 * 10 + 2, 3 * 10 + 2)  # make_grid: 4 rows x 3 columns of 8x8 with 2-pixel padding
-    again = GanTask(GAN_CFG, seed=3).samples(model)["samples"]
+    again = GanTask(_gan_run(seed=3)).samples(model)["samples"]
     assert torch.equal(grid, again) and model.training  # fixed noise; the mode is restored
 
 

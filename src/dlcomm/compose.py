@@ -25,12 +25,14 @@ if TYPE_CHECKING:
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
     """Every schema as ``(group, name, dataclass)``, under the name the YAML defaults lists use:
     :data:`SCHEMAS`, each algorithm's ``Config`` (``<name>_schema``), each data set's, optimizer's and
-    model's whose ``Config`` is not in :data:`SCHEMAS` (a plugin's, ``<name>_schema``) and each launcher's that
+    model's whose ``Config`` is not in :data:`SCHEMAS` (a plugin's, ``<name>_schema``), each task's with knobs
+    of its own (``<name>_schema``) and each launcher's that
     has knobs of its own (``<name>_launcher_schema``)."""
     from dlcomm.algorithms.registry import all_algorithms
     from dlcomm.data.registry import source_schemas
     from dlcomm.launch.registry import all_launchers
     from dlcomm.models.registry import model_schemas
+    from dlcomm.tasks.registry import task_schemas
     from dlcomm.train.optim import optimizer_schemas
 
     found = list(SCHEMAS)
@@ -38,6 +40,7 @@ def all_schemas() -> list[tuple[Optional[str], str, type]]:
     found += source_schemas()
     found += optimizer_schemas()
     found += model_schemas()
+    found += task_schemas()
     found += [
         ("launcher", f"{name}_launcher_schema", launcher.Config)
         for name, launcher in all_launchers().items()
@@ -140,14 +143,16 @@ def _hydra_compose(overrides: list[str]) -> DictConfig:
 
 
 def check_algorithm(cfg: DictConfig) -> None:
-    """The chosen algorithm's and optimizer's own checks (one line each)."""
+    """The chosen algorithm's, optimizer's and task's own checks (one line each)."""
     from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.tasks import check_task
     from dlcomm.train.optim import check_optimizer  # torch-free: the optimizers import torch in build()
 
     algorithm = get_algorithm(cfg.algo.name)
     algorithm.check_config(cfg.algo)
     algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
     check_optimizer(cfg.optim)  # its own knobs (angulargrad's method)
+    check_task(cfg)  # its knobs, and the model it trains
 
 
 def _closed_choice(error: Exception) -> Optional[str]:

@@ -17,39 +17,78 @@ A package declares, in its ``pyproject.toml``::
     [project.entry-points."dlcomm.models"]      # a model (model/my_net.yaml), likewise
     my_net = "dlcomm_choco.my_net:MyNet"
 
-Every ``dlcomm.algorithms`` entry point names a registered algorithm class
-(:mod:`dlcomm.algorithms.registry`: a subclass of ``Algorithm`` with ``name`` and ``Config``);
-every ``dlcomm.datasets`` entry point names a registered data source class
-(:mod:`dlcomm.data.registry`: a subclass of ``DataSource`` with ``name`` and ``Config``);
-every ``dlcomm.optimizers`` entry point names a registered optimizer class
-(:mod:`dlcomm.train.optim`: a subclass of ``Optimizer`` with ``name``, ``Config`` and ``build``);
-every ``dlcomm.models`` entry point names a registered model class
-(:mod:`dlcomm.models.registry`: a subclass of ``Model`` with ``name``, ``Config`` and ``build``);
-every ``dlcomm.configs`` entry point names a package of YAML files laid out as ``dlcomm/configs``
-(``algo/<name>.yaml``, ``dataset/<name>.yaml``, ``optim/<name>.yaml``, ``model/<name>.yaml``), which joins Hydra's search path after dlcomm's
-own. So after ``pip install my-scheme``, ``dlcomm train algo=my_scheme`` works, in sweeps and
-under SLURM too (the job's processes load the same entry points from the same environment).
+    [project.entry-points."dlcomm.tasks"]       # a task (task/my_task.yaml), likewise
+    [project.entry-points."dlcomm.launchers"]   # a launcher (launcher/my_launcher.yaml), likewise
 
-A plugin that fails to import, names a class that is no algorithm (no data source, optimizer,
-model), or takes a name dlcomm or another plugin already has is refused in one line naming the
-package. Composing a configuration imports every plugin's algorithm, data source, optimizer and
-model module (for their schemas; dlcomm's own models load only to build): a plugin that imports
-torch inside its methods keeps ``dlcomm config`` fast. See docs/extending.md.
+Each group's entry points name registered classes of that group (:data:`GROUPS`: an
+``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task`` or ``Launcher`` subclass) whose
+``name`` is the entry point's and whose ``Config`` is a dataclass subclassing the group's schema
+base (``AlgoConfig``, ...; a launcher may have none). Every ``dlcomm.configs`` entry point names a
+package of YAML files laid out as ``dlcomm/configs`` (``algo/<name>.yaml``, ``dataset/``,
+``optim/``, ``model/``, ``task/``, ``launcher/``, and ``network/`` presets, which are YAML alone),
+which joins Hydra's search path after dlcomm's own. So after ``pip install my-scheme``,
+``dlcomm train algo=my_scheme`` works, in sweeps and under SLURM too (the job's processes load the
+same entry points from the same environment).
+
+A plugin that fails to import, names a class that is not of its group, or takes a name dlcomm or
+another plugin already has is refused in one line naming the package. Composing a configuration
+imports every plugin's modules (for their schemas): a plugin that imports torch inside its
+methods keeps ``dlcomm config`` fast. See docs/extending.md.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from importlib.util import find_spec
 
 from dlcomm.errors import UserError
 
-ALGORITHMS = "dlcomm.algorithms"
-DATASETS = "dlcomm.datasets"
-OPTIMIZERS = "dlcomm.optimizers"
-MODELS = "dlcomm.models"
-CONFIGS = "dlcomm.configs"
+CONFIGS = "dlcomm.configs"  # packages of YAML that join Hydra's search path
+
+
+@dataclass(frozen=True)
+class Group:
+    """One entry point group: its classes subclass ``base`` (``module:Class``, ``kind`` in
+    messages), their ``Config`` is a dataclass subclassing ``config_base`` (in
+    :mod:`dlcomm.config.schema`);
+    ``what`` names a choice in messages, ``config_group`` its YAML folder (``algo``);
+    ``config_optional``: a class may have no ``Config`` (a launcher without knobs of its own)."""
+
+    entry_points: str
+    base: str
+    kind: str
+    config_base: str
+    what: str
+    config_group: str
+    config_optional: bool = False
+
+
+GROUPS = {
+    group.config_group: group
+    for group in (
+        Group(
+            "dlcomm.algorithms", "dlcomm.algorithms.base:Algorithm", "an algorithm", "AlgoConfig", "algorithm", "algo"
+        ),
+        Group(
+            "dlcomm.datasets", "dlcomm.data.source:DataSource", "a data source", "DatasetConfig", "data set", "dataset"
+        ),
+        Group("dlcomm.optimizers", "dlcomm.train.optim:Optimizer", "an optimizer", "OptimConfig", "optimizer", "optim"),
+        Group("dlcomm.models", "dlcomm.models.registry:Model", "a model", "ModelConfig", "model", "model"),
+        Group("dlcomm.tasks", "dlcomm.tasks.base:Task", "a task", "TaskConfig", "task", "task"),
+        Group(
+            "dlcomm.launchers",
+            "dlcomm.launch.base:Launcher",
+            "a launcher",
+            "LauncherConfig",
+            "launcher",
+            "launcher",
+            True,
+        ),
+    )
+}
 
 
 def _entry_points(group: str) -> list[metadata.EntryPoint]:
@@ -73,43 +112,30 @@ def _load(point: metadata.EntryPoint, group: str) -> object:
         ) from None
 
 
-@lru_cache(maxsize=None)
-def plugin_algorithms() -> tuple[tuple[str, type, str], ...]:
-    """``(name, class, package)`` of every algorithm plugins declare, loaded and checked once."""
-    from dlcomm.algorithms.base import Algorithm
-    from dlcomm.config.schema import AlgoConfig
-
-    return _checked(ALGORITHMS, Algorithm, "an algorithm", AlgoConfig, "algorithm")
-
-
-def register_plugin_algorithms(registry: dict[str, type]) -> None:
-    """Add the plugins' algorithms to ``registry`` (name -> class), refusing a taken name."""
-    _register(registry, plugin_algorithms(), "algorithm", "algo")
+def _attribute(path: str) -> type:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @lru_cache(maxsize=None)
-def plugin_datasets() -> tuple[tuple[str, type, str], ...]:
-    """``(name, class, package)`` of every data source plugins declare, loaded and checked once."""
-    from dlcomm.config.schema import DatasetConfig
-    from dlcomm.data.source import DataSource
-
-    return _checked(DATASETS, DataSource, "a data source", DatasetConfig, "data set")
-
-
-def register_plugin_datasets(registry: dict[str, type]) -> None:
-    """Add the plugins' data sources to ``registry`` (name -> class), refusing a taken name."""
-    _register(registry, plugin_datasets(), "data set", "dataset")
-
-
-def _checked(group: str, base: type, kind: str, config_base: type, what: str) -> tuple[tuple[str, type, str], ...]:
-    """The one rule for every group: each entry point names a subclass of ``base`` (``kind`` in
-    messages) whose ``name`` is the entry point's and whose ``Config`` is a dataclass subclassing
-    ``config_base`` (``what`` in messages)."""
+def plugin_classes(config_group: str) -> tuple[tuple[str, type, str], ...]:
+    """``(name, class, package)`` of every class the plugins declare for ``config_group``
+    (``algo``, ``dataset``, ...), loaded and checked once by the one rule for every group: each
+    entry point names a subclass of the group's base whose ``name`` is the entry point's and whose
+    ``Config`` is a dataclass subclassing the group's schema base."""
+    group = GROUPS[config_group]
+    config_base = _attribute(f"dlcomm.config.schema:{group.config_base}")
     found = []
-    for point, cls, package in _plugin_classes(group, base, kind):
-        _schema_class(cls, config_base, what, point, package)
+    for point, cls, package in _plugin_classes(group.entry_points, _attribute(group.base), group.kind):
+        if not (group.config_optional and getattr(cls, "Config", None) is None):
+            _schema_class(cls, config_base, group.what, point, package)
         found.append((point.name, cls, package))
     return tuple(found)
+
+
+def register_plugins(config_group: str, registry: dict[str, type]) -> None:
+    """Add the plugins' classes of ``config_group`` to ``registry`` (name -> class), refusing a taken name."""
+    _register(registry, plugin_classes(config_group), GROUPS[config_group].what, config_group)
 
 
 def _schema_class(cls: type, base: type, what: str, point: metadata.EntryPoint, package: str) -> None:
@@ -157,34 +183,6 @@ def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], .
             )
         registry[name] = cls
         owners[name] = f"plugin {package}'s"
-
-
-@lru_cache(maxsize=None)
-def plugin_optimizers() -> tuple[tuple[str, type, str], ...]:
-    """``(name, class, package)`` of every optimizer plugins declare, loaded and checked once."""
-    from dlcomm.config.schema import OptimConfig
-    from dlcomm.train.optim import Optimizer
-
-    return _checked(OPTIMIZERS, Optimizer, "an optimizer", OptimConfig, "optimizer")
-
-
-def register_plugin_optimizers(registry: dict[str, type]) -> None:
-    """Add the plugins' optimizers to ``registry`` (name -> class), refusing a taken name."""
-    _register(registry, plugin_optimizers(), "optimizer", "optim")
-
-
-@lru_cache(maxsize=None)
-def plugin_models() -> tuple[tuple[str, type, str], ...]:
-    """``(name, class, package)`` of every model plugins declare, loaded and checked once."""
-    from dlcomm.config.schema import ModelConfig
-    from dlcomm.models.registry import Model
-
-    return _checked(MODELS, Model, "a model", ModelConfig, "model")
-
-
-def register_plugin_models(registry: dict[str, type]) -> None:
-    """Add the plugins' models to ``registry`` (name -> class), refusing a taken name."""
-    _register(registry, plugin_models(), "model", "model")
 
 
 def extra_schemas(group: str, classes: dict[str, object], what: str) -> list[tuple[str, str, type]]:

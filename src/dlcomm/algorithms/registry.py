@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 
 def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugin_algorithms
+    from dlcomm.plugins import register_plugins
 
-    register_plugin_algorithms(classes)  # installed packages' algorithms (entry points dlcomm.algorithms)
+    register_plugins("algo", classes)  # installed packages' algorithms (entry points dlcomm.algorithms)
 
 
 ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm", "algo.name", "dlcomm.algorithms", _plugins)

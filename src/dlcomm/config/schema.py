@@ -292,13 +292,10 @@ class AngularGradConfig(AdamConfig):
 
 @dataclass
 class TaskConfig:
-    """What is trained (dlcomm.tasks): classification, or the GAN (model=acgan)."""
+    """Base of every task's schema (dlcomm.tasks): the choice, ``task=<name>`` (configs/task/<name>.yaml).
+    A task with knobs of its own subclasses it beside its class (task=gan: GanTaskConfig)."""
 
-    name: str = "classification"  # classification | gan
-    # gan only
-    generator_lr: float = 0.0  # the generator's learning rate; 0: optim.lr
-    discriminator_lr: float = 0.0  # the discriminator's; 0: optim.lr
-    samples_per_class: int = 10  # columns of the logged grid of generated images (one row per class)
+    name: str = "classification"
 
 
 @dataclass

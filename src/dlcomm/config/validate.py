@@ -183,19 +183,6 @@ def validate_run(cfg: "RunConfig") -> None:
         optim.warmup_epochs,
         "use 0 (no warm-up) or a positive number of epochs",
     )
-    task = cfg.task
-    require(
-        task.generator_lr >= 0 and task.discriminator_lr >= 0,
-        "task.generator_lr/discriminator_lr",
-        f"{task.generator_lr}/{task.discriminator_lr}",
-        "use 0 (optim.lr) or a positive learning rate",
-    )
-    require(
-        task.samples_per_class >= 1,
-        "task.samples_per_class",
-        task.samples_per_class,
-        "pass a positive number of columns",
-    )
     tracking = cfg.tracking
     require(
         str(tracking.experiment).strip() != "",

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 
 def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugin_datasets
+    from dlcomm.plugins import register_plugins
 
-    register_plugin_datasets(classes)  # installed packages' data sets (entry points dlcomm.datasets)
+    register_plugins("dataset", classes)  # installed packages' data sets (entry points dlcomm.datasets)
 
 
 SOURCES: Registry[type["DataSource"]] = Registry("data set", "dataset.name", "dlcomm.data.sources", _plugins)

@@ -1,53 +1,54 @@
-"""Launchers by name.
+"""Launchers by name (the one registration pattern: :class:`dlcomm.registry.Registry`).
 
 ``launcher=<name>`` composes ``configs/launcher/<name>.yaml``; its class lives in
 ``dlcomm/launch/<name>.py``, decorated with :func:`register`. :func:`get_launcher` imports that
 module the first time the name is asked for, so a new launcher needs nothing but its own file
-and its config, and asking for one launcher never imports the others' machinery.
+and its config, and asking for one launcher never imports the others' machinery. Installed
+packages add launchers through the ``dlcomm.launchers`` entry points (:mod:`dlcomm.plugins`).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
     from dlcomm.launch.base import Launcher
 
-_REGISTRY: dict[str, type["Launcher"]] = {}
 
-
-def register(cls: type["Launcher"]) -> type["Launcher"]:
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"two launchers are registered as {cls.name!r}")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def launcher_names() -> list[str]:
-    """Every launcher that has a config: the stems of ``configs/launcher/*.yaml``."""
+def launcher_modules() -> list[str]:
+    """dlcomm's own launchers: the stems of ``configs/launcher/*.yaml`` (each its module's name)."""
     from importlib.resources import files
 
     folder = files("dlcomm.configs") / "launcher"
     return sorted(entry.name[: -len(".yaml")] for entry in folder.iterdir() if entry.name.endswith(".yaml"))
 
 
+def _plugins(classes: dict) -> None:
+    from dlcomm.plugins import register_plugins
+
+    register_plugins("launcher", classes)  # installed packages' launchers (entry points dlcomm.launchers)
+
+
+LAUNCHERS: Registry[type["Launcher"]] = Registry("launcher", "launcher.name", __package__, _plugins, launcher_modules)
+register = LAUNCHERS.register
+
+
+def launcher_names() -> list[str]:
+    """Every launcher: dlcomm's own, then the plugins'."""
+    return list(LAUNCHERS.all())
+
+
 def get_launcher(name: str) -> type["Launcher"]:
-    """The launcher registered as ``name`` (a :class:`KeyError` naming the known ones if none)."""
-    if name not in _REGISTRY and name in launcher_names():
-        importlib.import_module(f"{__package__}.{name}")
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown launcher {name!r}; known: {', '.join(launcher_names())}")
-    return _REGISTRY[name]
+    """The launcher registered as ``name`` (a one-line UserError naming the known ones if none)."""
+    return LAUNCHERS.get(name)
 
 
 def find_launcher(name: str) -> type["Launcher"] | None:
     """Like :func:`get_launcher`, but None for a name no launcher has (e.g. an old run's tag)."""
-    try:
-        return get_launcher(name)
-    except KeyError:
-        return None
+    return LAUNCHERS.find(name)
 
 
 def all_launchers() -> dict[str, type["Launcher"]]:
-    return {name: get_launcher(name) for name in launcher_names()}
+    return LAUNCHERS.all()

@@ -1,33 +1,34 @@
 """Image classification: the model maps images to logits; the loss is the cross-entropy
-``-(1/B) sum_b log softmax(f(x_b))[y_b]`` (with label smoothing ``s``: the target puts ``1 - s``
-on ``y_b`` and ``s / K`` on each of the ``K`` classes)."""
+``-(1/B) sum_b log softmax(f(x_b))[y_b]`` (with label smoothing ``s = train.label_smoothing``: the
+target puts ``1 - s`` on ``y_b`` and ``s / K`` on each of the ``K`` classes)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING
 
-import torch
+from dlcomm.config.schema import RunConfig
+from dlcomm.errors import UserError
+from dlcomm.tasks.base import Task
+from dlcomm.tasks.registry import register
 
-from dlcomm.models import build_model
+if TYPE_CHECKING:
+    import torch
 
 
-class Classification:
-    accuracy_label = "test acc"  # what the evaluation's accuracy measures, as the progress lines name it
+@register
+class Classification(Task):
+    name = "classification"
 
-    def __init__(self, label_smoothing: float = 0.0) -> None:
-        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+    @classmethod
+    def check(cls, cfg: RunConfig) -> None:
+        if cfg.model.name == "acgan":
+            raise UserError("model=acgan is the GAN's generator and discriminator: pass task=gan to train it")
 
-    def build_model(self, model_cfg: Any, data: Any) -> torch.nn.Module:
-        return build_model(model_cfg, data.input_shape, data.num_classes)
+    def __init__(self, cfg: RunConfig) -> None:
+        import torch
 
-    def param_groups(self, model: torch.nn.Module, optim_cfg: Any) -> List[Dict[str, Any]]:
-        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+        super().__init__(cfg)
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
 
-    def loss(self, model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, model: "torch.nn.Module", inputs: "torch.Tensor", labels: "torch.Tensor") -> "torch.Tensor":
         return self.criterion(model(inputs), labels)
-
-    def take_epoch_losses(self) -> Dict[str, float]:
-        return {}
-
-    def samples(self, model: torch.nn.Module) -> Dict[str, torch.Tensor]:
-        return {}

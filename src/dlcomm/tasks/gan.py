@@ -18,41 +18,88 @@ then stepped by its own parameter group (``task.generator_lr``, ``task.discrimin
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List
 
-import torch
-import torch.nn.functional as F
-from torch.func import functional_call
-from torchvision.utils import make_grid
+from dlcomm.config.schema import RunConfig, TaskConfig
+from dlcomm.errors import UserError
+from dlcomm.tasks.base import Task
+from dlcomm.tasks.registry import register
 
-from dlcomm.models.gan import AcGan, build_acgan
+if TYPE_CHECKING:
+    import torch
 
 
-class GanTask:
+@dataclass
+class GanTaskConfig(TaskConfig):
+    """task=gan: the AC-GAN's two players (model=acgan)."""
+
+    name: str = "gan"
+    generator_lr: float = 0.0  # the generator's learning rate; 0: optim.lr
+    discriminator_lr: float = 0.0  # the discriminator's; 0: optim.lr
+    samples_per_class: int = 10  # columns of the logged grid of generated images (one row per class)
+
+
+@register
+class GanTask(Task):
+    name = "gan"
+    Config = GanTaskConfig
     accuracy_label = (
         "discriminator's class accuracy on the test set"  # its auxiliary classifier's, not a generator's quality
     )
 
-    def __init__(self, cfg: Any, seed: int) -> None:
-        self.cfg = cfg
-        self.seed = seed
+    @classmethod
+    def check(cls, cfg: RunConfig) -> None:
+        from dlcomm.config.validate import require
+
+        if cfg.model.name != "acgan":
+            raise UserError(
+                f"task=gan trains model=acgan (its generator and discriminator), not model={cfg.model.name}: "
+                "drop the model= override"
+            )
+        task = cfg.task
+        require(
+            task.generator_lr >= 0 and task.discriminator_lr >= 0,
+            "task.generator_lr/discriminator_lr",
+            f"{task.generator_lr}/{task.discriminator_lr}",
+            "use 0 (optim.lr) or a positive learning rate",
+        )
+        require(
+            task.samples_per_class >= 1,
+            "task.samples_per_class",
+            task.samples_per_class,
+            "pass a positive number of columns",
+        )
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.knobs: GanTaskConfig = cfg.task  # type: ignore[assignment]
+        self.seed = cfg.seed
         self._sums: Dict[str, float] = {"gan_d_loss": 0.0, "gan_g_loss": 0.0}
         self._count = 0
 
-    def build_model(self, model_cfg: Any, data: Any) -> torch.nn.Module:
+    def build_model(self, model_cfg: Any, data: Any) -> "torch.nn.Module":
+        from dlcomm.models.gan import build_acgan
+
         return build_acgan(model_cfg, data.input_shape, data.num_classes, data.pixel_mean, data.pixel_std)
 
-    def param_groups(self, model: torch.nn.Module, optim_cfg: Any) -> List[Dict[str, Any]]:
+    def param_groups(self, model: "torch.nn.Module", optim_cfg: Any) -> List[Dict[str, Any]]:
         """One group per network, each with its own learning rate (0: ``optim.lr``)."""
+        from dlcomm.models.gan import AcGan
+
         assert isinstance(model, AcGan)
-        lr_g = self.cfg.generator_lr or optim_cfg.lr
-        lr_d = self.cfg.discriminator_lr or optim_cfg.lr
+        lr_g = self.knobs.generator_lr or optim_cfg.lr
+        lr_d = self.knobs.discriminator_lr or optim_cfg.lr
         return [
             {"params": list(model.generator.parameters()), "lr": lr_g},
             {"params": list(model.discriminator.parameters()), "lr": lr_d},
         ]
 
-    def loss(self, model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, model: "torch.nn.Module", inputs: "torch.Tensor", labels: "torch.Tensor") -> "torch.Tensor":
+        import torch
+        import torch.nn.functional as F
+        from torch.func import functional_call
+
         generator, discriminator = model.generator, model.discriminator
         batch, device = inputs.shape[0], inputs.device
         classes = discriminator.label.out_features
@@ -85,13 +132,25 @@ class GanTask:
         self._count = 0
         return means
 
-    @torch.no_grad()
-    def samples(self, model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    def samples(self, model: "torch.nn.Module") -> Dict[str, "torch.Tensor"]:
         """A grid of generated images, one row per class, ``task.samples_per_class`` columns, from
         noise fixed by the run's seed (the same noise at every evaluation); generator in eval mode."""
+        import torch
+        from torchvision.utils import make_grid
+
+        with torch.no_grad():
+            return {
+                "samples": make_grid(
+                    self._sample_images(model), nrow=self.knobs.samples_per_class, padding=2, pad_value=1.0
+                )
+            }
+
+    def _sample_images(self, model: "torch.nn.Module") -> "torch.Tensor":
+        import torch
+
         generator = model.generator
         classes = model.discriminator.label.out_features
-        columns = self.cfg.samples_per_class
+        columns = self.knobs.samples_per_class
         device = next(generator.parameters()).device
         draw = torch.Generator().manual_seed(self.seed)
         noise = torch.randn(classes * columns, generator.latent_dim, generator=draw).to(device)
@@ -100,4 +159,4 @@ class GanTask:
         generator.eval()
         images = generator.pixels(noise, labels).float().cpu()
         generator.train(was_training)
-        return {"samples": make_grid(images, nrow=columns, padding=2, pad_value=1.0)}
+        return images

@@ -65,9 +65,9 @@ class Optimizer:
 
 
 def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugin_optimizers
+    from dlcomm.plugins import register_plugins
 
-    register_plugin_optimizers(classes)  # installed packages' optimizers (entry points dlcomm.optimizers)
+    register_plugins("optim", classes)  # installed packages' optimizers (entry points dlcomm.optimizers)
 
 
 OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", None, _plugins)  # all in this module

@@ -1,0 +1,33 @@
+"""Tasks by name (the one registration pattern: :class:`dlcomm.registry.Registry`).
+
+Every module of :mod:`dlcomm.tasks` that defines a task decorates its class with
+:func:`register`; installed packages add tasks through the ``dlcomm.tasks`` entry points.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dlcomm.registry import Registry
+
+if TYPE_CHECKING:
+    from dlcomm.tasks.base import Task
+
+
+def _plugins(classes: dict) -> None:
+    from dlcomm.plugins import register_plugins
+
+    register_plugins("task", classes)  # installed packages' tasks (entry points dlcomm.tasks)
+
+
+TASKS: Registry[type["Task"]] = Registry("task", "task.name", "dlcomm.tasks", _plugins)
+register = TASKS.register
+
+
+def task_schemas() -> list[tuple[str, str, type]]:
+    """``("task", "<name>_schema", Config)`` of every task with knobs of its own, for Hydra's ConfigStore."""
+    from dlcomm.config.schema import TaskConfig
+
+    return [
+        ("task", f"{name}_schema", task.Config) for name, task in TASKS.all().items() if task.Config is not TaskConfig
+    ]
