@@ -402,13 +402,18 @@ def gossip_pull_run(cluster, channel, knobs: dict, steps: int, step_sleep_s: flo
     }
 
 
-def ps_run(cluster, channel, name: str, knobs: dict, steps: int, pause_s: float = 0.0) -> dict:
+def ps_run(
+    cluster, channel, name: str, knobs: dict, steps: int, pause_s: float = 0.0, compress: dict | None = None
+) -> dict:
     """``steps`` parameter-server steps on the tiny model; the workers report what went each way.
-    Workers pause ``pause_s`` seconds after the first step (as if evaluating)."""
+    Workers pause ``pause_s`` seconds after the first step (as if evaluating); ``compress``: the
+    compressor's knobs (``compress=<name>``)."""
     from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.compress.registry import COMPRESSORS
 
     cls = get_algorithm(name)
-    algorithm = cls(cls.Config(**knobs), cluster, channel, seed=3)
+    codec = None if compress is None else COMPRESSORS.get(compress["name"]).Config(**compress)
+    algorithm = cls(cls.Config(**knobs), cluster, channel, seed=3, compress=codec)
     torch.manual_seed(0)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -638,3 +643,76 @@ def mismatched_pair_order(cluster, channel) -> None:
         channel.exchange([(torch.zeros(2), 1), (torch.zeros(8), 1)]).wait()
     elif cluster.rank == 1:
         channel.exchange(recvs=[(torch.zeros(8), 0), (torch.zeros(2), 0)]).wait()
+
+
+def compressed_allreduce_vs_ddp_hook(
+    cluster, channel, compress: dict, steps: int, hook: str, reference: dict | None = None
+) -> float:
+    """Max |ours - DDP| over parameters after ``steps`` SGD-momentum steps on per-rank data, ours
+    ``algo=allreduce`` with the compressor ``compress`` (its knobs as composed) in one bucket,
+    DDP's with torch's comm hook ``hook`` (``powersgd``, ``fp16``, ``bf16``) with the same knobs
+    (``reference``: other knobs for DDP's, to see a changed detail tell them apart)."""
+    knobs = {**compress, **(reference or {})}
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dlcomm.compress.registry import COMPRESSORS
+
+    compressor_cls = COMPRESSORS.get(compress["name"])
+    ours = _model()
+    reference_model = copy.deepcopy(ours)
+    ddp = DistributedDataParallel(reference_model, bucket_cap_mb=25)
+    if hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None,
+            matrix_approximation_rank=knobs["rank"],
+            start_powerSGD_iter=knobs["start_iter"],
+            min_compression_rate=knobs["min_compression_rate"],
+            use_error_feedback=knobs["error_feedback"],
+            warm_start=knobs["warm_start"],
+            random_seed=knobs["random_seed"],
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    else:
+        ddp.register_comm_hook(
+            None, {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[hook]
+        )
+    ours_opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    algorithm = Allreduce(AllreduceConfig(bucket_mb=25.0), cluster, channel, compress=compressor_cls.Config(**compress))
+    algorithm.setup(ours, ours_opt)
+    generator = torch.Generator().manual_seed(300 + cluster.rank)
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        hooked_step(algorithm, ours, ours_opt, cross_entropy_loss, inputs, labels, step)
+        ddp_opt.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(inputs), labels).backward()
+        ddp_opt.step()
+    return float((_flat(ours) - _flat(reference_model)).abs().max())
+
+
+def compressed_allreduce_trajectory(cluster, channel, compress: dict, steps: int, bucket_mb: float = 25.0) -> dict:
+    """This rank's parameters after ``steps`` steps of ``algo=allreduce`` with ``compress``, and
+    each iteration's bytes sent and modelled communication time."""
+    from dlcomm.compress.registry import COMPRESSORS
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    algorithm = Allreduce(
+        AllreduceConfig(bucket_mb=bucket_mb),
+        cluster,
+        channel,
+        compress=COMPRESSORS.get(compress["name"]).Config(**compress),
+    )
+    algorithm.setup(model, optimizer)
+    generator = torch.Generator().manual_seed(400 + cluster.rank)
+    sent, modelled = [], []
+    for step in range(steps):
+        inputs, labels = _batch(generator)
+        channel.begin_iteration()
+        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
+        stats = channel.end_iteration()
+        sent.append(stats.bytes_sent)
+        modelled.append(stats.modelled_s)
+    sizes = [[p.numel() for p in bucket.params] for bucket in algorithm.buckets]
+    return {"params": _flat(model).numpy().copy(), "bytes": sent, "modelled": modelled, "buckets": sizes}

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.compose import compose
+from dlcomm.compress.registry import COMPRESSORS
 from dlcomm.config.choices import choice_files
 from dlcomm.data.registry import SOURCES
 from dlcomm.launch.registry import LAUNCHERS
@@ -21,20 +22,13 @@ from dlcomm.tasks.registry import TASKS
 from dlcomm.train.optim import OPTIMIZERS
 
 REGISTRIES = {
+    "compress": COMPRESSORS,
     "algo": ALGORITHMS,
     "dataset": SOURCES,
     "optim": OPTIMIZERS,
     "model": MODELS,
     "task": TASKS,
     "launcher": LAUNCHERS,
-}
-SECTION = {
-    "algo": "algo",
-    "dataset": "dataset",
-    "optim": "optim",
-    "model": "model",
-    "task": "task",
-    "launcher": "launcher",
 }
 
 
@@ -66,7 +60,7 @@ def _cases():
 def test_the_composed_section_is_the_class_s_config(group: str, name: str) -> None:
     cls = REGISTRIES[group].get(name)
     extra = {("task", "gan"): ["model=acgan"], ("model", "acgan"): ["task=gan"]}.get((group, name), [])
-    section = compose([f"{group}={name}", *extra])[SECTION[group]]
+    section = compose([f"{group}={name}", *extra])[group]
     expected = cls.Config
     if expected is None:  # a launcher without knobs of its own: the schema its YAML names
         return

@@ -109,6 +109,19 @@ def test_the_server_sends_back_only_the_layers_that_changed() -> None:
     assert all(np.array_equal(w["final"], workers[0]["final"]) for w in workers)  # every worker holds the server's
 
 
+def test_ps_with_compress_layerdrop_is_ps_layerdrop_exactly() -> None:
+    """``algo=ps compress=layerdrop`` and its alias ``algo=ps_layerdrop``: the same layers sent,
+    the same bytes, the same parameters, bit for bit."""
+    knobs = {"ratio": 0.7, "recompute_every": 5}
+    alias = run_ranks(rank_programs.ps_run, 2, "ps_layerdrop", knobs, 10, services=("server",), timeout=120)
+    layerdrop = {"name": "layerdrop", **knobs}
+    composed = run_ranks(rank_programs.ps_run, 2, "ps", {}, 10, 0.0, layerdrop, services=("server",), timeout=120)
+    for ours, theirs in zip(composed[:2], alias[:2]):
+        assert np.array_equal(ours["final"], theirs["final"])
+        assert ours["stats"].sent == theirs["stats"].sent and ours["stats"].bytes_up == theirs["stats"].bytes_up
+    assert any(not all(sent) for sent in composed[0]["stats"].sent)  # layers were dropped
+
+
 def test_layerdrop_with_r_zero_is_the_plain_parameter_server_exactly() -> None:
     plain = run_ranks(rank_programs.ps_run, 2, "ps", {}, 6, services=("server",), timeout=120)
     zero = run_ranks(rank_programs.ps_run, 2, "ps_layerdrop", {"ratio": 0.0}, 6, services=("server",), timeout=120)

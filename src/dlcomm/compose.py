@@ -29,6 +29,7 @@ def all_schemas() -> list[tuple[Optional[str], str, type]]:
     of its own (``<name>_schema``) and each launcher's that
     has knobs of its own (``<name>_launcher_schema``)."""
     from dlcomm.algorithms.registry import all_algorithms
+    from dlcomm.compress.registry import compressor_schemas
     from dlcomm.data.registry import source_schemas
     from dlcomm.launch.registry import all_launchers
     from dlcomm.models.registry import model_schemas
@@ -41,6 +42,7 @@ def all_schemas() -> list[tuple[Optional[str], str, type]]:
     found += optimizer_schemas()
     found += model_schemas()
     found += task_schemas()
+    found += compressor_schemas()
     found += [
         ("launcher", f"{name}_launcher_schema", launcher.Config)
         for name, launcher in all_launchers().items()
@@ -143,8 +145,9 @@ def _hydra_compose(overrides: list[str]) -> DictConfig:
 
 
 def check_algorithm(cfg: DictConfig) -> None:
-    """The chosen algorithm's, optimizer's and task's own checks (one line each)."""
-    from dlcomm.algorithms.registry import get_algorithm
+    """The chosen algorithm's, optimizer's, task's and compressor's own checks (one line each)."""
+    from dlcomm.algorithms.registry import all_algorithms, get_algorithm
+    from dlcomm.compress.registry import COMPRESSORS
     from dlcomm.tasks import check_task
     from dlcomm.train.optim import check_optimizer  # torch-free: the optimizers import torch in build()
 
@@ -153,6 +156,14 @@ def check_algorithm(cfg: DictConfig) -> None:
     algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
     check_optimizer(cfg.optim)  # its own knobs (angulargrad's method)
     check_task(cfg)  # its knobs, and the model it trains
+    compressor = COMPRESSORS.get(cfg.compress.name)
+    compressor.check(cfg.compress)
+    if not compressor.identity and compressor.kind not in algorithm.compression:
+        able = sorted(name for name, cls in all_algorithms().items() if compressor.kind in cls.compression)
+        raise UserError(
+            f"compress={cfg.compress.name} is not supported with algo={cfg.algo.name}: a {compressor.kind} compressor "
+            f"is carried by {', '.join(f'algo={name}' for name in able) or 'no algorithm'}; pass compress=none or one of those"
+        )
 
 
 def _closed_choice(error: Exception) -> Optional[str]:

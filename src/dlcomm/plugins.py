@@ -19,13 +19,15 @@ A package declares, in its ``pyproject.toml``::
 
     [project.entry-points."dlcomm.tasks"]       # a task (task/my_task.yaml), likewise
     [project.entry-points."dlcomm.launchers"]   # a launcher (launcher/my_launcher.yaml), likewise
+    [project.entry-points."dlcomm.compressors"] # a compressor (compress/my_codec.yaml), likewise
 
 Each group's entry points name registered classes of that group (:data:`GROUPS`: an
-``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task`` or ``Launcher`` subclass) whose
+``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task``, ``Launcher`` or ``Compressor``
+subclass) whose
 ``name`` is the entry point's and whose ``Config`` is a dataclass subclassing the group's schema
 base (``AlgoConfig``, ...; a launcher may have none). Every ``dlcomm.configs`` entry point names a
 package of YAML files laid out as ``dlcomm/configs`` (``algo/<name>.yaml``, ``dataset/``,
-``optim/``, ``model/``, ``task/``, ``launcher/``, and ``network/`` presets, which are YAML alone),
+``optim/``, ``model/``, ``task/``, ``launcher/``, ``compress/``, and ``network/`` presets, which are YAML alone),
 which joins Hydra's search path after dlcomm's own. So after ``pip install my-scheme``,
 ``dlcomm train algo=my_scheme`` works, in sweeps and under SLURM too (the job's processes load the
 same entry points from the same environment).
@@ -78,6 +80,14 @@ GROUPS = {
         Group("dlcomm.optimizers", "dlcomm.train.optim:Optimizer", "an optimizer", "OptimConfig", "optimizer", "optim"),
         Group("dlcomm.models", "dlcomm.models.registry:Model", "a model", "ModelConfig", "model", "model"),
         Group("dlcomm.tasks", "dlcomm.tasks.base:Task", "a task", "TaskConfig", "task", "task"),
+        Group(
+            "dlcomm.compressors",
+            "dlcomm.compress.base:Compressor",
+            "a compressor",
+            "CompressConfig",
+            "compressor",
+            "compress",
+        ),
         Group(
             "dlcomm.launchers",
             "dlcomm.launch.base:Launcher",

@@ -8,6 +8,11 @@ and each bucket is averaged with one ring allreduce over the ``world`` group. Wi
 the last of its gradients is ready, so communication runs while backward continues (what
 DDP and Horovod do); ``reduce_gradients`` then only waits. Replicas stay identical.
 Reference: ``torch.nn.parallel.DistributedDataParallel`` (tests agree to 1e-5).
+
+With ``compress=<name>`` each bucket is averaged through the compressor instead
+(:mod:`dlcomm.compress`: ``g_t`` is then the compressor's estimate of the mean, e.g. PowerSGD's
+``P Q^T`` as DDP's ``powerSGD_hook`` gives it); its compression is compute on the rank, its
+payload what the network carries.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class Allreduce(Algorithm):
     display_name = "AllReduce-SGD"
     Config = AllreduceConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
+    compression = ("tensor",)
 
     @classmethod
     def check_config(cls, cfg: AllreduceConfig) -> None:
@@ -48,6 +54,7 @@ class Allreduce(Algorithm):
         super().setup(model, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
         self.buckets: list[Bucket] = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
+        self._step = 0
         self._handles: list[Handle | None] = [None] * len(self.buckets)
         self._pending: list[int] = [len(b.params) for b in self.buckets]
         if self.cfg.overlap:
@@ -66,10 +73,16 @@ class Allreduce(Algorithm):
         return on_grad_ready
 
     def _launch(self, index: int) -> None:
-        buffer = self.buckets[index].pack_grads()
-        self._handles[index] = self.channel.allreduce(buffer, group="world", average=True, async_op=True)
+        bucket = self.buckets[index]
+        buffer = bucket.pack_grads()
+        if self.compressor.identity:
+            self._handles[index] = self.channel.allreduce(buffer, group="world", average=True, async_op=True)
+        else:
+            shapes = [p.shape for p in bucket.params]
+            self._handles[index] = self.compressor.start(buffer, index, self._step, self.channel, "world", shapes)
 
     def before_step(self, step: int) -> None:
+        self._step = step
         self._handles = [None] * len(self.buckets)
         self._pending = [len(b.params) for b in self.buckets]
 
@@ -80,3 +93,10 @@ class Allreduce(Algorithm):
         for bucket, handle in zip(self.buckets, self._handles):
             handle.wait()
             bucket.unpack_grads()
+
+    def state_dict(self) -> dict:
+        return {} if self.compressor.identity else {"compressor": self.compressor.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "compressor" in state:
+            self.compressor.load_state_dict(state["compressor"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, CompressConfig
 from dlcomm.metrics.stats import Stat
 
 if TYPE_CHECKING:  # an algorithm's module loads without torch: composing a config (dlcomm config) imports them all
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # an algorithm's module loads without torch: composing a conf
 
     from dlcomm.comm.channel import Channel
     from dlcomm.comm.cluster import Cluster
+    from dlcomm.compress.base import Compressor
 
 
 class Algorithm:
@@ -45,8 +46,17 @@ class Algorithm:
     False for collective-only algorithms. torch's gloo cannot send CUDA tensors point to point,
     so ``launcher.backend=gloo`` with ``train.device=cuda`` is refused for those that do
     (:mod:`dlcomm.launch.gpus`)."""
+    compression: ClassVar[tuple[str, ...]] = ()
+    """The kinds of compressor (``Compressor.kind``, :mod:`dlcomm.compress`) it sends through
+    ``self.compressor`` (``compress=<name>``): ``"tensor"`` (a flat tensor averaged over a group),
+    ``"layers"`` (which layers a worker sends). A run with a compressor of another kind (``none``
+    aside) is refused before launch."""
 
-    def __init__(self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0) -> None:
+    def __init__(
+        self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0, compress: CompressConfig | None = None
+    ) -> None:
+        from dlcomm.compress.registry import COMPRESSORS
+
         self.cfg = cfg
         self.cluster = cluster
         self.channel = channel
@@ -54,6 +64,8 @@ class Algorithm:
         self.accumulating = False  # true during the backward passes of all but the last micro-batch
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        compress = compress or CompressConfig()
+        self.compressor: Compressor = COMPRESSORS.get(compress.name)(compress, seed)
 
     @classmethod
     def check_config(cls, cfg: AlgoConfig) -> None:

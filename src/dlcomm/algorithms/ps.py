@@ -76,6 +76,7 @@ class ParameterServer(Algorithm):
     name = "ps"
     display_name = "parameter server"
     Config = PSConfig
+    compression = ("layers",)  # compress=layerdrop: which layers a worker sends
 
     @classmethod
     def roles(cls, cfg: AlgoConfig) -> tuple[str, ...]:
@@ -90,10 +91,17 @@ class ParameterServer(Algorithm):
             "a parameter server with one worker is plain SGD; pass nodes=2 or more (the paper: 4 and 8)",
         )
 
-    def compressor(self):
+    def layer_selector(self):
+        """Which layers a worker sends: all (``ps``), or the layer-dropping compressor's choice
+        (``compress=layerdrop``, or ``algo=ps_layerdrop``)."""
+        if self.compressor.kind == "layers":
+            return self.compressor.selector()
         return KeepAll()
 
-    def memory(self, params: list[torch.Tensor]):
+    def layer_memory(self, params: list[torch.Tensor]):
+        """What a worker keeps of the layers it did not send (the compressor's residual memory)."""
+        if self.compressor.kind == "layers":
+            return self.compressor.memory_for([p.shape for p in params], self.cluster.device)
         return None
 
     # ---- worker ----------------------------------------------------------------------
@@ -101,8 +109,8 @@ class ParameterServer(Algorithm):
         super().setup(model, optimizer)
         self.params = list(model.parameters())
         self.server = self.cluster.layout.service_rank("server")
-        self.compress = self.compressor()
-        self.residual = self.memory(self.params)
+        self.compress = self.layer_selector()
+        self.residual = self.layer_memory(self.params)
         self.stats = PSStats()
         self.taken = 0  # iterations of self.stats already handed to take_metrics
         if self.cluster.rank == 0:

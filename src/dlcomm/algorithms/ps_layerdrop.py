@@ -1,5 +1,5 @@
 """The parameter server with layer dropping (the layer-dropping paper; docs/algorithms.md,
-"Parameter server"):
+"Parameter server"), the same as ``algo=ps compress=layerdrop`` (kept as an alias):
 the ``ps`` communicator with a residual memory and the layer-drop compressor
 (:mod:`dlcomm.compress`). A worker adds each gradient to its per-layer cache, sends the cached
 layers whose mean absolute value reaches the threshold (and resets them), and a placeholder for
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from dlcomm.algorithms.ps import ParameterServer
 from dlcomm.algorithms.registry import register
 from dlcomm.compress import LayerDrop, ResidualMemory
+from dlcomm.compress.layerdrop import check_layerdrop
 from dlcomm.config.schema import AlgoConfig
-from dlcomm.config.validate import require
 
 if TYPE_CHECKING:
     import torch
@@ -35,25 +35,16 @@ class PSLayerDrop(ParameterServer):
     display_name = "parameter server with layer dropping"
     Config = PSLayerDropConfig
 
+    compression = ()  # its own layer dropping: the alias of algo=ps compress=layerdrop
+
     @classmethod
     def check_config(cls, cfg: PSLayerDropConfig) -> None:
-        require(
-            0 <= cfg.ratio < 1,
-            "algo.ratio",
-            cfg.ratio,
-            "R is the fraction of gradient entries dropped; use a value in [0, 1), e.g. 0.9",
-        )
-        require(
-            cfg.recompute_every >= 1,
-            "algo.recompute_every",
-            cfg.recompute_every,
-            "pass a positive number of steps, e.g. 100",
-        )
+        check_layerdrop(cfg.ratio, cfg.recompute_every, "algo")
 
-    def compressor(self) -> LayerDrop:
+    def layer_selector(self) -> LayerDrop:
         return LayerDrop(self.cfg.ratio, self.cfg.recompute_every)
 
-    def memory(self, params: list[torch.Tensor]) -> ResidualMemory:
+    def layer_memory(self, params: list[torch.Tensor]) -> ResidualMemory:
         return ResidualMemory([p.shape for p in params], self.cluster.device)
 
     def state_dict(self) -> dict:

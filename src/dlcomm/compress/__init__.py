@@ -1,6 +1,8 @@
-"""Gradient compression split as GRACE splits it: a :class:`Memory` (what was not sent is kept and
-added to the next gradient) and a compressor (which layers are sent), apart from who talks to
-whom (the parameter server's communicator, :mod:`dlcomm.algorithms.ps`)."""
+"""Gradient compression split as GRACE splits it: a compressor (``compress=<name>``, one module a
+compressor, registered in :mod:`dlcomm.compress.registry`; the interface in
+:mod:`dlcomm.compress.base`), a memory (error feedback: what was not sent is kept and added to
+the next tensor) and the communication that carries the payload, apart from who talks to whom
+(the algorithm: ``allreduce``'s buckets, the parameter server's layers). docs/compression.md."""
 
 from dlcomm.compress.layerdrop import KeepAll, LayerDrop, drop_threshold, layer_scores
 from dlcomm.compress.memory import ResidualMemory

@@ -16,10 +16,17 @@ layer already larger than ``2 R total``) gives ``-1``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
+
+from dlcomm.compress.base import Compressor
+from dlcomm.compress.registry import register
+from dlcomm.config.schema import CompressConfig
 
 if TYPE_CHECKING:
     import torch
+
+    from dlcomm.compress.memory import ResidualMemory
 
 
 INVALID = -1.0
@@ -80,3 +87,49 @@ class LayerDrop:
 
     def load_state_dict(self, state: dict) -> None:
         self.threshold = state["threshold"]
+
+
+@dataclass
+class LayerDropConfig(CompressConfig):
+    name: str = "layerdrop"
+    ratio: float = 0.9  # R: fraction of all gradient entries dropped when the threshold is recomputed
+    recompute_every: int = 100  # steps between threshold recomputations (the paper: 100), first at step 0
+
+
+def check_layerdrop(ratio: float, recompute_every: int, prefix: str) -> None:
+    """One-line errors for the layer-dropping knobs under ``prefix`` (``compress`` or ``algo``)."""
+    from dlcomm.config.validate import require
+
+    require(
+        0 <= ratio < 1,
+        f"{prefix}.ratio",
+        ratio,
+        "R is the fraction of gradient entries dropped; use a value in [0, 1), e.g. 0.9",
+    )
+    require(
+        recompute_every >= 1, f"{prefix}.recompute_every", recompute_every, "pass a positive number of steps, e.g. 100"
+    )
+
+
+@register
+class LayerDropping(Compressor):
+    """``compress=layerdrop``: the parameter server's layer dropping with its residual memory
+    (:class:`LayerDrop` over :class:`~dlcomm.compress.memory.ResidualMemory`);
+    ``algo=ps compress=layerdrop`` is ``algo=ps_layerdrop`` (the same code, the same numbers)."""
+
+    name = "layerdrop"
+    display_name = "layer dropping"
+    Config = LayerDropConfig
+    kind = "layers"
+
+    @classmethod
+    def check(cls, cfg: LayerDropConfig) -> None:
+        check_layerdrop(cfg.ratio, cfg.recompute_every, "compress")
+
+    def selector(self) -> LayerDrop:
+        return LayerDrop(self.cfg.ratio, self.cfg.recompute_every)
+
+    def memory_for(self, shapes: Sequence["torch.Size"], device: "torch.device") -> "ResidualMemory":
+        from dlcomm.compress.memory import ResidualMemory
+
+        return ResidualMemory(shapes, device)

@@ -299,6 +299,14 @@ class TaskConfig:
 
 
 @dataclass
+class CompressConfig:
+    """Base of every compressor's schema (dlcomm.compress): the choice, ``compress=<name>``
+    (configs/compress/<name>.yaml); ``none`` sends every tensor as it is."""
+
+    name: str = "none"
+
+
+@dataclass
 class AlgoConfig:
     """Base of every algorithm's own ``Config`` (declared beside the algorithm)."""
 
@@ -435,6 +443,7 @@ class RunConfig:
     optim: OptimConfig = MISSING
     network: NetworkConfig = MISSING
     launcher: LauncherConfig = MISSING
+    compress: CompressConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     report: ReportConfig = field(default_factory=ReportConfig)

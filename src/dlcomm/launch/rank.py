@@ -178,7 +178,7 @@ def train_rank(
     )
     channel = Channel.for_run(cluster, cfg.network, profiled)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-    algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
+    algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed, compress=cfg.compress)
     if cluster.role != "worker":
         if cfg.debug.fail_rank == rank:  # a service has no steps: it dies fail_step seconds after it starts
             import threading

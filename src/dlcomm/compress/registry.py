@@ -1,0 +1,30 @@
+"""Compressors by name (the one registration pattern: :class:`dlcomm.registry.Registry`).
+
+Every module of :mod:`dlcomm.compress` that defines a compressor decorates its class with
+:func:`register`; installed packages add compressors through the ``dlcomm.compressors`` entry
+points (:mod:`dlcomm.plugins`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dlcomm.registry import Registry
+
+if TYPE_CHECKING:
+    from dlcomm.compress.base import Compressor
+
+
+def _plugins(classes: dict) -> None:
+    from dlcomm.plugins import register_plugins
+
+    register_plugins("compress", classes)  # installed packages' compressors (entry points dlcomm.compressors)
+
+
+COMPRESSORS: Registry[type["Compressor"]] = Registry("compressor", "compress.name", "dlcomm.compress", _plugins)
+register = COMPRESSORS.register
+
+
+def compressor_schemas() -> list[tuple[str, str, type]]:
+    """``("compress", "<name>_schema", Config)`` of every compressor, for Hydra's ConfigStore."""
+    return [("compress", f"{name}_schema", cls.Config) for name, cls in COMPRESSORS.all().items()]

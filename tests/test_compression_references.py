@@ -1,0 +1,229 @@
+"""Every compressor equal to its reference.
+
+* ``powersgd``, ``fp16``, ``bf16`` with ``algo=allreduce``: the same parameters as DDP with torch's
+  ``powerSGD_hook`` / ``fp16_compress_hook`` / ``bf16_compress_hook`` (same knobs, data and seed)
+  after 20 steps, real gloo processes; a changed detail (no warm start, no error feedback) is told
+  apart.
+* ``topk``, ``randomk``, ``qsgd``, ``sign`` (signSGD and EF-SignSGD): against transcriptions of
+  GRACE's compressors and memories (sands-lab/grace, ``grace_dl/dist/compressor/*.py`` and
+  ``memory/*.py``, read and restated here in our own words) on fixed tensors, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dlcomm.compress.qsgd import QSGD, QSGDConfig, dequantise, quantise
+from dlcomm.compress.randomk import RandomK, RandomKConfig
+from dlcomm.compress.sign import Sign, SignConfig, pack_bits, unpack_bits
+from dlcomm.compress.topk import TopK, TopKConfig
+from dlcomm.launch.harness import run_ranks
+
+import rank_programs
+
+POWERSGD = dict(
+    name="powersgd", rank=1, start_iter=2, min_compression_rate=2.0, error_feedback=True, warm_start=True, random_seed=0
+)
+
+
+# ---- torch's DDP communication hooks ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("world", "rank"), [(2, 1), (2, 2), (2, 4), (4, 1), (4, 2)])
+def test_powersgd_equals_ddp_with_the_powersgd_hook(world: int, rank: int) -> None:
+    differences = run_ranks(
+        rank_programs.compressed_allreduce_vs_ddp_hook, world, {**POWERSGD, "rank": rank}, 20, "powersgd"
+    )
+    assert max(differences) <= 1e-5, differences
+
+
+@pytest.mark.parametrize("detail", [{"warm_start": False}, {"error_feedback": False}, {"start_iter": 5}])
+def test_a_changed_powersgd_detail_is_told_apart_from_the_hook(detail: dict) -> None:
+    """The comparison above can fail: ours without warm start (or error feedback, or starting
+    later) against the hook with it ends more than 1e-3 away."""
+    ours = {**POWERSGD, "rank": 2, **detail}
+    differences = run_ranks(
+        rank_programs.compressed_allreduce_vs_ddp_hook, 2, ours, 20, "powersgd", {k: POWERSGD[k] for k in detail}
+    )
+    assert min(differences) > 1e-3, differences
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_half_precision_equals_ddp_with_the_compress_hook(name: str) -> None:
+    differences = run_ranks(rank_programs.compressed_allreduce_vs_ddp_hook, 2, {"name": name}, 20, name)
+    assert max(differences) <= 1e-5, differences
+
+
+# ---- GRACE, transcribed ----------------------------------------------------------------------
+
+
+def _grace_topk(x: torch.Tensor, ratio: float) -> torch.Tensor:
+    """GRACE TopKCompressor, compress then decompress: k = max(1, int(numel * ratio)) entries of
+    largest |x| (torch.topk, unsorted), gathered, scattered into zeros."""
+    flat = x.flatten()
+    k = max(1, int(flat.numel() * ratio))
+    _, idx = torch.topk(flat.abs(), k, sorted=False)
+    values = torch.gather(flat, 0, idx)
+    return torch.zeros(flat.numel()).scatter_(0, idx.int().long(), values).view(x.shape)
+
+
+def _grace_allgather_mean(decompressed: list[torch.Tensor]) -> torch.Tensor:
+    """GRACE's Allgather communicator with average=True: the sum of the members' decompressed
+    tensors (Python's sum), divided by the world size."""
+    return sum(decompressed) / len(decompressed)
+
+
+def _grace_residual_step(residual, x, compress_decompress):
+    """GRACE's ResidualMemory (beta = gamma = 1): compensate x + residual (x alone at first),
+    update residual = compensated - decompress(compress(compensated))."""
+    compensated = x if residual is None else residual + x
+    sent = compress_decompress(compensated)
+    return sent, compensated - sent
+
+
+def _fixed(seed: int, shape=(7, 13)) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_topk_with_error_feedback_equals_grace_over_steps_and_members() -> None:
+    members = [TopK(TopKConfig(ratio=0.1, error_feedback=True)) for _ in range(3)]
+    residuals = [None] * 3
+    for step in range(4):
+        xs = [_fixed(10 * step + j) for j in range(3)]
+        ours, reference = [], []
+        for j, (member, x) in enumerate(zip(members, xs)):
+            compensated = member.memory.compensate(x.flatten(), "b0")
+            payload, ctx = member.compress(compensated, "b0")
+            member.memory.update(compensated, "b0", lambda: member.decompress(payload, ctx))
+            ours.append(member.decompress(payload, ctx))
+            sent, residuals[j] = _grace_residual_step(residuals[j], x, lambda c: _grace_topk(c, 0.1))
+            reference.append(sent.flatten())
+            assert torch.equal(member.memory.residuals["b0"], residuals[j].flatten())
+        assert torch.equal(members[0].aggregate(ours), _grace_allgather_mean(reference))
+        assert ours[0].count_nonzero() == max(1, int(91 * 0.1))
+
+
+def test_topk_without_memory_is_told_apart_from_topk_with_it() -> None:
+    plain, remembering = (
+        TopK(TopKConfig(ratio=0.1, error_feedback=False)),
+        TopK(TopKConfig(ratio=0.1, error_feedback=True)),
+    )
+    outputs = []
+    for member in (plain, remembering):
+        for step in range(2):
+            x = _fixed(step).flatten()
+            compensated = member.memory.compensate(x, "b")
+            payload, ctx = member.compress(compensated, "b")
+            member.memory.update(compensated, "b", lambda: member.decompress(payload, ctx))
+        outputs.append(member.decompress(payload, ctx))
+    assert not torch.equal(outputs[0], outputs[1])
+
+
+def test_topk_payload_is_values_and_int32_indices() -> None:
+    payload, _ = TopK(TopKConfig(ratio=0.25)).compress(torch.arange(-8.0, 8.0), "b")
+    assert [t.dtype for t in payload] == [torch.float32, torch.int32] and payload[0].numel() == 4
+    assert sorted(payload[0].tolist()) == [-8.0, -7.0, -6.0, 7.0]
+
+
+def test_randomk_draws_graces_indices_from_the_same_seed_and_shares_them() -> None:
+    """GRACE: torch.manual_seed(h); idx = randint(numel, [k]) (with replacement); values = x[idx];
+    decompress scatters them into zeros. Ours draws from a generator seeded with h."""
+    x = _fixed(1).flatten()
+    member = RandomK(RandomKConfig(ratio=0.3))
+    member.next_seed = 12345
+    payload, ctx = member.compress(x, "b")
+    torch.manual_seed(12345)
+    idx = torch.randint(x.numel(), [max(1, int(x.numel() * 0.3))])
+    assert torch.equal(payload[0], x[idx])
+    assert torch.equal(member.decompress(payload, ctx), torch.zeros(x.numel()).scatter_(0, idx, x[idx]))
+    other = RandomK(RandomKConfig(ratio=0.3), seed=0)
+    other.next_seed = 12345
+    assert torch.equal(other.compress(_fixed(2).flatten(), "b")[1][0], ctx[0])  # every member: the same indices
+
+
+def _grace_qsgd(
+    x: torch.Tensor, s: int, bucket: int, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GRACE QSGDCompressor (bucketed): zero-pad to whole buckets, each bucket's L2 norm spread
+    over its entries by a matmul with ones, level = s / norm * |x|, rounded up with probability
+    its fraction (u < frac), times sign, int16 then int8 (s < 128) or half; decompress
+    norm / s * level as float32."""
+    flat = x.flatten()
+    pad = (bucket - flat.numel() % bucket) % bucket
+    padded = torch.cat([flat, torch.zeros(pad)]).view(-1, bucket)
+    norms = torch.sqrt(torch.sum(padded**2, dim=1))
+    norm = torch.matmul(norms.view(-1, 1), torch.ones(1, bucket)).flatten()[: flat.numel()]
+    level = s / norm * flat.abs()
+    low = level.floor()
+    new = low + (u < level - low).type(torch.float32)
+    q = (new * flat.sign()).type(torch.int16).type(torch.int8 if s < 128 else torch.half)
+    return q, norms, norm / s * q.type(torch.float32)
+
+
+@pytest.mark.parametrize(("levels", "bucket"), [(127, 128), (15, 16), (255, 32)])
+def test_qsgd_equals_grace_given_the_same_uniform_draws(levels: int, bucket: int) -> None:
+    x = _fixed(3, (300,))
+    u = torch.rand(300, generator=torch.Generator().manual_seed(4))
+    ours = quantise(x, levels, bucket, u)
+    q, norms, decompressed = _grace_qsgd(x, levels, bucket, u)
+    assert torch.equal(ours[0], q) and ours[0].dtype == q.dtype and torch.equal(ours[1], norms)
+    assert torch.equal(dequantise(ours, levels, bucket, 300), decompressed)
+
+
+def test_qsgd_is_unbiased_and_sends_int8_levels_with_one_norm_a_bucket() -> None:
+    member, x = QSGD(QSGDConfig(levels=4, bucket_size=64)), _fixed(5, (256,))
+    member.generator = torch.Generator().manual_seed(0)
+    mean = torch.zeros(256)
+    for _ in range(2000):
+        payload, ctx = member.compress(x, "b")
+        mean += member.decompress(payload, ctx) / 2000
+    assert [t.dtype for t in payload] == [torch.int8, torch.float32] and payload[1].numel() == 4
+    assert float((mean - x).abs().max()) < 0.08  # E[Q(x)] = x (QSGD's Lemma 3.1)
+
+
+def test_sign_majority_vote_equals_grace_ties_count_as_plus() -> None:
+    """GRACE SignSGDCompressor: payload (x >= 0) as uint8; decompress 2s - 1; aggregate: the sum
+    of the members' ±1, then (sum >= 0) * 2 - 1, no averaging. Ours packs 8 signs a byte."""
+    xs = [
+        torch.tensor([1.0, -2.0, 0.0, -1.0, 3.0, -0.5, 2.0, -4.0, 5.0]),
+        torch.tensor([-1.0, 2.0, -3.0, -1.0, -3.0, 0.5, 2.0, 4.0, -5.0]),
+    ]
+    member = Sign(SignConfig())
+    decoded = []
+    for x in xs:
+        payload, ctx = member.compress(x, "b")
+        assert payload[0].dtype == torch.uint8 and payload[0].numel() == 2  # 9 signs in 2 bytes
+        decoded.append(member.decompress(payload, ctx))
+        assert torch.equal(decoded[-1], (x >= 0).type(torch.uint8).type(torch.float32) * 2 - 1)
+    reference = (sum(decoded) >= 0).type(torch.float32) * 2.0 - 1.0
+    assert torch.equal(member.aggregate(decoded), reference)
+    assert member.aggregate(decoded)[0] == 1.0  # +1 and -1: a tie, counted as +
+
+
+def test_packed_bits_round_trip() -> None:
+    positive = torch.rand(1001, generator=torch.Generator().manual_seed(0)) > 0.5
+    assert torch.equal(unpack_bits(pack_bits(positive), 1001), positive.float() * 2 - 1)
+
+
+def test_ef_signsgd_equals_grace_memory_compressor_and_aggregate() -> None:
+    """GRACE EFSignSGD: memory compensate residual + lr * x (x alone at first), compress to
+    (mean |p|, p >= 0), decompress mean * (2s - 1), residual = p - decompressed; aggregate the sum
+    of the members' decompressed tensors divided by lr."""
+    lr = 0.1
+    members = [Sign(SignConfig(error_feedback=True, lr=lr)) for _ in range(2)]
+    residuals = [None, None]
+    for step in range(3):
+        ours, reference = [], []
+        for j, member in enumerate(members):
+            x = _fixed(20 + 2 * step + j, (11,)).flatten()
+            compensated = member.memory.compensate(x, "b")
+            payload, ctx = member.compress(compensated, "b")
+            member.memory.update(compensated, "b", lambda: member.decompress(payload, ctx))
+            ours.append(member.decompress(payload, ctx))
+            p = x if residuals[j] is None else residuals[j] + lr * x
+            sent = p.abs().mean() * ((p >= 0).type(torch.uint8).type(torch.float32) * 2 - 1)
+            residuals[j] = p - sent
+            reference.append(sent)
+            assert torch.equal(ours[-1], sent) and torch.equal(member.memory.residuals["b"], residuals[j])
+        assert torch.equal(members[0].aggregate(ours), sum(reference) / lr)

@@ -1,0 +1,136 @@
+"""Compressors inside the algorithms: what travels is the payload (``bytes_sent`` and the
+modelled time are the compressor's payload sizes through the cost model), every compressor runs
+with every algorithm that carries it, and a combination that does not is refused before launch
+in one line, exit 2."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.comm import cost, traffic
+from dlcomm.comm.network import Link
+from dlcomm.compress.registry import COMPRESSORS
+from dlcomm.compress.topk import kept
+from dlcomm.launch import harness
+
+import rank_programs
+from conftest import FAST, run_cli
+
+# the algorithms, not processes: ranks are threads on the in-process fabric
+run_ranks = partial(harness.run_ranks, in_process="serial")
+
+LINK = Link(latency_s=1e-3, bandwidth_Bps=0.1e9 / 8)
+NETWORK = {
+    "name": "uniform",
+    "mode": "simulate",
+    "intra": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
+    "inter": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
+    "wide_workers": 0,
+    "wide_bandwidth_gbps": 10.0,
+    "worker_bandwidth_gbps": [],
+    "compute_scale": 1.0,
+    "collectives": "textbook",
+}
+WORLD = 4
+
+
+def _payload_bytes(name: str, numel: int) -> int:
+    """A bucket's payload as each compressor defines it (values + indices + scales)."""
+    if name == "topk":
+        return kept(numel, 0.05) * (4 + 4)  # float32 values, int32 indices
+    if name == "qsgd":
+        return numel * 1 + -(-numel // 128) * 4  # int8 levels, one float32 norm per 128 entries
+    if name == "sign":
+        return -(-numel // 8)  # eight signs a byte
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", ["topk", "qsgd", "sign"])
+def test_bytes_sent_and_modelled_time_are_the_payloads_through_the_cost_model(name: str) -> None:
+    knobs = {"name": name, **({"ratio": 0.05} if name == "topk" else {})}
+    results = run_ranks(
+        rank_programs.compressed_allreduce_trajectory, WORLD, knobs, 3, 0.0, nodes=WORLD, network=NETWORK
+    )
+    buckets = results[0]["buckets"]  # bucket_mb=0: one bucket a parameter tensor
+    payloads = [_payload_bytes(name, sum(sizes)) for sizes in buckets]
+    expected_bytes = sum(traffic.ring_allgather_traffic(size, WORLD)[0] for size in payloads)
+    expected_modelled = sum(cost.ring_allgather_s(size, [LINK] * WORLD) for size in payloads)
+    for result in results:
+        assert result["bytes"] == [expected_bytes] * 3
+        assert result["modelled"] == pytest.approx([expected_modelled] * 3, rel=1e-9)
+    uncompressed = sum(traffic.ring_allreduce_traffic(4 * sum(sizes), WORLD)[0] for sizes in buckets)
+    # what compression is for; an all-gather sends (W-1) S to a ring allreduce's 2 (W-1)/W x 4 bytes an entry
+    assert expected_bytes < uncompressed / {"topk": 5, "qsgd": 1.9, "sign": 15}[name]
+
+
+def test_summable_compressors_allreduce_their_payloads() -> None:
+    results = run_ranks(
+        rank_programs.compressed_allreduce_trajectory, WORLD, {"name": "fp16"}, 2, 0.0, nodes=WORLD, network=NETWORK
+    )
+    buckets = results[0]["buckets"]
+    expected = sum(traffic.ring_allreduce_traffic(2 * sum(sizes), WORLD)[0] for sizes in buckets)
+    assert results[0]["bytes"] == [expected, expected]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in COMPRESSORS.all().items() if not cls.identity))
+def test_every_compressor_keeps_the_replicas_equal_and_learns(name: str) -> None:
+    """Five steps of allreduce with each compressor: every replica ends with the same parameters
+    (they all step with the same aggregate), and the parameters moved."""
+    knobs = {"name": name, **({"start_iter": 2} if name == "powersgd" else {})}
+    results = run_ranks(rank_programs.compressed_allreduce_trajectory, WORLD, knobs, 5, 0.0, nodes=2)
+    first = results[0]["params"]
+    for result in results[1:]:
+        assert np.array_equal(result["params"], first)
+    initial = run_ranks(rank_programs.compressed_allreduce_trajectory, 1, {"name": "none"}, 0, 0.0)[0]["params"]
+    assert float(np.abs(first - initial).max()) > 1e-4
+
+
+@pytest.mark.parametrize("kind", ["tensor", "layers"])
+def test_every_compressor_trains_with_every_algorithm_that_carries_it_for_five_steps(home, kind: str) -> None:
+    able = [name for name, cls in all_algorithms().items() if kind in cls.compression]
+    names = sorted(n for n, cls in COMPRESSORS.all().items() if cls.kind == kind and not cls.identity)
+    assert able and names
+    result = run_cli(
+        home,
+        "train",
+        "-m",
+        f"algo={','.join(able)}",
+        f"compress={','.join(names)}",
+        "launcher=threads",
+        "nodes=2",
+        "train.max_steps=5",
+        "train.epochs=1",
+        *FAST,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"sweep done: {len(able) * len(names)} of {len(able) * len(names)} runs finished" in result.stdout
+
+
+@pytest.mark.parametrize("algo", sorted(n for n, cls in all_algorithms().items() if not cls.compression)[:3])
+def test_an_algorithm_that_carries_no_compressor_is_refused_in_one_line(home, algo: str) -> None:
+    result = run_cli(home, "train", f"algo={algo}", "compress=topk", "launcher=threads", *FAST)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"compress=topk is not supported with algo={algo}" in result.stderr
+    assert "pass compress=none" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("compress.ratio=0", "compress.ratio=0.0 is invalid"),
+        ("compress.ratio=1.5", "compress.ratio=1.5 is invalid"),
+    ],
+)
+def test_a_bad_compressor_knob_is_one_line(home, override: str, says: str) -> None:
+    result = run_cli(home, "config", "compress=topk", override)
+    assert result.returncode == 2 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
+    result = run_cli(home, "config", "compress=powersgd", "compress.start_iter=1")
+    assert result.returncode == 2 and "compress.start_iter=1 is invalid" in result.stderr
