@@ -691,15 +691,25 @@ def compressed_allreduce_vs_ddp_hook(
     return float((_flat(ours) - _flat(reference_model)).abs().max())
 
 
-def compressed_allreduce_trajectory(cluster, channel, compress: dict, steps: int, bucket_mb: float = 25.0) -> dict:
-    """This rank's parameters after ``steps`` steps of ``algo=allreduce`` with ``compress``, and
-    each iteration's bytes sent and modelled communication time."""
+def compressed_trajectory(
+    cluster,
+    channel,
+    compress: dict,
+    steps: int,
+    bucket_mb: float = 25.0,
+    algo: str = "allreduce",
+    knobs: dict | None = None,
+) -> dict:
+    """This rank's parameters after ``steps`` steps of ``algo`` (its ``knobs``, ``bucket_mb``) with
+    the compressor ``compress``, and each iteration's bytes sent and modelled communication time."""
+    from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.compress.registry import COMPRESSORS
 
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    algorithm = Allreduce(
-        AllreduceConfig(bucket_mb=bucket_mb),
+    cls = get_algorithm(algo)
+    algorithm = cls(
+        cls.Config(bucket_mb=bucket_mb, **(knobs or {})),
         cluster,
         channel,
         compress=COMPRESSORS.get(compress["name"]).Config(**compress),

@@ -52,9 +52,7 @@ def _payload_bytes(name: str, numel: int) -> int:
 @pytest.mark.parametrize("name", ["topk", "qsgd", "sign"])
 def test_bytes_sent_and_modelled_time_are_the_payloads_through_the_cost_model(name: str) -> None:
     knobs = {"name": name, **({"ratio": 0.05} if name == "topk" else {})}
-    results = run_ranks(
-        rank_programs.compressed_allreduce_trajectory, WORLD, knobs, 3, 0.0, nodes=WORLD, network=NETWORK
-    )
+    results = run_ranks(rank_programs.compressed_trajectory, WORLD, knobs, 3, 0.0, nodes=WORLD, network=NETWORK)
     buckets = results[0]["buckets"]  # bucket_mb=0: one bucket a parameter tensor
     payloads = [_payload_bytes(name, sum(sizes)) for sizes in buckets]
     expected_bytes = sum(traffic.ring_allgather_traffic(size, WORLD)[0] for size in payloads)
@@ -69,23 +67,43 @@ def test_bytes_sent_and_modelled_time_are_the_payloads_through_the_cost_model(na
 
 def test_summable_compressors_allreduce_their_payloads() -> None:
     results = run_ranks(
-        rank_programs.compressed_allreduce_trajectory, WORLD, {"name": "fp16"}, 2, 0.0, nodes=WORLD, network=NETWORK
+        rank_programs.compressed_trajectory, WORLD, {"name": "fp16"}, 2, 0.0, nodes=WORLD, network=NETWORK
     )
     buckets = results[0]["buckets"]
     expected = sum(traffic.ring_allreduce_traffic(2 * sum(sizes), WORLD)[0] for sizes in buckets)
     assert results[0]["bytes"] == [expected, expected]
 
 
-@pytest.mark.parametrize("name", sorted(n for n, cls in COMPRESSORS.all().items() if not cls.identity))
+@pytest.mark.parametrize(
+    ("algo", "knobs"), [("local_sgd", {"period": 2}), ("allreduce_hier", {})], ids=["local_sgd", "allreduce_hier"]
+)
+def test_a_lossless_compressor_gives_the_uncompressed_numbers(algo: str, knobs: dict) -> None:
+    """top-k of every entry (ratio 1) loses nothing: Local-SGD's compressed rule (the average of
+    the changes since the last averaging, added to it) and the hierarchical leaders' compressed
+    stage (the mean of the node sums over workers_per_node) give the plain algorithm's parameters."""
+    lossless = {"name": "topk", "ratio": 1.0, "error_feedback": True}
+    plain = run_ranks(rank_programs.compressed_trajectory, WORLD, {"name": "none"}, 4, 0.0, algo, knobs, nodes=2)
+    compressed = run_ranks(rank_programs.compressed_trajectory, WORLD, lossless, 4, 0.0, algo, knobs, nodes=2)
+    for ours, theirs in zip(compressed, plain):
+        assert float(np.abs(ours["params"] - theirs["params"]).max()) <= 1e-6
+    lossy = run_ranks(
+        rank_programs.compressed_trajectory, WORLD, {**lossless, "ratio": 0.01}, 4, 0.0, algo, knobs, nodes=2
+    )
+    assert float(np.abs(lossy[0]["params"] - plain[0]["params"]).max()) > 1e-4  # the comparison can fail
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, cls in COMPRESSORS.all().items() if cls.kind == "tensor" and not cls.identity)
+)
 def test_every_compressor_keeps_the_replicas_equal_and_learns(name: str) -> None:
     """Five steps of allreduce with each compressor: every replica ends with the same parameters
     (they all step with the same aggregate), and the parameters moved."""
     knobs = {"name": name, **({"start_iter": 2} if name == "powersgd" else {})}
-    results = run_ranks(rank_programs.compressed_allreduce_trajectory, WORLD, knobs, 5, 0.0, nodes=2)
+    results = run_ranks(rank_programs.compressed_trajectory, WORLD, knobs, 5, 0.0, nodes=2)
     first = results[0]["params"]
     for result in results[1:]:
         assert np.array_equal(result["params"], first)
-    initial = run_ranks(rank_programs.compressed_allreduce_trajectory, 1, {"name": "none"}, 0, 0.0)[0]["params"]
+    initial = run_ranks(rank_programs.compressed_trajectory, 1, {"name": "none"}, 0, 0.0)[0]["params"]
     assert float(np.abs(first - initial).max()) > 1e-4
 
 

@@ -7,6 +7,10 @@ all workers, computed in three stages over fast and slow links:
 
 Every worker then steps with ``(1/n) sum_i g_i``, as ``allreduce`` (tests agree to 1e-5); only
 ``nodes`` ranks cross the inter-node network. Gradients are fused into buckets of ``bucket_mb``.
+
+With ``compress=<name>`` the slow stage is compressed: the leaders average their node sums
+``s_k`` through the compressor (:mod:`dlcomm.compress`), ``g = C-mean_k(s_k) / workers_per_node``
+(the same ``(1/n) sum_i g_i`` when nothing is lost); the node stages stay exact.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class AllreduceHier(Algorithm):
     display_name = "hierarchical AllReduce-SGD"
     Config = AllreduceHierConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
+    compression = ("tensor",)  # the leaders' stage
 
     @classmethod
     def check_config(cls, cfg: AllreduceHierConfig) -> None:
@@ -52,12 +57,27 @@ class AllreduceHier(Algorithm):
         if layout.workers_per_node > 1:
             for handle in [self.channel.reduce(t, dst=self.leader, group="intra", async_op=True) for t in buffers]:
                 handle.wait()
+        compressed = not self.compressor.identity and layout.nodes > 1
         if self.cluster.is_leader and layout.nodes > 1:
-            for handle in [self.channel.allreduce(t, group="leaders", average=False, async_op=True) for t in buffers]:
+            if compressed:  # the mean of the node sums through the compressor, bucket by bucket
+                handles = [
+                    self.compressor.start(t, index, step, self.channel, "leaders", [p.shape for p in bucket.params])
+                    for index, (t, bucket) in enumerate(zip(buffers, self.buckets))
+                ]
+            else:
+                handles = [self.channel.allreduce(t, group="leaders", average=False, async_op=True) for t in buffers]
+            for handle in handles:
                 handle.wait()
         if layout.workers_per_node > 1:
             for handle in [self.channel.broadcast(t, src=self.leader, group="intra", async_op=True) for t in buffers]:
                 handle.wait()
         for bucket, buffer in zip(self.buckets, buffers):
-            buffer.div_(layout.world_size)
+            buffer.div_(layout.workers_per_node if compressed else layout.world_size)
             bucket.unpack_grads()
+
+    def state_dict(self) -> dict:
+        return {} if self.compressor.identity else {"compressor": self.compressor.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "compressor" in state:
+            self.compressor.load_state_dict(state["compressor"])

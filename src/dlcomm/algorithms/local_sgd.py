@@ -8,6 +8,13 @@ Only parameters are averaged (optimizer state and buffers stay local), as torch'
 makes its averaging fall after the same steps). The parameters live in flat buckets of
 ``bucket_mb`` (each parameter a view of its bucket), so averaging is one in-place ring
 allreduce per bucket over the ``world`` group, with no copies.
+
+With ``compress=<name>`` what is averaged is each worker's change since the last averaging,
+``d_i = x_i - a`` (``a``: the averaged parameters, the same on every worker), through the
+compressor with its memory, and ``x_i <- a + C-mean_i(d_i)``, ``a <- x_i``: compressing the
+parameters themselves would average sparse or quantised models; compressing the local update
+with error feedback is Qsparse-local-SGD's rule (Basu et al., NeurIPS 2019, Alg. 1). With no
+loss it is the plain average (``a + mean(x_i - a) = mean(x_i)``).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class LocalSGD(Algorithm):
     display_name = "Local-SGD"
     Config = LocalSGDConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
+    compression = ("tensor",)  # the change since the last averaging
 
     @classmethod
     def check_config(cls, cfg: LocalSGDConfig) -> None:
@@ -63,11 +71,41 @@ class LocalSGD(Algorithm):
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.buffers = [bucket.bind_params() for bucket in make_buckets(params, int(self.cfg.bucket_mb * 2**20))]
+        self.buckets = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
+        self.buffers = [bucket.bind_params() for bucket in self.buckets]
+        self.anchors = [] if self.compressor.identity else [buffer.clone() for buffer in self.buffers]
 
     def after_step(self, step: int) -> None:
         if (step + 1) % self.cfg.period != 0:
             return
+        if not self.compressor.identity:
+            self._average_compressed(step)
+            return
         handles = [self.channel.allreduce(buffer, average=True, async_op=True) for buffer in self.buffers]
         for handle in handles:
             handle.wait()
+
+    def _average_compressed(self, step: int) -> None:
+        import torch
+
+        changes = [buffer - anchor for buffer, anchor in zip(self.buffers, self.anchors)]
+        handles = [
+            self.compressor.start(change, index, step, self.channel, "world", [p.shape for p in bucket.params])
+            for index, (change, bucket) in enumerate(zip(changes, self.buckets))
+        ]
+        with torch.no_grad():
+            for buffer, anchor, change, handle in zip(self.buffers, self.anchors, changes, handles):
+                handle.wait()
+                anchor.add_(change)
+                buffer.copy_(anchor)
+
+    def state_dict(self) -> dict:
+        if self.compressor.identity:
+            return {}
+        return {"compressor": self.compressor.state_dict(), "anchors": [a.clone() for a in self.anchors]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "compressor" in state:
+            self.compressor.load_state_dict(state["compressor"])
+            for mine, saved in zip(self.anchors, state["anchors"]):
+                mine.copy_(saved)
