@@ -69,7 +69,14 @@ DLCOMM := $(VENV)/bin/dlcomm
 PROFILE = network.compute_profile=$(CURDIR)/results/$(1)/compute_profile.json
 results/%/compute_profile.json:
 	$(DLCOMM) profile experiment=$* --out $@
-.PHONY: reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-largebatch reproduce-crossover-time reproduce-node-based reproduce-wan-gossip
+.PHONY: reproduce-compression reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-largebatch reproduce-crossover-time reproduce-node-based reproduce-wan-gossip
+
+# Gradient compression (docs/compression.md): AllReduce-SGD at 8 workers with every compressor and PowerSGD at
+# ranks 1, 2, 4, seeds 0-2, one epoch, at 1 and 10 Gb/s simulated (60 runs as threads)
+reproduce-compression: setup
+	$(DLCOMM) train -m experiment=compression_fmnist network=eth_1g,eth_10g compress=none,fp16,bf16,topk,randomk,qsgd,sign seed=0,1,2
+	$(DLCOMM) train -m experiment=compression_fmnist network=eth_1g,eth_10g compress=powersgd compress.rank=1,2,4 seed=0,1,2
+	$(DLCOMM) report experiment=compression_fmnist
 
 # SESGD (Fig. 5 at three latencies; Table 2: five methods x seeds 0-2, one epoch, 8 ranks as threads): 16 minutes here
 reproduce-sesgd: setup results/sesgd_fig5/compute_profile.json

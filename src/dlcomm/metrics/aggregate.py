@@ -109,6 +109,7 @@ def run_metrics(
     metrics = {
         names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
         names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
+        names.FINAL_BYTES_PER_ITER: sum(row.bytes_sent for row in rows) / max(1, len(rows)),
     }
     if modelled:
         metrics[names.FINAL_SIM_TIME_PER_ITER] = overall[names.EPOCH_SIM_TIME_PER_ITER]

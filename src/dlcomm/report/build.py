@@ -269,6 +269,18 @@ def _against_figures(
         )
     time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
     y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
+    if "sent_mb" in table and table["method"].str.contains("+", regex=False).any():  # compressors compared
+        clock = "simulated" if time_column.startswith("sim") else "wall"
+        timed = table.assign(train_s=table[time_column] * table["steps"] / 1000)
+        for x, x_label, name in (
+            ("sent_mb", "MB sent per worker over the run", "accuracy_vs_bytes"),
+            ("train_s", f"{clock} training time (s)", "accuracy_vs_time"),
+        ):
+            figures.append(
+                plots.tradeoff(
+                    timed, x, x_label, "final_acc_mean", "final test accuracy %", folder / f"{name}.png", title
+                )
+            )
     for key in axes:
         if key.endswith("latency_ms"):  # latencies span decades (0.1 to 5 ms): a log axis, as the SESGD paper's Fig. 5
             name = "time_vs_latency" if key == "network.inter.latency_ms" else "time_vs_" + key.replace(".", "_")

@@ -4,7 +4,9 @@ the seed.
 A run's configuration splits three ways:
 
 * the **method**: ``algo.name`` and the ``algo.*`` knobs that vary among the experiment's runs
-  of that algorithm (``gossip_pull overlap=scheduled scheduler=managed``);
+  of that algorithm (``gossip_pull overlap=scheduled scheduler=managed``), joined by the
+  compressor and its varying ``compress.*`` knobs where one is used (``allreduce+powersgd
+  rank=2``: not a word of ``allreduce``, so the uncompressed run stays the baseline);
 * the **seed**, over which a method's runs are averaged;
 * everything else, the **setting** (model, dataset, world size, network, optimizer, ...). Runs
   are only ever compared or averaged within one setting: a table never mixes datasets, models
@@ -21,7 +23,7 @@ import pandas as pd
 
 PARAM = "params."
 # Prefixes and keys that do not change what a run computes.
-NOT_SETTING_PREFIXES = ("tracking.", "launcher.", "debug.", "report.", "sweep.", "algo.")
+NOT_SETTING_PREFIXES = ("tracking.", "launcher.", "debug.", "report.", "sweep.", "algo.", "compress.")
 NOT_SETTING_KEYS = frozenset(
     {
         "seed",
@@ -54,17 +56,27 @@ def _varying(frame: pd.DataFrame, keys: list[str]) -> list[str]:
     return [k for k in keys if frame[PARAM + k].fillna("").nunique() > 1]
 
 
+def _knob_words(frame: pd.DataFrame, row: pd.Series, section: str) -> list[str]:
+    """``key=value`` of each ``<section>.*`` knob (but its name) that varies among ``frame``'s runs
+    and applies to ``row``."""
+    knobs = sorted(
+        c[len(PARAM) :] for c in frame.columns if c.startswith(f"{PARAM}{section}.") and c != f"{PARAM}{section}.name"
+    )
+    return [f"{k[len(section) + 1 :]}={row[PARAM + k]}" for k in _varying(frame, knobs) if _applies(row[PARAM + k])]
+
+
 def method_labels(runs: pd.DataFrame) -> pd.Series:
     """``algo.name`` plus ``key=value`` for each ``algo.*`` knob that varies among that
-    algorithm's runs."""
+    algorithm's runs; with a compressor, ``<algo>+<compressor>`` and its varying knobs."""
     labels = pd.Series("", index=runs.index, dtype=object)
+    compress = PARAM + "compress.name"
     for name, frame in runs.groupby(PARAM + "algo.name"):
-        knobs = sorted(
-            c[len(PARAM) :] for c in frame.columns if c.startswith(PARAM + "algo.") and c != PARAM + "algo.name"
-        )
-        varying = _varying(frame, knobs)
         for index, row in frame.iterrows():
-            words = [str(name)] + [f"{k[len('algo.') :]}={row[PARAM + k]}" for k in varying]
+            words = [str(name)] + _knob_words(frame, row, "algo")
+            codec = row[compress] if compress in frame.columns else None
+            if _applies(codec) and str(codec) != "none":
+                same = frame[frame[compress] == codec]
+                words = [f"{words[0]}+{codec}", *words[1:], *_knob_words(same, row, "compress")]
             labels[index] = " ".join(words)
     return labels
 

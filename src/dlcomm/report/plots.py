@@ -66,8 +66,17 @@ def method_text(method: str) -> str:
     display name, then its knobs in parentheses (``gossip_pull overlap=scheduled`` ->
     ``pull-gossip (overlap scheduled)``)."""
     name, _, knobs = method.partition(" ")
-    shown = display_name(name)
+    algorithm, _, codec = name.partition("+")  # "allreduce+powersgd": an algorithm with a compressor
+    shown = display_name(algorithm) + (f" + {compressor_name(codec)}" if codec else "")
     return f"{shown} ({_key_values(knobs)})" if knobs else shown
+
+
+def compressor_name(name: str) -> str:
+    """How reports name the compressor ``name`` (its class's ``display_name``); unknown: as it is."""
+    from dlcomm.compress.registry import COMPRESSORS
+
+    cls = COMPRESSORS.all().get(name)
+    return (cls.display_name if cls is not None else "") or name
 
 
 def setting_text(setting: str) -> str:
@@ -310,3 +319,39 @@ def against(
     marked beside ours."""
     figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x, split_key, paper)
     return None if figure is None else _save(figure, path)
+
+
+def tradeoff(table: pd.DataFrame, x: str, x_label: str, y: str, y_label: str, path: Path, title: str) -> Path | None:
+    """One point per (method, setting) of ``y`` against ``x`` (columns of the table), ±``<y>_std``
+    error bars: a compressor's accuracy against what it sent or the time it took, beside the
+    uncompressed run's. A colour per method, a marker per setting; None when no point has both."""
+    points = table[table[x].notna() & table[y].notna()] if x in table and y in table else table.iloc[0:0]
+    if points.empty:
+        return None
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6.4, 4.4))
+    spread = f"{y.removesuffix('_mean')}_std"
+    settings = list(dict.fromkeys(points["setting"]))
+    markers = "osD^vP*X"
+    several = len(settings) > 1
+    for index, (method, rows) in enumerate(points.groupby("method", sort=True)):
+        colour = f"C{index % 10}"
+        for _, row in rows.iterrows():
+            marker = markers[settings.index(row["setting"]) % len(markers)]
+            label = method_text(method) if row["setting"] == rows["setting"].iloc[0] else None
+            error = row[spread] if spread in row and not pd.isna(row[spread]) else None
+            axis.errorbar(row[x], row[y], yerr=error, marker=marker, color=colour, capsize=3, linestyle="", label=label)
+    if several:  # which marker is which setting
+        for position, setting in enumerate(settings):
+            axis.plot(
+                [], [], linestyle="", marker=markers[position % len(markers)], color="grey", label=setting_text(setting)
+            )
+    axis.set_xscale("log")
+    axis.set(
+        xlabel=x_label,
+        ylabel=y_label + ("\n(mean ± std over seeds)" if spread in table else ""),
+        title=_fitted(title, figure),
+    )
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=6)
+    return _save(figure, path)

@@ -61,7 +61,7 @@ WALL = ("wall_ms_per_iter", "wall_compute_ms", "wall_comm_exposed_ms", "wall_ms_
 SIMULATED = ("sim_ms_per_iter", "sim_compute_ms", "sim_comm_exposed_ms", "sim_ms_per_iter_std")
 ON_SPEEDUP_CLOCK = ("speedup", "speedup_std", "comm_cut_pct")  # on the simulated clock where speedup_clock says so
 MEASURED = WALL + SIMULATED + ON_SPEEDUP_CLOCK
-OPTIONAL = ("layers_dropped_pct", "ranks_per_core")  # present only when some run of the table has it
+OPTIONAL = ("layers_dropped_pct", "ranks_per_core", "sent_mb")  # present only when some run of the table has it
 Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
 
 
@@ -96,6 +96,7 @@ def method_row(frame: pd.DataFrame) -> dict:
     row["sim_clock"] = sim_clock(frame)
     row["comm_modelled_ms"] = 1e3 * _metric(frame, names.FINAL_COMM_MODELLED_PER_ITER).mean()
     row["layers_dropped_pct"] = 100 * _metric(frame, names.FINAL_PS_DROPPED_FRACTION).mean()
+    row["sent_mb"] = (_metric(frame, names.FINAL_BYTES_PER_ITER) * _metric(frame, names.FINAL_STEPS)).mean() / 1e6
     row["ranks_per_core"] = ranks_per_core(frame)
     row["steps"] = _metric(frame, names.FINAL_STEPS).mean()
     row["runs"] = " ".join(frame["run_id"])
@@ -247,6 +248,8 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
             )
         ]
         out["modelled comm ms/iter"] = [_num(v, 2) for v in table["comm_modelled_ms"]]
+    if "sent_mb" in table and table["method"].str.contains("+", regex=False).any():  # compressors compared
+        out["sent MB/worker"] = [_num(v, 2) for v in table["sent_mb"]]
     if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
         out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
     clocks = set(table.get("speedup_clock", pd.Series(dtype=str)).fillna("")) - {""}
