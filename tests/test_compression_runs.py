@@ -92,14 +92,22 @@ def test_a_lossless_compressor_gives_the_uncompressed_numbers(algo: str, knobs: 
     assert float(np.abs(lossy[0]["params"] - plain[0]["params"]).max()) > 1e-4  # the comparison can fail
 
 
-@pytest.mark.parametrize(
-    "name", sorted(n for n, cls in COMPRESSORS.all().items() if cls.kind == "tensor" and not cls.identity)
-)
-def test_every_compressor_keeps_the_replicas_equal_and_learns(name: str) -> None:
-    """Five steps of allreduce with each compressor: every replica ends with the same parameters
-    (they all step with the same aggregate), and the parameters moved."""
+TENSOR_PAIRS = [
+    pytest.param(algo, name, id=f"{algo}+{name}")
+    for algo, cls in sorted(all_algorithms().items())
+    if "tensor" in cls.compression
+    for name, codec in sorted(COMPRESSORS.all().items())
+    if codec.kind == "tensor" and not codec.identity
+]
+KNOBS = {"local_sgd": {"period": 1}}  # average every step: the replicas are equal after each
+
+
+@pytest.mark.parametrize(("algo", "name"), TENSOR_PAIRS)
+def test_every_compressor_runs_with_every_algorithm_that_carries_it(algo: str, name: str) -> None:
+    """Five steps of each (algorithm, compressor) pair, 2 nodes x 2 workers: every replica ends with
+    the same parameters (they all step with the same aggregate), and the parameters moved."""
     knobs = {"name": name, **({"start_iter": 2} if name == "powersgd" else {})}
-    results = run_ranks(rank_programs.compressed_trajectory, WORLD, knobs, 5, 0.0, nodes=2)
+    results = run_ranks(rank_programs.compressed_trajectory, WORLD, knobs, 5, 0.0, algo, KNOBS.get(algo), nodes=2)
     first = results[0]["params"]
     for result in results[1:]:
         assert np.array_equal(result["params"], first)
@@ -107,11 +115,12 @@ def test_every_compressor_keeps_the_replicas_equal_and_learns(name: str) -> None
     assert float(np.abs(first - initial).max()) > 1e-4
 
 
-@pytest.mark.parametrize("kind", ["tensor", "layers"])
-def test_every_compressor_trains_with_every_algorithm_that_carries_it_for_five_steps(home, kind: str) -> None:
-    able = [name for name, cls in all_algorithms().items() if kind in cls.compression]
+@pytest.mark.parametrize(("kind", "algo"), [("tensor", "allreduce"), ("layers", "ps")])
+def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str, algo: str) -> None:
+    """Composed, launched and recorded: every compressor of a kind with an algorithm that carries it."""
+    able = [algo]
     names = sorted(n for n, cls in COMPRESSORS.all().items() if cls.kind == kind and not cls.identity)
-    assert able and names
+    assert kind in all_algorithms()[algo].compression and names
     result = run_cli(
         home,
         "train",
