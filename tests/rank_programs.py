@@ -708,8 +708,9 @@ def compressed_trajectory(
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     cls = get_algorithm(algo)
+    sizes = {"bucket_mb": bucket_mb} if "bucket_mb" in cls.Config.__dataclass_fields__ else {}
     algorithm = cls(
-        cls.Config(bucket_mb=bucket_mb, **(knobs or {})),
+        cls.Config(**sizes, **(knobs or {})),
         cluster,
         channel,
         compress=COMPRESSORS.get(compress["name"]).Config(**compress),
@@ -724,5 +725,26 @@ def compressed_trajectory(
         stats = channel.end_iteration()
         sent.append(stats.bytes_sent)
         modelled.append(stats.modelled_s)
-    sizes = [[p.numel() for p in bucket.params] for bucket in algorithm.buckets]
-    return {"params": _flat(model).numpy().copy(), "bytes": sent, "modelled": modelled, "buckets": sizes}
+    buckets = [[p.numel() for p in bucket.params] for bucket in getattr(algorithm, "buckets", [])]
+    return {"params": _flat(model).numpy().copy(), "bytes": sent, "modelled": modelled, "buckets": buckets}
+
+
+def choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float) -> dict:
+    """``rounds`` of D-PSGD's gossip with ``compress`` (CHOCO-Gossip) from this rank's own random
+    parameters, no training step between: the parameters before and after."""
+    from dlcomm.algorithms.dpsgd import DPSGD, DPSGDConfig
+    from dlcomm.compress.registry import COMPRESSORS
+
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+    algorithm = DPSGD(
+        DPSGDConfig(gamma=gamma), cluster, channel, compress=COMPRESSORS.get(compress["name"]).Config(**compress)
+    )
+    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with torch.no_grad():
+        algorithm.buffers[0].copy_(
+            torch.randn(algorithm.buffers[0].numel(), generator=torch.Generator().manual_seed(cluster.rank))
+        )
+    before = algorithm.buffers[0].clone()
+    for step in range(rounds):
+        algorithm.after_step(step)
+    return {"before": before.numpy().copy(), "after": algorithm.buffers[0].numpy().copy()}

@@ -95,22 +95,23 @@ def test_a_lossless_compressor_gives_the_uncompressed_numbers(algo: str, knobs: 
 TENSOR_PAIRS = [
     pytest.param(algo, name, id=f"{algo}+{name}")
     for algo, cls in sorted(all_algorithms().items())
-    if "tensor" in cls.compression
+    if set(cls.compression) & {"tensor", "payload"}
     for name, codec in sorted(COMPRESSORS.all().items())
-    if codec.kind == "tensor" and not codec.identity
+    if set(codec.kinds) & set(cls.compression) and not codec.identity
 ]
 KNOBS = {"local_sgd": {"period": 1}}  # average every step: the replicas are equal after each
 
 
 @pytest.mark.parametrize(("algo", "name"), TENSOR_PAIRS)
 def test_every_compressor_runs_with_every_algorithm_that_carries_it(algo: str, name: str) -> None:
-    """Five steps of each (algorithm, compressor) pair, 2 nodes x 2 workers: every replica ends with
-    the same parameters (they all step with the same aggregate), and the parameters moved."""
+    """Five steps of each (algorithm, compressor) pair, 2 nodes x 2 workers: the parameters moved,
+    and where every replica steps with the same aggregate (not gossip) they stay equal."""
     knobs = {"name": name, **({"start_iter": 2} if name == "powersgd" else {})}
     results = run_ranks(rank_programs.compressed_trajectory, WORLD, knobs, 5, 0.0, algo, KNOBS.get(algo), nodes=2)
     first = results[0]["params"]
-    for result in results[1:]:
-        assert np.array_equal(result["params"], first)
+    if "tensor" in all_algorithms()[algo].compression:
+        for result in results[1:]:
+            assert np.array_equal(result["params"], first)
     initial = run_ranks(rank_programs.compressed_trajectory, 1, {"name": "none"}, 0, 0.0)[0]["params"]
     assert float(np.abs(first - initial).max()) > 1e-4
 
@@ -119,7 +120,7 @@ def test_every_compressor_runs_with_every_algorithm_that_carries_it(algo: str, n
 def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str, algo: str) -> None:
     """Composed, launched and recorded: every compressor of a kind with an algorithm that carries it."""
     able = [algo]
-    names = sorted(n for n, cls in COMPRESSORS.all().items() if cls.kind == kind and not cls.identity)
+    names = sorted(n for n, cls in COMPRESSORS.all().items() if kind in cls.kinds and not cls.identity)
     assert kind in all_algorithms()[algo].compression and names
     result = run_cli(
         home,

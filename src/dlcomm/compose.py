@@ -158,11 +158,11 @@ def check_algorithm(cfg: DictConfig) -> None:
     check_task(cfg)  # its knobs, and the model it trains
     compressor = COMPRESSORS.get(cfg.compress.name)
     compressor.check(cfg.compress)
-    if not compressor.identity and compressor.kind not in algorithm.compression:
-        able = sorted(name for name, cls in all_algorithms().items() if compressor.kind in cls.compression)
+    if not compressor.identity and not set(compressor.kinds) & set(algorithm.compression):
+        able = sorted(name for name, cls in all_algorithms().items() if set(compressor.kinds) & set(cls.compression))
         raise UserError(
-            f"compress={cfg.compress.name} is not supported with algo={cfg.algo.name}: a {compressor.kind} compressor "
-            f"is carried by {', '.join(f'algo={name}' for name in able) or 'no algorithm'}; pass compress=none or one of those"
+            f"compress={cfg.compress.name} is not supported with algo={cfg.algo.name}: it is carried by "
+            f"{', '.join(f'algo={name}' for name in able) or 'no algorithm'}; pass compress=none or one of those"
         )
 
 

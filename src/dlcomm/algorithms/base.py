@@ -47,10 +47,10 @@ class Algorithm:
     so ``launcher.backend=gloo`` with ``train.device=cuda`` is refused for those that do
     (:mod:`dlcomm.launch.gpus`)."""
     compression: ClassVar[tuple[str, ...]] = ()
-    """The kinds of compressor (``Compressor.kind``, :mod:`dlcomm.compress`) it sends through
+    """The kinds of compressor (``Compressor.kinds``, :mod:`dlcomm.compress`) it uses through
     ``self.compressor`` (``compress=<name>``): ``"tensor"`` (a flat tensor averaged over a group),
-    ``"layers"`` (which layers a worker sends). A run with a compressor of another kind (``none``
-    aside) is refused before launch."""
+    ``"payload"`` (a message a peer decompresses alone), ``"layers"`` (which layers a worker
+    sends). A run with a compressor of none of them (``none`` aside) is refused before launch."""
 
     def __init__(
         self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0, compress: CompressConfig | None = None

@@ -94,13 +94,13 @@ class ParameterServer(Algorithm):
     def layer_selector(self):
         """Which layers a worker sends: all (``ps``), or the layer-dropping compressor's choice
         (``compress=layerdrop``, or ``algo=ps_layerdrop``)."""
-        if self.compressor.kind == "layers":
+        if "layers" in self.compressor.kinds:
             return self.compressor.selector()
         return KeepAll()
 
     def layer_memory(self, params: list[torch.Tensor]):
         """What a worker keeps of the layers it did not send (the compressor's residual memory)."""
-        if self.compressor.kind == "layers":
+        if "layers" in self.compressor.kinds:
             return self.compressor.memory_for([p.shape for p in params], self.cluster.device)
         return None
 

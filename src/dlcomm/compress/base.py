@@ -47,10 +47,12 @@ class Compressor:
     summable: ClassVar[bool] = False
     """Whether payloads may be summed by an allreduce (same indices on every rank, linear in the
     input): fp16, bf16, random-k with shared indices. Otherwise they are all-gathered."""
-    kind: ClassVar[str] = "tensor"
-    """What it compresses, so which algorithms carry it (``Algorithm.compression``): ``"tensor"``,
-    a flat tensor averaged over a group (:meth:`start`); ``"layers"``, which layers a worker sends
-    (``selector()`` and ``memory_for()``: the parameter server's communicator)."""
+    kinds: ClassVar[tuple[str, ...]] = ("tensor", "payload")
+    """What it can do, so which algorithms carry it (``Algorithm.compression`` names the kinds an
+    algorithm uses): ``"tensor"``, average a flat tensor over a group (:meth:`start`);
+    ``"payload"``, a message a peer decompresses alone (:meth:`encode`, :meth:`decompress`: point
+    to point, for gossip); ``"layers"``, choose which layers a worker sends (``selector()`` and
+    ``memory_for()``: the parameter server's communicator)."""
     identity: ClassVar[bool] = False
     """``compress=none``: the algorithms keep their own uncompressed path (bit for bit today's)."""
 
@@ -86,12 +88,22 @@ class Compressor:
         """Begin averaging the flat ``tensor`` over ``group`` (``key`` names it across steps:
         the bucket; ``step`` the iteration; ``shapes``: the tensors laid out in it, for a
         compressor that works tensor by tensor); ``wait()`` writes the result into ``tensor``."""
+        self.prepare(key, step, channel.cluster.rank)
         compensated = self.memory.compensate(tensor, key)
         payload, ctx = self.compress(compensated, key)
         self.memory.update(compensated, key, lambda: self.decompress(payload, ctx))
         if self.summable:
             return _SummedPayload(self, tensor, payload, ctx, channel, group)
         return _GatheredPayload(self, tensor, payload, ctx, channel, group)
+
+    def prepare(self, key: Hashable, step: int, rank: int) -> None:
+        """Before compressing ``key`` at ``step`` on ``rank``: draw what the step's compression
+        draws (shared indices, rounding noise). By default nothing."""
+
+    def encode(self, tensor: "torch.Tensor", key: Hashable, step: int, rank: int) -> tuple[list["torch.Tensor"], Any]:
+        """``compress`` for a point-to-point message (no memory: the caller's rule keeps the error)."""
+        self.prepare(key, step, rank)
+        return self.compress(tensor, key)
 
     def state_dict(self) -> dict:
         return {"memory": self.memory.state_dict()}

@@ -120,7 +120,7 @@ class LayerDropping(Compressor):
     name = "layerdrop"
     display_name = "layer dropping"
     Config = LayerDropConfig
-    kind = "layers"
+    kinds = ("layers",)
 
     @classmethod
     def check(cls, cfg: LayerDropConfig) -> None:

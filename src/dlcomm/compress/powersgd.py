@@ -81,6 +81,7 @@ class PowerSGD(Compressor):
     display_name = "PowerSGD"
     Config = PowerSGDConfig
     summable = True
+    kinds = ("tensor",)  # its factors are summed as they are computed: no message a peer decompresses alone
 
     @classmethod
     def check(cls, cfg: PowerSGDConfig) -> None:

@@ -46,13 +46,10 @@ class QSGD(Compressor):
             cfg.bucket_size >= 1, "compress.bucket_size", cfg.bucket_size, "pass a positive number of entries, e.g. 128"
         )
 
-    def start(self, tensor, key, step, channel, group, shapes=None):
+    def prepare(self, key, step, rank):
         import torch
 
-        self.generator = torch.Generator(device="cpu").manual_seed(
-            draw_seed(self.seed, (key, channel.cluster.rank), step)
-        )
-        return super().start(tensor, key, step, channel, group)
+        self.generator = torch.Generator(device="cpu").manual_seed(draw_seed(self.seed, (key, rank), step))
 
     def compress(self, tensor, key):
         import torch

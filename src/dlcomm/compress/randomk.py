@@ -50,9 +50,8 @@ class RandomK(Compressor):
     def check(cls, cfg: RandomKConfig) -> None:
         check_ratio(cfg.ratio)
 
-    def start(self, tensor, key, step, channel, group, shapes=None):
-        self.next_seed = draw_seed(self.seed, key, step)
-        return super().start(tensor, key, step, channel, group)
+    def prepare(self, key, step, rank):
+        self.next_seed = draw_seed(self.seed, key, step)  # every rank the same indices
 
     def compress(self, tensor, key):
         import torch
