@@ -12,10 +12,10 @@ import pytest
 
 from dlcomm.algorithms.registry import all_algorithms
 from dlcomm.comm import cost, traffic
-from dlcomm.comm.network import Link
 from dlcomm.compress.registry import COMPRESSORS
 from dlcomm.compress.topk import kept
 from dlcomm.launch import harness
+from uniform_network import LINK, NETWORK
 
 import rank_programs
 from conftest import FAST, run_cli
@@ -23,18 +23,6 @@ from conftest import FAST, run_cli
 # the algorithms, not processes: ranks are threads on the in-process fabric
 run_ranks = partial(harness.run_ranks, in_process="serial")
 
-LINK = Link(latency_s=1e-3, bandwidth_Bps=0.1e9 / 8)
-NETWORK = {
-    "name": "uniform",
-    "mode": "simulate",
-    "intra": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
-    "inter": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
-    "wide_workers": 0,
-    "wide_bandwidth_gbps": 10.0,
-    "worker_bandwidth_gbps": [],
-    "compute_scale": 1.0,
-    "collectives": "textbook",
-}
 WORLD = 4
 
 

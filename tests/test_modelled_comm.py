@@ -16,8 +16,8 @@ from functools import partial
 import pytest
 
 from dlcomm.comm import cost
-from dlcomm.comm.cost import Link
 from dlcomm.launch import harness
+from uniform_network import LINK, NETWORK
 
 import rank_programs
 
@@ -25,18 +25,6 @@ import rank_programs
 # algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
 run_ranks = partial(harness.run_ranks, in_process="serial")
 
-LINK = Link(latency_s=1e-3, bandwidth_Bps=0.1e9 / 8)
-NETWORK = {
-    "name": "uniform",
-    "mode": "simulate",
-    "intra": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
-    "inter": {"latency_ms": 1.0, "bandwidth_gbps": 0.1},
-    "wide_workers": 0,
-    "wide_bandwidth_gbps": 10.0,
-    "worker_bandwidth_gbps": [],
-    "compute_scale": 1.0,
-    "collectives": "textbook",  # the closed forms below: ring allreduce, binomial-tree broadcast and reduce
-}
 TENSORS = (384, 24, 96, 16)  # bytes of each parameter tensor
 SEGMENTS = (408, 112)  # the model's two top-level blocks
 MODEL = sum(TENSORS)
