@@ -150,3 +150,25 @@ def test_a_bad_compressor_knob_is_one_line(home, override: str, says: str) -> No
 def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
     result = run_cli(home, "config", "compress=powersgd", "compress.start_iter=1")
     assert result.returncode == 2 and "compress.start_iter=1 is invalid" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("algo", "name", "algo_knobs"),
+    [
+        ("allreduce", "powersgd", {"overlap": True}),
+        ("allreduce", "topk", {"overlap": True}),
+        ("local_sgd", "qsgd", {"period": 1}),
+        ("dpsgd", "sign", None),
+    ],
+)
+def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs: dict | None) -> None:
+    """The in-process fabric under NCCL's rules (no buffering, a group's operations matched in
+    posting order): what would hang on GPUs hangs here. PowerSGD's three allreduces a bucket (launched
+    from backward's hooks with overlap), the
+    all-gathers of packed payloads and CHOCO's exchanges all complete, with the numbers of gloo's rules."""
+    knobs = {"name": name, **({"start_iter": 2} if name == "powersgd" else {})}
+    args = (rank_programs.compressed_trajectory, WORLD, knobs, 4, 0.0, algo, algo_knobs)
+    nccl = harness.run_ranks(*args, nodes=2, in_process="serial", semantics="nccl")
+    gloo = harness.run_ranks(*args, nodes=2, in_process="serial", semantics="gloo")
+    for ours, theirs in zip(nccl, gloo):
+        assert np.array_equal(ours["params"], theirs["params"])
