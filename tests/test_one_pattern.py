@@ -59,7 +59,11 @@ def _cases():
 @pytest.mark.parametrize(("group", "name"), _cases())
 def test_the_composed_section_is_the_class_s_config(group: str, name: str) -> None:
     cls = REGISTRIES[group].get(name)
-    extra = {("task", "gan"): ["model=acgan"], ("model", "acgan"): ["task=gan"]}.get((group, name), [])
+    extra = {
+        ("task", "gan"): ["model=acgan"],
+        ("model", "acgan"): ["task=gan"],
+        ("compress", "layerdrop"): ["algo=ps"],
+    }.get((group, name), [])
     section = compose([f"{group}={name}", *extra])[group]
     expected = cls.Config
     if expected is None:  # a launcher without knobs of its own: the schema its YAML names
