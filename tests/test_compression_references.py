@@ -30,6 +30,7 @@ POWERSGD = dict(
 # ---- torch's DDP communication hooks ---------------------------------------------------------
 
 
+@pytest.mark.slow  # real processes / a real run
 @pytest.mark.parametrize(("world", "rank"), [(2, 1), (2, 2), (2, 4), (4, 1), (4, 2)])
 def test_powersgd_equals_ddp_with_the_powersgd_hook(world: int, rank: int) -> None:
     differences = run_ranks(
@@ -38,6 +39,7 @@ def test_powersgd_equals_ddp_with_the_powersgd_hook(world: int, rank: int) -> No
     assert max(differences) <= 1e-5, differences
 
 
+@pytest.mark.slow  # real processes / a real run
 @pytest.mark.parametrize("detail", [{"warm_start": False}, {"error_feedback": False}, {"start_iter": 5}])
 def test_a_changed_powersgd_detail_is_told_apart_from_the_hook(detail: dict) -> None:
     """The comparison above can fail: ours without warm start (or error feedback, or starting
@@ -49,6 +51,7 @@ def test_a_changed_powersgd_detail_is_told_apart_from_the_hook(detail: dict) -> 
     assert min(differences) > 1e-3, differences
 
 
+@pytest.mark.slow  # real processes / a real run
 @pytest.mark.parametrize("name", ["fp16", "bf16"])
 def test_half_precision_equals_ddp_with_the_compress_hook(name: str) -> None:
     differences = run_ranks(rank_programs.compressed_allreduce_vs_ddp_hook, 2, {"name": name}, 20, name)

@@ -118,6 +118,7 @@ def test_composing_with_a_plugin_data_set_imports_no_torch(tmp_path) -> None:
     assert "'fake_set'" in done.stdout and done.stdout.split()[-1] == "False", done.stdout
 
 
+@pytest.mark.slow  # real processes / a real run
 def test_a_plugin_data_set_trains(tmp_path) -> None:
     _plugin(tmp_path, GOOD)
     args = ["dataset=fake_set", "launcher=threads", "train.max_steps=2", "train.epochs=1", "model=mlp"]

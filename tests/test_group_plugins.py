@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dlcomm.metrics import names
 
 from fake_plugins import run_dlcomm, write_plugin
@@ -119,6 +121,7 @@ def test_a_plugin_task_launcher_and_network_preset_compose(tmp_path) -> None:
     assert "no key task.margn" in _refused(typo)
 
 
+@pytest.mark.slow  # real processes / a real run
 def test_a_plugin_task_trains_under_a_plugin_launcher_on_a_plugin_network(tmp_path) -> None:
     _plugin(tmp_path)
     args = [

@@ -147,6 +147,7 @@ def test_composing_with_a_plugin_optimizer_and_model_imports_no_torch(tmp_path) 
     assert done.stdout.split() == ["True", "fake_linear", "False"], done.stdout
 
 
+@pytest.mark.slow  # real processes / a real run
 def test_a_plugin_optimizer_and_model_train(tmp_path) -> None:
     _plugin(tmp_path, GOOD)
     args = [
