@@ -748,3 +748,43 @@ def choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float) ->
     for step in range(rounds):
         algorithm.after_step(step)
     return {"before": before.numpy().copy(), "after": algorithm.buffers[0].numpy().copy()}
+
+
+def compressed_resume(cluster, channel, compress: dict, steps: int, split: int, algo: str = "allreduce") -> dict:
+    """``steps`` steps straight, and ``split`` steps, a checkpoint of the algorithm's state, model
+    and optimizer through ``torch.save`` / ``torch.load(weights_only=True)`` into fresh objects,
+    then the rest: this rank's parameters both ways."""
+    import io
+
+    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.compress.registry import COMPRESSORS
+
+    def fresh():
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        cls = get_algorithm(algo)
+        codec = COMPRESSORS.get(compress["name"]).Config(**compress)
+        algorithm = cls(cls.Config(), cluster, channel, compress=codec)
+        algorithm.setup(model, optimizer)
+        return model, optimizer, algorithm
+
+    def run(model, optimizer, algorithm, first: int, last: int) -> None:
+        for step in range(first, last):
+            generator = torch.Generator().manual_seed(500 + 1000 * step + cluster.rank)
+            inputs, labels = _batch(generator)
+            hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
+
+    straight = fresh()
+    run(*straight, 0, steps)
+    first = fresh()
+    run(*first, 0, split)
+    buffer = io.BytesIO()
+    torch.save({"model": first[0].state_dict(), "optim": first[1].state_dict(), "algo": first[2].state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    resumed = fresh()
+    resumed[0].load_state_dict(saved["model"])
+    resumed[1].load_state_dict(saved["optim"])
+    resumed[2].load_state_dict(saved["algo"])
+    run(*resumed, split, steps)
+    return {"straight": _flat(straight[0]).numpy().copy(), "resumed": _flat(resumed[0]).numpy().copy()}

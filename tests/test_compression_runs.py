@@ -172,3 +172,21 @@ def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs:
     gloo = harness.run_ranks(*args, nodes=2, in_process="serial", semantics="gloo")
     for ours, theirs in zip(nccl, gloo):
         assert np.array_equal(ours["params"], theirs["params"])
+
+
+@pytest.mark.parametrize(
+    ("algo", "knobs"),
+    [
+        ("allreduce", {"name": "powersgd", "start_iter": 2, "rank": 2}),
+        ("allreduce", {"name": "topk", "ratio": 0.05}),
+        ("local_sgd", {"name": "qsgd", "error_feedback": True}),
+        ("dpsgd", {"name": "topk", "ratio": 0.1}),
+    ],
+    ids=["powersgd", "topk", "local_sgd-qsgd", "dpsgd-choco"],
+)
+def test_a_resumed_compressed_run_takes_the_steps_of_an_uninterrupted_one(algo: str, knobs: dict) -> None:
+    """What a compressor remembers (error feedback, PowerSGD's Qs and its numpy generator, CHOCO's
+    public copies, Local-SGD's anchors) goes through a checkpoint loaded with weights_only=True."""
+    results = run_ranks(rank_programs.compressed_resume, WORLD, knobs, 6, 3, algo, nodes=2)
+    for result in results:
+        assert np.array_equal(result["straight"], result["resumed"])

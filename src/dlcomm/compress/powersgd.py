@@ -125,15 +125,26 @@ class PowerSGD(Compressor):
         return _Round(self, tensor, key, shapes or [tensor.shape], channel, group)
 
     def state_dict(self) -> dict:
+        """The errors, the warm-start Qs and the numpy generator's state (as tensors and numbers:
+        checkpoints load with ``weights_only=True``)."""
+        import torch
+
+        _, keys, position, has_gauss, cached = self.rng.get_state()
         return {
-            "rng": self.rng.get_state(),
+            "rng": {
+                "keys": torch.from_numpy(keys.astype("int64")),
+                "pos": int(position),
+                "gauss": [int(has_gauss), float(cached)],
+            },
             "errors": {key: value.clone() for key, value in self.errors.items()},
             "qs": {key: value.clone() for key, value in self.qs.items()},
         }
 
     def load_state_dict(self, state: dict) -> None:
         if "rng" in state:
-            self.rng.set_state(state["rng"])
+            saved = state["rng"]
+            keys = saved["keys"].numpy().astype("uint32")
+            self.rng.set_state(("MT19937", keys, saved["pos"], saved["gauss"][0], saved["gauss"][1]))
         self.errors = {key: value.clone() for key, value in state.get("errors", {}).items()}
         self.qs = {key: value.clone() for key, value in state.get("qs", {}).items()}
 
