@@ -198,6 +198,8 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
             rows.append(row)
     table = pd.DataFrame(rows)
     optional = [c for c in OPTIONAL if c in table and table[c].isna().all()]
+    if not table["method"].str.contains("+", regex=False).any():  # no compressor compared: bytes say nothing new
+        optional.append("sent_mb")
     return table.drop(columns=optional)  # a column no run of the table has is absent, not empty
 
 
