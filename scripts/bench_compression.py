@@ -25,7 +25,6 @@ import time
 def _rounds(cluster, channel, name: str, knobs: dict, numel_shapes: list, repeats: int) -> dict:
     import torch
 
-    from dlcomm.comm import traffic
     from dlcomm.compress.base import pack
     from dlcomm.compress.registry import COMPRESSORS
 
@@ -51,7 +50,7 @@ def _rounds(cluster, channel, name: str, knobs: dict, numel_shapes: list, repeat
     else:
         payload, _ = codec.compress(sample, 0)
         sent = pack(payload).numel()
-    return {"median_s": statistics.median(times), "payload": sent, "total": total, "traffic": traffic}
+    return {"median_s": statistics.median(times), "payload": sent, "total": total}
 
 
 def main() -> None:
