@@ -88,14 +88,16 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
     from dlcomm.tracking.mlflow_run import retrying
 
     client = MlflowClient(tracking_uri=uri)
-    for path in files:
-        retrying(client.log_artifact, parent, str(path), FOLDER)
-    # log_table appends to an existing file: a sweep reported again keeps its one table
-    if not any(item.path == f"{FOLDER}/table.json" for item in client.list_artifacts(parent, FOLDER)):
-        retrying(client.log_table, parent, presentable(table), f"{FOLDER}/table.json")
+    # children first, the parent's files last: whoever sees the comparison on the parent (a user, a
+    # test polling for comparison/table.md) finds every child's summary already there
     now = int(pd.Timestamp.now().timestamp() * 1000)
     for run_id, metrics in children_summaries(table, runs).items():
         retrying(client.log_batch, run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
+    # log_table appends to an existing file: a sweep reported again keeps its one table
+    if not any(item.path == f"{FOLDER}/table.json" for item in client.list_artifacts(parent, FOLDER)):
+        retrying(client.log_table, parent, presentable(table), f"{FOLDER}/table.json")
+    for path in files:
+        retrying(client.log_artifact, parent, str(path), FOLDER)
 
 
 def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
