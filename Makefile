@@ -40,12 +40,21 @@ data:
 train: setup
 	$(VENV)/bin/dlcomm train $(ARGS)
 
+# The suite on TEST_WORKERS pytest-xdist workers (2: this machine's cores; tests/conftest.py keeps
+# the SLURM tests on one of them), then the `alone` tests one at a time. Exit status 5 is pytest's
+# "nothing selected" (ARGS naming tests of one part only), not a failure.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_ALONE = $(VENV)/bin/pytest -q
+OK_IF_NONE = || [ $$? -eq 5 ]
 test: setup
-	$(VENV)/bin/pytest -q $(ARGS)
+	$(PYTEST_PARALLEL) -m "not alone" $(ARGS) $(OK_IF_NONE)
+	$(PYTEST_ALONE) -m alone $(ARGS) $(OK_IF_NONE)
 
 # the unit tier: no end-to-end runs, SLURM or namespace hosts (markers in pyproject.toml)
 test-fast: setup
-	$(VENV)/bin/pytest -q -m "not slow and not slurm and not hosts" $(ARGS)
+	$(PYTEST_PARALLEL) -m "not slow and not slurm and not hosts and not alone" $(ARGS) $(OK_IF_NONE)
+	$(PYTEST_ALONE) -m "alone and not slow and not slurm and not hosts" $(ARGS) $(OK_IF_NONE)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests scripts
