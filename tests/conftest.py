@@ -96,16 +96,20 @@ def home(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# fixtures that run dlcomm for real: a results folder (``home``), test_models_paper's ten trainings
+SLOW_FIXTURES = {"home", "trained"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tiers (markers in pyproject.toml): a test that takes ``home`` (a results folder for a
-    real run of ``dlcomm``) is ``slow``, as are the modules that mark themselves so; ``make
+    """The tiers (markers in pyproject.toml): a test that takes one of ``SLOW_FIXTURES`` is ``slow``,
+    as are those that mark themselves so (processes, real stores, tens of seconds here); ``make
     test-fast`` runs the rest, ``make test`` (CI) everything.
 
     ``make test`` runs the suite on pytest-xdist workers: the tests of the one local SLURM (``slurm``,
     ``hosts``) share one worker (``--dist loadgroup``), so that they never queue behind each other's
     jobs; the ``alone`` ones run afterwards in a pytest of their own."""
     for item in items:
-        if "home" in getattr(item, "fixturenames", ()):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slurm") or item.get_closest_marker("hosts"):
             item.add_marker(pytest.mark.xdist_group("local_slurm"))

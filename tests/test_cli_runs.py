@@ -80,6 +80,9 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     )
     for tag in ("git_commit", "config_hash", "hostname"):
         assert tags[tag]
+    from dlcomm.tracking.mlflow_run import cpu_model
+
+    assert tags["cpu"] == cpu_model() != ""  # low digits differ between CPUs (results/README.md)
     from importlib.metadata import version
 
     assert tags["dlcomm_version"] == version("dlcomm")  # what a pip-installed dlcomm has instead of a commit

@@ -207,6 +207,7 @@ def _expected_max(n: int, c: float, draws: int = 200_000) -> float:
     return float(rng.lognormal(-sigma * sigma / 2, sigma, size=(draws // n, n)).max(axis=1).mean())
 
 
+@pytest.mark.slow  # two 16-rank runs, 40 s here
 def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowly(
     tmp_path, monkeypatch, capsys
 ) -> None:

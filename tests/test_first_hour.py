@@ -68,6 +68,7 @@ def _snapshot() -> set[tuple[str, float]]:
     return found
 
 
+@pytest.mark.slow  # real runs and a report, 20 s here
 def test_outside_the_checkout_runs_and_reports_land_where_the_user_works(tmp_path) -> None:
     before = _snapshot()
     env = {key: value for key, value in os.environ.items() if key != "DLCOMM_HOME"}

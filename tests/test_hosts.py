@@ -16,7 +16,8 @@ from dlcomm.launch.netif import choose_interface, interface_addresses, interface
 
 from conftest import FAST, mlflow_run, parent_id, run_cli, wait_until_ended
 
-pytestmark = pytest.mark.hosts
+# alone: a host's failure must be noticed within the tests' deadlines, which a busy machine stretches
+pytestmark = [pytest.mark.hosts, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cluster_local.sh"

@@ -88,7 +88,10 @@ def _train(overrides: list[str], semantics: str, run_dir: Path) -> list[dict]:
     )
 
 
-@pytest.mark.parametrize("network", sorted(NETWORKS))
+# the simulated network in the unit tier (it exercises the clock's exchanges too), both in `make test`
+@pytest.mark.parametrize(
+    "network", [pytest.param(n, marks=[pytest.mark.slow] if n == "off" else []) for n in sorted(NETWORKS)]
+)
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_runs_under_nccls_rules_with_glooss_numbers(name: str, network: str, tmp_path: Path) -> None:
     for nodes, per_node in SHAPES:

@@ -56,7 +56,7 @@ def _cases():
             yield pytest.param(group, name, id=f"{group}={name}")
 
 
-@pytest.mark.parametrize(("group", "name"), _cases())
+@pytest.mark.parametrize(("group", "name"), list(_cases()))
 def test_the_composed_section_is_the_class_s_config(group: str, name: str) -> None:
     cls = REGISTRIES[group].get(name)
     extra = {

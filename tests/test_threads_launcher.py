@@ -25,13 +25,13 @@ SAME_NUMBERS = [
     "ps",
     "ps_layerdrop",
 ]
-# 4 workers on 2 nodes, 30 steps in one epoch (8192 / 4 / 64 = 32 steps per epoch). One torch
+# 4 workers on 2 nodes, 10 steps of one epoch (8192 / 4 / 64 = 32 steps per epoch). One torch
 # thread per rank under both launchers: a kernel's own parallel reductions depend on its thread
 # count (local gives each of 4 ranks cores/4 threads, serial threads all cores to one rank).
 JOB = [
     *FAST,
     "dataset.train_size=8192",
-    "train.max_steps=30",
+    "train.max_steps=10",
     "nodes=2",
     "workers_per_node=2",
     "seed=3",
@@ -90,13 +90,13 @@ def test_a_failing_rank_thread_ends_the_run_naming_it(home, mode, expected) -> N
         *FAST,
         "launcher=threads",
         "nodes=4",
-        "train.epochs=50",
+        "train.epochs=5000",  # hours, were the failure not to end it
         "debug.fail_rank=2",
         "debug.fail_step=5",
         f"debug.fail_mode={mode}",
         timeout=120,
     )
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 60  # 10-30 s here, with another test running beside it
     assert result.returncode == 1
     assert expected in result.stderr
     assert mlflow_run(result).info.status == "FAILED"

@@ -154,6 +154,24 @@ def dlcomm_version() -> str:
         return dlcomm.__version__
 
 
+def cpu_model() -> str:
+    """The CPU this process runs on, as ``/proc/cpuinfo`` names it (else ``platform.processor()``).
+
+    Recorded with every run: CPU kernels (oneDNN's convolutions, max-pool's argmax) round in a
+    machine's own order, so a run that amplifies rounding (a diverging model, many steps) gives
+    other low digits on another CPU for the same code, config and seed."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     """Create the run (status RUNNING) with its tags and params; return its id.
     ``extra_tags`` adds, e.g., ``mlflow.parentRunId`` for a sweep's element, ``driver_pid``
@@ -173,6 +191,7 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
         "dlcomm_version": dlcomm_version(),
         "config_hash": spec.config_hash,
         "hostname": socket.gethostname(),
+        "cpu": cpu_model(),
         "launcher": cfg["launcher"]["name"],
         "network": spec.network_label(),  # the preset and the link values the command line changed
         "network_mode": cfg["network"]["mode"],
