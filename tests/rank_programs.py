@@ -750,7 +750,9 @@ def choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float) ->
     return {"before": before.numpy().copy(), "after": algorithm.buffers[0].numpy().copy()}
 
 
-def compressed_resume(cluster, channel, compress: dict, steps: int, split: int, algo: str = "allreduce") -> dict:
+def compressed_resume(
+    cluster, channel, compress: dict, steps: int, split: int, algo: str = "allreduce", knobs: dict | None = None
+) -> dict:
     """``steps`` steps straight, and ``split`` steps, a checkpoint of the algorithm's state, model
     and optimizer through ``torch.save`` / ``torch.load(weights_only=True)`` into fresh objects,
     then the rest: this rank's parameters both ways."""
@@ -764,7 +766,7 @@ def compressed_resume(cluster, channel, compress: dict, steps: int, split: int, 
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         cls = get_algorithm(algo)
         codec = COMPRESSORS.get(compress["name"]).Config(**compress)
-        algorithm = cls(cls.Config(), cluster, channel, compress=codec)
+        algorithm = cls(cls.Config(**(knobs or {})), cluster, channel, compress=codec)
         algorithm.setup(model, optimizer)
         return model, optimizer, algorithm
 

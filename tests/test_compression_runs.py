@@ -63,12 +63,17 @@ def test_summable_compressors_allreduce_their_payloads() -> None:
 
 
 @pytest.mark.parametrize(
-    ("algo", "knobs"), [("local_sgd", {"period": 2}), ("allreduce_hier", {})], ids=["local_sgd", "allreduce_hier"]
+    ("algo", "knobs"),
+    [("local_sgd", {"period": 2}), ("allreduce_hier", {}), ("node_based", {"k_prime": 1})],
+    ids=["local_sgd", "allreduce_hier", "node_based"],
 )
 def test_a_lossless_compressor_gives_the_uncompressed_numbers(algo: str, knobs: dict) -> None:
     """top-k of every entry (ratio 1) loses nothing: Local-SGD's compressed rule (the average of
-    the changes since the last averaging, added to it) and the hierarchical leaders' compressed
-    stage (the mean of the node sums over workers_per_node) give the plain algorithm's parameters."""
+    the changes since the last averaging, added to it), the hierarchical leaders' compressed
+    stage (the mean of the node sums over workers_per_node) and node-based's two levels (the node's
+    gradient, the change since the last consensus point) give the plain algorithm's parameters.
+    (node-based with a consensus point every step: a local step after one moves a max-pool's argmax
+    on a rounding-level difference, 3e-8 -> 3e-5 here, as in test_cli_runs' 4 x 16 = 1 x 64.)"""
     lossless = {"name": "topk", "ratio": 1.0, "error_feedback": True}
     plain = run_ranks(rank_programs.compressed_trajectory, WORLD, {"name": "none"}, 4, 0.0, algo, knobs, nodes=2)
     compressed = run_ranks(rank_programs.compressed_trajectory, WORLD, lossless, 4, 0.0, algo, knobs, nodes=2)
@@ -87,7 +92,10 @@ TENSOR_PAIRS = [
     for name, codec in sorted(COMPRESSORS.all().items())
     if set(codec.kinds) & set(cls.compression) and not codec.identity
 ]
-KNOBS = {"local_sgd": {"period": 1}}  # average every step: the replicas are equal after each
+KNOBS = {
+    "local_sgd": {"period": 1},
+    "node_based": {"k_prime": 1},
+}  # average every step: the replicas are equal after each
 
 
 @pytest.mark.parametrize(("algo", "name"), TENSOR_PAIRS)
@@ -158,6 +166,7 @@ def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
         ("allreduce", "powersgd", {"overlap": True}),
         ("allreduce", "topk", {"overlap": True}),
         ("local_sgd", "qsgd", {"period": 1}),
+        ("node_based", "powersgd", {"k_prime": 2}),
         ("dpsgd", "sign", None),
     ],
 )
@@ -174,19 +183,23 @@ def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs:
         assert np.array_equal(ours["params"], theirs["params"])
 
 
+RESUME_KNOBS = {"node_based": {"k_prime": 2}}  # consensus points before and after the checkpoint
+
+
 @pytest.mark.parametrize(
     ("algo", "knobs"),
     [
         ("allreduce", {"name": "powersgd", "start_iter": 2, "rank": 2}),
         ("allreduce", {"name": "topk", "ratio": 0.05}),
         ("local_sgd", {"name": "qsgd", "error_feedback": True}),
+        ("node_based", {"name": "topk", "ratio": 0.1}),
         ("dpsgd", {"name": "topk", "ratio": 0.1}),
     ],
-    ids=["powersgd", "topk", "local_sgd-qsgd", "dpsgd-choco"],
+    ids=["powersgd", "topk", "local_sgd-qsgd", "node_based-topk", "dpsgd-choco"],
 )
 def test_a_resumed_compressed_run_takes_the_steps_of_an_uninterrupted_one(algo: str, knobs: dict) -> None:
     """What a compressor remembers (error feedback, PowerSGD's Qs and its numpy generator, CHOCO's
     public copies, Local-SGD's anchors) goes through a checkpoint loaded with weights_only=True."""
-    results = run_ranks(rank_programs.compressed_resume, WORLD, knobs, 6, 3, algo, nodes=2)
+    results = run_ranks(rank_programs.compressed_resume, WORLD, knobs, 6, 3, algo, RESUME_KNOBS.get(algo), nodes=2)
     for result in results:
         assert np.array_equal(result["straight"], result["resumed"])

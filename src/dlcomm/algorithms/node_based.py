@@ -11,6 +11,13 @@ footnote say "every K' and at the final iteration": implemented as the text, so 
 (the last multiple is the final iteration; the paper's footnote: once per epoch when ``K' = K``,
 at most ``1 + floor(K / K')``). ``k_prime = -1``: once per epoch. A run that ``train.max_steps`` ends within an epoch averages
 after its last step too (the cut epoch's final iteration).
+
+With ``compress=<name>`` both levels go through the compressor (:mod:`dlcomm.compress`), each
+bucket with its own memory: the node's gradient ``G_m = C-mean_{r in m}(g_r)``, and at a consensus
+point the change since the last one, ``d_i = x_i - a`` (``a``: the parameters of the last consensus
+point, the same on every worker), ``x_i <- a + C-mean_i(d_i)``, ``a <- x_i``, local_sgd's
+(Qsparse-local-SGD's) rule: a compressor of the parameters themselves would average sparse or
+quantised models. BatchNorm's buffers stay exact. With no loss both are the plain averages.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class NodeBased(Algorithm):
     display_name = "node-based averaging"
     Config = NodeBasedConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
+    compression = ("tensor",)  # the node's gradient and the change since the last consensus point
 
     @classmethod
     def check_config(cls, cfg: NodeBasedConfig) -> None:
@@ -69,18 +77,26 @@ class NodeBased(Algorithm):
         super().setup(model, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
         self.grad_buckets: list[Bucket] = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
-        self.param_buffers = [b.bind_params() for b in make_buckets(params, int(self.cfg.bucket_mb * 2**20))]
+        self.param_buckets: list[Bucket] = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
+        self.param_buffers = [b.bind_params() for b in self.param_buckets]
         self.float_buffers = [b for b in model.buffers() if b.is_floating_point()]  # BatchNorm running stats
+        self.anchors = [] if self.compressor.identity else [buffer.clone() for buffer in self.param_buffers]
         self.steps_per_epoch = getattr(self, "steps_per_epoch", 0)
         self.total_steps = getattr(self, "total_steps", 0)
 
     def reduce_gradients(self, step: int) -> None:
         if self.cluster.layout.workers_per_node == 1:
             return
-        handles = [
-            self.channel.allreduce(b.pack_grads(), group="intra", average=True, async_op=True)
-            for b in self.grad_buckets
-        ]
+        if self.compressor.identity:
+            handles = [
+                self.channel.allreduce(b.pack_grads(), group="intra", average=True, async_op=True)
+                for b in self.grad_buckets
+            ]
+        else:  # keys 0..B-1: the gradient buckets (the consensus points' are B..)
+            handles = [
+                self.compressor.start(b.pack_grads(), index, step, self.channel, "intra", [p.shape for p in b.params])
+                for index, b in enumerate(self.grad_buckets)
+            ]
         for bucket, handle in zip(self.grad_buckets, handles):
             handle.wait()
             bucket.unpack_grads()
@@ -100,9 +116,33 @@ class NodeBased(Algorithm):
         if self.cluster.layout.nodes == 1 or not self.consensus_after(step):
             return
         with torch.no_grad():
-            handles = [
-                self.channel.allreduce(t, group="world", average=True, async_op=True)
-                for t in self.param_buffers + self.float_buffers
-            ]
+            exact = self.float_buffers if self.anchors else self.param_buffers + self.float_buffers
+            handles = [self.channel.allreduce(t, group="world", average=True, async_op=True) for t in exact]
+            if self.anchors:
+                self._average_changes(step)
             for handle in handles:
                 handle.wait()
+
+    def _average_changes(self, step: int) -> None:
+        """``x_i <- a + C-mean_i(x_i - a)``, ``a <- x_i``: the consensus through the compressor."""
+        first = len(self.grad_buckets)
+        changes = [buffer - anchor for buffer, anchor in zip(self.param_buffers, self.anchors)]
+        handles = [
+            self.compressor.start(change, first + index, step, self.channel, "world", [p.shape for p in bucket.params])
+            for index, (change, bucket) in enumerate(zip(changes, self.param_buckets))
+        ]
+        for buffer, anchor, change, handle in zip(self.param_buffers, self.anchors, changes, handles):
+            handle.wait()
+            anchor.add_(change)
+            buffer.copy_(anchor)
+
+    def state_dict(self) -> dict:
+        if self.compressor.identity:
+            return {}
+        return {"compressor": self.compressor.state_dict(), "anchors": [a.clone() for a in self.anchors]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "compressor" in state:
+            self.compressor.load_state_dict(state["compressor"])
+            for mine, saved in zip(self.anchors, state["anchors"]):
+                mine.copy_(saved)
