@@ -49,13 +49,13 @@ PYTEST_PARALLEL = $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 PYTEST_ALONE = $(VENV)/bin/pytest -q
 OK_IF_NONE = || [ $$? -eq 5 ]
 test: setup
-	$(PYTEST_PARALLEL) -m "not alone" $(ARGS) $(OK_IF_NONE)
-	$(PYTEST_ALONE) -m alone $(ARGS) $(OK_IF_NONE)
+	@parallel=0; $(PYTEST_PARALLEL) -m "not alone" $(ARGS) $(OK_IF_NONE) || parallel=1; \
+	$(PYTEST_ALONE) -m alone $(ARGS) $(OK_IF_NONE) && exit $$parallel
 
 # the unit tier: no end-to-end runs, SLURM or namespace hosts (markers in pyproject.toml)
 test-fast: setup
-	$(PYTEST_PARALLEL) -m "not slow and not slurm and not hosts and not alone" $(ARGS) $(OK_IF_NONE)
-	$(PYTEST_ALONE) -m "alone and not slow and not slurm and not hosts" $(ARGS) $(OK_IF_NONE)
+	@parallel=0; $(PYTEST_PARALLEL) -m "not slow and not slurm and not hosts and not alone" $(ARGS) $(OK_IF_NONE) || parallel=1; \
+	$(PYTEST_ALONE) -m "alone and not slow and not slurm and not hosts" $(ARGS) $(OK_IF_NONE) && exit $$parallel
 
 lint: setup
 	$(VENV)/bin/ruff check src tests scripts

@@ -17,6 +17,10 @@ import pytest
 
 from conftest import cli_env, run_cli
 
+# slow: processes and a real store, 30-70 s a test here; alone: signals land at moments, and a
+# bound on the whole test's time, that a busy machine moves
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
+
 JOB = ["dataset=synthetic", "model=mlp", "nodes=2", "train.max_steps=5"]
 
 
@@ -41,7 +45,6 @@ def _store_opens(database: Path) -> None:
     MlflowClient(tracking_uri=f"sqlite:///{database}").search_experiments(max_results=1)
 
 
-@pytest.mark.slow  # processes and a real store, about a minute here
 def test_a_first_run_interrupted_while_the_store_is_created_leaves_a_store_the_next_run_uses(tmp_path) -> None:
     start = time.monotonic()
     homes = []
@@ -78,7 +81,6 @@ def _full_disk() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
 
-@pytest.mark.slow  # processes and a real store, 30 s here
 def test_a_disk_that_fills_while_the_store_is_created_is_one_line_exit_2_and_no_store(tmp_path) -> None:
     first = _start(tmp_path, preexec_fn=_full_disk)
     _, err = first.communicate(timeout=120)
