@@ -9,6 +9,7 @@ from dlcomm.launch.harness import run_ranks
 import rank_programs
 
 
+@pytest.mark.slow  # DDP in real gloo processes, 12-13 s a case here
 @pytest.mark.parametrize("overlap,bucket_mb", [(False, 25.0), (True, 25.0), (True, 0.0), (False, 0.05)])
 def test_allreduce_agrees_with_ddp(overlap: bool, bucket_mb: float) -> None:
     differences = run_ranks(rank_programs.allreduce_vs_ddp, 4, overlap, bucket_mb, 20)

@@ -88,11 +88,20 @@ def _train(overrides: list[str], semantics: str, run_dir: Path) -> list[dict]:
     )
 
 
-# the simulated network in the unit tier (it exercises the clock's exchanges too), both in `make test`
+# `make test` runs every pair (10-20 s each here); the unit tier one algorithm of each pattern
+# (collectives, push-sum point-to-point, crossover's segments) on the simulated network, whose clock
+# exchanges too
+UNIT_TIER = {("allreduce", "simulate"), ("sgp", "simulate"), ("crossover", "simulate")}
+
+
 @pytest.mark.parametrize(
-    "network", [pytest.param(n, marks=[pytest.mark.slow] if n == "off" else []) for n in sorted(NETWORKS)]
+    ("name", "network"),
+    [
+        pytest.param(name, network, marks=[] if (name, network) in UNIT_TIER else [pytest.mark.slow])
+        for name in sorted(ALGORITHMS)
+        for network in sorted(NETWORKS)
+    ],
 )
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_runs_under_nccls_rules_with_glooss_numbers(name: str, network: str, tmp_path: Path) -> None:
     for nodes, per_node in SHAPES:
         overrides = _overrides(name, nodes, per_node, network)
