@@ -82,7 +82,8 @@ results/%/compute_profile.json:
 .PHONY: reproduce-compression reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-largebatch reproduce-crossover-time reproduce-node-based reproduce-wan-gossip
 
 # Gradient compression (docs/compression.md): AllReduce-SGD at 8 workers with every compressor and PowerSGD at
-# ranks 1, 2, 4, seeds 0-2, one epoch, at 1 and 10 Gb/s simulated (60 runs as threads)
+# ranks 1, 2, 4, seeds 0-2, one epoch, at 1 and 10 Gb/s simulated (60 runs as threads, ~75 s each here: ~75 min,
+# over the hour; results/README.md holds the 1 Gb/s half)
 reproduce-compression: setup
 	$(DLCOMM) train -m experiment=compression_fmnist network=eth_1g,eth_10g compress=none,fp16,bf16,topk,randomk,qsgd,sign seed=0,1,2
 	$(DLCOMM) train -m experiment=compression_fmnist network=eth_1g,eth_10g compress=powersgd compress.rank=1,2,4 seed=0,1,2
