@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dlcomm.algorithms.anchored import ChangeAverage
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import check_bucket_mb, make_buckets
 from dlcomm.algorithms.registry import register
@@ -73,39 +74,21 @@ class LocalSGD(Algorithm):
         params = [p for p in model.parameters() if p.requires_grad]
         self.buckets = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
         self.buffers = [bucket.bind_params() for bucket in self.buckets]
-        self.anchors = [] if self.compressor.identity else [buffer.clone() for buffer in self.buffers]
+        self.changes = None if self.compressor.identity else ChangeAverage(self.compressor, self.buffers, self.buckets)
 
     def after_step(self, step: int) -> None:
         if (step + 1) % self.cfg.period != 0:
             return
-        if not self.compressor.identity:
-            self._average_compressed(step)
+        if self.changes is not None:
+            self.changes.average(self.channel, "world", step)
             return
         handles = [self.channel.allreduce(buffer, average=True, async_op=True) for buffer in self.buffers]
         for handle in handles:
             handle.wait()
 
-    def _average_compressed(self, step: int) -> None:
-        import torch
-
-        changes = [buffer - anchor for buffer, anchor in zip(self.buffers, self.anchors)]
-        handles = [
-            self.compressor.start(change, index, step, self.channel, "world", [p.shape for p in bucket.params])
-            for index, (change, bucket) in enumerate(zip(changes, self.buckets))
-        ]
-        with torch.no_grad():
-            for buffer, anchor, change, handle in zip(self.buffers, self.anchors, changes, handles):
-                handle.wait()
-                anchor.add_(change)
-                buffer.copy_(anchor)
-
     def state_dict(self) -> dict:
-        if self.compressor.identity:
-            return {}
-        return {"compressor": self.compressor.state_dict(), "anchors": [a.clone() for a in self.anchors]}
+        return {} if self.changes is None else self.changes.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        if "compressor" in state:
-            self.compressor.load_state_dict(state["compressor"])
-            for mine, saved in zip(self.anchors, state["anchors"]):
-                mine.copy_(saved)
+        if self.changes is not None:
+            self.changes.load_state_dict(state)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dlcomm.algorithms.anchored import ChangeAverage
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import Bucket, check_bucket_mb, make_buckets
 from dlcomm.algorithms.registry import register
@@ -80,7 +81,12 @@ class NodeBased(Algorithm):
         self.param_buckets: list[Bucket] = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
         self.param_buffers = [b.bind_params() for b in self.param_buckets]
         self.float_buffers = [b for b in model.buffers() if b.is_floating_point()]  # BatchNorm running stats
-        self.anchors = [] if self.compressor.identity else [buffer.clone() for buffer in self.param_buffers]
+        # the consensus points' keys follow the gradient buckets': the two memories never mix
+        self.changes = (
+            None
+            if self.compressor.identity
+            else ChangeAverage(self.compressor, self.param_buffers, self.param_buckets, len(self.grad_buckets))
+        )
         self.steps_per_epoch = getattr(self, "steps_per_epoch", 0)
         self.total_steps = getattr(self, "total_steps", 0)
 
@@ -116,33 +122,16 @@ class NodeBased(Algorithm):
         if self.cluster.layout.nodes == 1 or not self.consensus_after(step):
             return
         with torch.no_grad():
-            exact = self.float_buffers if self.anchors else self.param_buffers + self.float_buffers
+            exact = self.float_buffers if self.changes is not None else self.param_buffers + self.float_buffers
             handles = [self.channel.allreduce(t, group="world", average=True, async_op=True) for t in exact]
-            if self.anchors:
-                self._average_changes(step)
+            if self.changes is not None:
+                self.changes.average(self.channel, "world", step)
             for handle in handles:
                 handle.wait()
 
-    def _average_changes(self, step: int) -> None:
-        """``x_i <- a + C-mean_i(x_i - a)``, ``a <- x_i``: the consensus through the compressor."""
-        first = len(self.grad_buckets)
-        changes = [buffer - anchor for buffer, anchor in zip(self.param_buffers, self.anchors)]
-        handles = [
-            self.compressor.start(change, first + index, step, self.channel, "world", [p.shape for p in bucket.params])
-            for index, (change, bucket) in enumerate(zip(changes, self.param_buckets))
-        ]
-        for buffer, anchor, change, handle in zip(self.param_buffers, self.anchors, changes, handles):
-            handle.wait()
-            anchor.add_(change)
-            buffer.copy_(anchor)
-
     def state_dict(self) -> dict:
-        if self.compressor.identity:
-            return {}
-        return {"compressor": self.compressor.state_dict(), "anchors": [a.clone() for a in self.anchors]}
+        return {} if self.changes is None else self.changes.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        if "compressor" in state:
-            self.compressor.load_state_dict(state["compressor"])
-            for mine, saved in zip(self.anchors, state["anchors"]):
-                mine.copy_(saved)
+        if self.changes is not None:
+            self.changes.load_state_dict(state)
