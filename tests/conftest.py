@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +18,10 @@ import pytest
 
 # One compute-profile cache for the whole test session (network.compute=profile measures a replica
 # for ~2 s the first time a model/batch/optimizer is seen; every test has its own DLCOMM_HOME).
-os.environ.setdefault("DLCOMM_PROFILES", tempfile.mkdtemp(prefix="dlcomm-test-profiles-"))
+# The process that makes it (pytest's controller; xdist's workers inherit the variable) removes it at exit.
+if "DLCOMM_PROFILES" not in os.environ:
+    os.environ["DLCOMM_PROFILES"] = tempfile.mkdtemp(prefix="dlcomm-test-profiles-")
+    atexit.register(shutil.rmtree, os.environ["DLCOMM_PROFILES"], ignore_errors=True)
 
 
 # The algorithm choices, as Hydra lists them: the config files of configs/algo/ and of every

@@ -750,6 +750,31 @@ def choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float) ->
     return {"before": before.numpy().copy(), "after": algorithm.buffers[0].numpy().copy()}
 
 
+def crossover_choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float, seed: int = 5) -> dict:
+    """``rounds`` of Crossover-SGD's gossip (two segments: the two layers) with ``compress``, from
+    this rank's own random parameters, no training step between: each segment before and after."""
+    from dlcomm.algorithms.crossover import Crossover, CrossoverConfig
+    from dlcomm.compress.registry import COMPRESSORS
+
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+    algorithm = Crossover(
+        CrossoverConfig(gamma=gamma),
+        cluster,
+        channel,
+        seed=seed,
+        compress=COMPRESSORS.get(compress["name"]).Config(**compress),
+    )
+    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(cluster.rank)
+    with torch.no_grad():
+        for buffer in algorithm.buffers:
+            buffer.copy_(torch.randn(buffer.numel(), generator=generator))
+    before = [buffer.numpy().copy() for buffer in algorithm.buffers]
+    for step in range(rounds):
+        algorithm.after_step(step)
+    return {"before": before, "after": [buffer.numpy().copy() for buffer in algorithm.buffers]}
+
+
 def compressed_resume(
     cluster, channel, compress: dict, steps: int, split: int, algo: str = "allreduce", knobs: dict | None = None
 ) -> dict:

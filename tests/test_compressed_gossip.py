@@ -1,5 +1,6 @@
-"""D-PSGD with a compressor: CHOCO-Gossip (Koloskova, Stich, Jaggi, ICML 2019, Alg. 2) over the
-ring, against a transcription of the algorithm on every worker at once, the mean kept."""
+"""Gossip with a compressor: CHOCO-Gossip (Koloskova, Stich, Jaggi, ICML 2019, Alg. 2) over D-PSGD's
+ring, and with a public copy per directed pair over Crossover-SGD's changing peers, each against a
+transcription of the rule on every worker at once, the mean kept."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from dlcomm.errors import UserError
 from dlcomm.launch import harness
+from dlcomm.topology.graphs import fair_random_sources
 
 import rank_programs
 
@@ -58,3 +61,61 @@ def test_choco_with_a_lossless_compressor_is_dpsgd_s_gossip() -> None:
         xs = [(xs[(i - 1) % 4] + xs[i] + xs[(i + 1) % 4]) / 3 for i in range(4)]
     for result, expected in zip(results, xs):
         assert np.allclose(result["after"], expected.numpy(), atol=1e-6)
+
+
+def _pairwise_choco(segments: list[list[torch.Tensor]], rounds: int, gamma: float, seed: int, compress):
+    """Crossover's round with compression, per segment k and round t: src = the fair draw,
+    dest its inverse; c[(s, r)] the public copy of x_s held by s and r (from 0);
+    q_i = Q(x_i - c[(i, dest(i))]), c[(i, dest(i))] += q_i, then every worker at once
+    x_i += gamma / 2 (c[(src(i), i)] - c[(i, dest(i))])."""
+    n = len(segments)
+    xs = [[x.clone() for x in worker] for worker in segments]
+    copies: dict[tuple[int, int, int], torch.Tensor] = {}
+    for t in range(rounds):
+        for k in range(len(xs[0])):
+            src = fair_random_sources(n, seed, t, k)
+            dest = {s: i for i, s in enumerate(src)}
+            for i in range(n):
+                key = (k, i, dest[i])
+                copy = copies.setdefault(key, torch.zeros_like(xs[i][k]))
+                copies[key] = copy + compress(xs[i][k] - copy)
+            for i in range(n):
+                xs[i][k] = xs[i][k] + gamma / 2 * (copies[(k, src[i], i)] - copies[(k, i, dest[i])])
+    return xs
+
+
+@pytest.mark.parametrize(("world", "gamma"), [(4, 1.0), (5, 0.5)])
+def test_crossover_with_topk_is_choco_gossip_with_a_copy_per_pair(world: int, gamma: float) -> None:
+    results = run_ranks(rank_programs.crossover_choco_rounds, world, {"name": "topk", "ratio": 0.3}, 6, gamma)
+    before = [[torch.from_numpy(segment) for segment in r["before"]] for r in results]
+    reference = _pairwise_choco(before, 6, gamma, 5, lambda d: _topk(d, 0.3))
+    for result, expected in zip(results, reference):
+        for ours, theirs in zip(result["after"], expected):
+            assert np.allclose(ours, theirs.numpy(), atol=1e-6)
+    for k in range(2):  # a permutation every round and copies that agree: the sum is kept
+        mean = lambda key: np.mean([r[key][k] for r in results], axis=0)  # noqa: E731
+        assert np.allclose(mean("before"), mean("after"), atol=1e-6)
+
+
+def test_crossover_with_a_lossless_compressor_is_crossovers_own_round() -> None:
+    """Q = identity, gamma = 1: each pair's copy is the sender's segment, so every round is
+    x_i <- (x_i + x_src(i)) / 2 segment by segment, Crossover-SGD's step."""
+    results = run_ranks(rank_programs.crossover_choco_rounds, 4, {"name": "topk", "ratio": 1.0}, 3, 1.0)
+    xs = [[torch.from_numpy(segment) for segment in r["before"]] for r in results]
+    for t in range(3):
+        for k in range(2):
+            src = fair_random_sources(4, 5, t, k)
+            xs = [[(x[j] + xs[src[i]][j]) / 2 if j == k else x[j] for j in range(2)] for i, x in enumerate(xs)]
+    for result, expected in zip(results, xs):
+        for ours, theirs in zip(result["after"], expected):
+            assert np.allclose(ours, theirs.numpy(), atol=1e-6)
+    lossy = run_ranks(rank_programs.crossover_choco_rounds, 4, {"name": "topk", "ratio": 0.2}, 3, 1.0)
+    assert not np.allclose(lossy[0]["after"][0], xs[0][0].numpy(), atol=1e-3)  # the comparison can fail
+
+
+def test_crossover_refuses_a_compressor_with_the_unfair_draw() -> None:
+    from dlcomm.compose import compose
+
+    with pytest.raises(UserError, match="algo.fair=False is invalid: compress=topk needs the fair draw"):
+        compose(["algo=crossover", "algo.fair=false", "compress=topk"])
+    compose(["algo=crossover", "algo.fair=false"])  # uncompressed, the ablation stands

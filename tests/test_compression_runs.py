@@ -168,6 +168,7 @@ def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
         ("local_sgd", "qsgd", {"period": 1}),
         ("node_based", "powersgd", {"k_prime": 2}),
         ("dpsgd", "sign", None),
+        ("crossover", "qsgd", None),
     ],
 )
 def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs: dict | None) -> None:
@@ -194,12 +195,13 @@ RESUME_KNOBS = {"node_based": {"k_prime": 2}}  # consensus points before and aft
         ("local_sgd", {"name": "qsgd", "error_feedback": True}),
         ("node_based", {"name": "topk", "ratio": 0.1}),
         ("dpsgd", {"name": "topk", "ratio": 0.1}),
+        ("crossover", {"name": "topk", "ratio": 0.1}),
     ],
-    ids=["powersgd", "topk", "local_sgd-qsgd", "node_based-topk", "dpsgd-choco"],
+    ids=["powersgd", "topk", "local_sgd-qsgd", "node_based-topk", "dpsgd-choco", "crossover-choco"],
 )
 def test_a_resumed_compressed_run_takes_the_steps_of_an_uninterrupted_one(algo: str, knobs: dict) -> None:
     """What a compressor remembers (error feedback, PowerSGD's Qs and its numpy generator, CHOCO's
-    public copies, Local-SGD's anchors) goes through a checkpoint loaded with weights_only=True."""
+    public copies, per pair for Crossover, Local-SGD's anchors) goes through a checkpoint loaded with weights_only=True."""
     results = run_ranks(rank_programs.compressed_resume, WORLD, knobs, 6, 3, algo, RESUME_KNOBS.get(algo), nodes=2)
     for result in results:
         assert np.array_equal(result["straight"], result["resumed"])

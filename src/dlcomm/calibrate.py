@@ -196,7 +196,8 @@ def submit(nodes: int, per_host: int, forwarded: list[str]) -> int:
     import shlex
     import tempfile
 
-    log = Path(tempfile.mkdtemp(prefix="dlcomm-calibrate-")) / "slurm-%j.out"
+    folder = tempfile.TemporaryDirectory(prefix="dlcomm-calibrate-")
+    log = Path(folder.name) / "slurm-%j.out"
     command = " ".join(shlex.quote(part) for part in [sys.executable, "-m", "dlcomm.cli", "calibrate", *forwarded])
     done = subprocess.run(
         [
@@ -214,6 +215,7 @@ def submit(nodes: int, per_host: int, forwarded: list[str]) -> int:
     )
     for written in log.parent.glob("slurm-*.out"):
         print(written.read_text(), end="")
+    folder.cleanup()
     if done.returncode != 0:
         raise UserError(
             f"the calibration job failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'see above'}"

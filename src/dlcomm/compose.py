@@ -51,13 +51,21 @@ def all_schemas() -> list[tuple[Optional[str], str, type]]:
     return found
 
 
+_STORED: dict[tuple[Optional[str], str], type] = {}  # what register_schemas last put in the ConfigStore
+
+
 def register_schemas() -> None:
-    """Put every schema in the ConfigStore under the names the YAML defaults lists use."""
+    """Put every schema in the ConfigStore under the names the YAML defaults lists use.
+
+    A schema already stored (the same class under the same name) is not stored again: storing
+    builds a structured config, about half of a composition's time when done for all of them."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     for group, name, node in all_schemas():
-        store.store(group=group, name=name, node=node)
+        if _STORED.get((group, name)) is not node:
+            store.store(group=group, name=name, node=node)
+            _STORED[(group, name)] = node
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -164,6 +172,7 @@ def check_algorithm(cfg: DictConfig) -> None:
             f"compress={cfg.compress.name} is not supported with algo={cfg.algo.name}: it is carried by "
             f"{', '.join(f'algo={name}' for name in able) or 'no algorithm'}; pass compress=none or one of those"
         )
+    algorithm.check_compressor(cfg.algo, compressor)
 
 
 def _closed_choice(error: Exception) -> Optional[str]:

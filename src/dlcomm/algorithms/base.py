@@ -72,6 +72,11 @@ class Algorithm:
         """Raise ``UserError`` (via ``dlcomm.config.validate.require``) for invalid knobs."""
 
     @classmethod
+    def check_compressor(cls, cfg: AlgoConfig, compressor: type[Compressor]) -> None:
+        """Raise ``UserError`` for a compressor (``compress=<name>``, of a kind in
+        :attr:`compression`) that these knobs cannot carry. None refused by default."""
+
+    @classmethod
     def roles(cls, cfg: AlgoConfig) -> tuple[str, ...]:
         """The service processes this configuration needs beside the workers (none by default)."""
         return ()

@@ -16,6 +16,24 @@ ranks the messages match in that order), then
 unfair variant: every rank still receives exactly one copy and averages with it, a rank sends to
 every rank that drew it, none or several; row stochastic only). ``segmentwise=false`` makes the
 whole model one segment.
+
+With ``compress=<name>`` (:mod:`dlcomm.compress`) the round follows CHOCO-Gossip's rule
+(Koloskova, Stich, Jaggi, ICML 2019, Alg. 2; as ``dpsgd`` does), with a public copy per
+directed pair because the peers change every iteration: ``s -> r`` is the copy of ``x_s`` that
+``s`` and ``r`` both hold (from 0, updated only when ``s`` sends to ``r``). For every segment,
+with ``r`` the rank this one sends to and ``s`` the rank it receives from,
+
+    q = Q(x_i - x^_{i->r});   x^_{i->r} += D(q)  on both ends;   x^_{s->i} += D(q_s)
+    x_i <- x_i + (gamma / 2) (x^_{s->i} - x^_{i->r})
+
+Both ends add the same ``D(q)``, so the copies agree bit for bit, and the fair draw is a
+permutation (every rank sends each segment once): ``sum_i x^_{src(i)->i} = sum_i x^_{i->dest(i)}``,
+so the workers' sum is kept exactly. With a lossless ``Q`` and ``gamma`` = 1 the copies are the
+parameters and the round is ``(x_i + x_s) / 2``, the uncompressed one. The compressor's own
+memory is not used (the copies carry the error). ``fair=false`` is refused with a compressor:
+a rank may then send a segment to several ranks or none, and no subtracted copy keeps the sum.
+Memory: at most two copies of each segment per other rank (one sent, one heard), made when a
+pair first meets.
 """
 
 from __future__ import annotations
@@ -33,6 +51,8 @@ from dlcomm.topology.graphs import fair_random_sources, random_sources, receiver
 if TYPE_CHECKING:
     import torch
 
+    from dlcomm.compress.base import Compressor
+
 
 @dataclass
 class CrossoverConfig(AlgoConfig):
@@ -40,23 +60,40 @@ class CrossoverConfig(AlgoConfig):
     segments: int = 0  # 0: the model's top-level blocks; k: k balanced runs of layers
     segmentwise: bool = True  # false: the whole model is one segment (ablation)
     fair: bool = True  # false: independent uniform destinations (ablation)
+    gamma: float = 1.0  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
 
 
 def check_crossover(cfg: CrossoverConfig) -> None:
     require(cfg.segments >= 0, "algo.segments", cfg.segments, "use 0 (top-level blocks), 1 (whole model) or a count")
+    require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "CHOCO's consensus step is in (0, 1], e.g. 1 or 0.5")
 
 
 class CrossoverGossip:
     """One Crossover round over ``buffers`` among the global ranks ``members`` (this rank among them)."""
 
     def __init__(
-        self, channel, buffers: list[torch.Tensor], members: list[int], rank: int, fair: bool, seed: int
+        self,
+        channel,
+        buffers: list[torch.Tensor],
+        members: list[int],
+        rank: int,
+        fair: bool,
+        seed: int,
+        compressor: Compressor | None = None,
+        gamma: float = 1.0,
     ) -> None:
         import torch
 
         self.channel, self.buffers, self.members, self.fair, self.seed = channel, buffers, members, fair, seed
         self.me = members.index(rank)
+        self.rank = rank
         self.scratch = [torch.empty_like(b) for b in buffers]
+        self.compressor = None if compressor is None or compressor.identity else compressor
+        self.gamma = gamma
+        # CHOCO's public copies, per segment and member position: of this rank's segment as that
+        # member holds it (sent), and of that member's segment as this rank holds it (heard)
+        self.sent: list[dict[int, torch.Tensor]] = [{} for _ in buffers]
+        self.heard: list[dict[int, torch.Tensor]] = [{} for _ in buffers]
 
     def sources(self, step: int, segment: int) -> list[int]:
         """``src[i]``: the member position that position ``i`` receives ``segment`` from."""
@@ -68,6 +105,9 @@ class CrossoverGossip:
 
         if len(self.members) == 1:
             return
+        if self.compressor is not None:
+            self._choco_round(step, group)
+            return
         sends, recvs = [], []
         for k, buffer in enumerate(self.buffers):
             src = self.sources(step, k)
@@ -78,16 +118,66 @@ class CrossoverGossip:
             for buffer, received in zip(self.buffers, self.scratch):
                 buffer.add_(received).mul_(0.5)
 
+    def _choco_round(self, step: int, group: str) -> None:
+        """One round with compressed messages against the pairs' public copies (module docstring):
+        every segment's payload to its receiver in one exchange."""
+        import torch
+
+        from dlcomm.compress.base import pack, unpack
+
+        codec, me = self.compressor, self.me
+        sends, recvs, plans = [], [], []
+        for k, buffer in enumerate(self.buffers):
+            src = self.sources(step, k)
+            (receiver,) = receivers_of(me, src)  # the fair draw: exactly one
+            sent = self.sent[k].setdefault(receiver, torch.zeros_like(buffer))
+            payload, ctx = codec.encode(buffer - sent, k, step, self.rank)
+            message = pack(payload)
+            inbox = torch.empty_like(message)  # payload sizes never depend on the data
+            sends.append((message, self.members[receiver]))
+            recvs.append((inbox, self.members[src[me]]))
+            plans.append((sent, payload, ctx, inbox, src[me]))
+        self.channel.exchange(sends, recvs, group=group).wait()
+        with torch.no_grad():
+            for k, (buffer, (sent, payload, ctx, inbox, source)) in enumerate(zip(self.buffers, plans)):
+                sent.add_(codec.decompress(payload, ctx).view_as(buffer))
+                heard = self.heard[k].setdefault(source, torch.zeros_like(buffer))
+                heard.add_(codec.decompress(unpack(inbox, payload), ctx).view_as(buffer))
+                buffer.add_(heard - sent, alpha=self.gamma / 2)
+
+    def state_dict(self) -> dict:
+        """The public copies (empty uncompressed)."""
+        copy = lambda copies: [{peer: t.clone() for peer, t in by_peer.items()} for by_peer in copies]  # noqa: E731
+        return {"sent": copy(self.sent), "heard": copy(self.heard)} if self.compressor is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.compressor is not None:
+            self.sent, self.heard = (
+                [{peer: t.clone() for peer, t in by_peer.items()} for by_peer in state[name]]
+                for name in ("sent", "heard")
+            )
+
 
 @register
 class Crossover(Algorithm):
     name = "crossover"
     display_name = "Crossover-SGD"
     Config = CrossoverConfig
+    compression = ("payload",)  # CHOCO-Gossip with a public copy per directed pair
 
     @classmethod
     def check_config(cls, cfg: CrossoverConfig) -> None:
         check_crossover(cfg)
+
+    @classmethod
+    def check_compressor(cls, cfg: CrossoverConfig, compressor: type[Compressor]) -> None:
+        require(
+            compressor.identity or cfg.fair,
+            "algo.fair",
+            cfg.fair,
+            f"compress={compressor.name} needs the fair draw (every rank sends each segment once, which keeps the "
+            "workers' sum): pass algo.fair=true or compress=none",
+        )
 
     group = "world"  # the group the gossip round runs on
 
@@ -103,9 +193,25 @@ class Crossover(Algorithm):
         self.gossip = (
             None
             if members is None
-            else CrossoverGossip(self.channel, self.buffers, members, self.cluster.rank, self.cfg.fair, self.seed)
+            else CrossoverGossip(
+                self.channel,
+                self.buffers,
+                members,
+                self.cluster.rank,
+                self.cfg.fair,
+                self.seed,
+                compressor=self.compressor,
+                gamma=self.cfg.gamma,
+            )
         )
 
     def after_step(self, step: int) -> None:
         if self.gossip is not None:
             self.gossip.round(step, group=self.group)
+
+    def state_dict(self) -> dict:
+        return self.gossip.state_dict() if self.gossip is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.gossip is not None:
+            self.gossip.load_state_dict(state)
