@@ -775,6 +775,31 @@ def crossover_choco_rounds(cluster, channel, compress: dict, rounds: int, gamma:
     return {"before": before, "after": [buffer.numpy().copy() for buffer in algorithm.buffers]}
 
 
+def sgp_choco_rounds(cluster, channel, compress: dict, rounds: int, overlap: bool = False) -> dict:
+    """``rounds`` of SGP's push-sum (the optimizer's step left out: the numerator re-biased and
+    pushed) with ``compress``, from this rank's own random parameters and weight 1: the numerator
+    before, and the numerator and weight after (in-flight messages added: ``end_epoch``)."""
+    from dlcomm.algorithms.sgp import SGP, SGPConfig
+    from dlcomm.compress.registry import COMPRESSORS
+
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+    algorithm = SGP(
+        SGPConfig(overlap=overlap), cluster, channel, compress=COMPRESSORS.get(compress["name"]).Config(**compress)
+    )
+    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with torch.no_grad():
+        algorithm.params.copy_(
+            torch.randn(algorithm.params.numel(), generator=torch.Generator().manual_seed(cluster.rank))
+        )
+    before = algorithm.params.numpy().copy()
+    for step in range(rounds):
+        algorithm.reduce_gradients(step)  # z -> x
+        algorithm.after_step(step)  # push, x -> z
+    algorithm.end_epoch(0)
+    weight = algorithm.weight
+    return {"before": before, "after": algorithm.params.numpy().copy() * weight, "weight": weight}
+
+
 def compressed_resume(
     cluster, channel, compress: dict, steps: int, split: int, algo: str = "allreduce", knobs: dict | None = None
 ) -> dict:

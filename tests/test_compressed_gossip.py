@@ -1,6 +1,6 @@
 """Gossip with a compressor: CHOCO-Gossip (Koloskova, Stich, Jaggi, ICML 2019, Alg. 2) over D-PSGD's
-ring, and with a public copy per directed pair over Crossover-SGD's changing peers, each against a
-transcription of the rule on every worker at once, the mean kept."""
+ring, and with a public copy per directed pair over Crossover-SGD's changing peers and SGP's
+push-sum, each against a transcription of the rule on every worker at once, the mean kept."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from dlcomm.errors import UserError
 from dlcomm.launch import harness
-from dlcomm.topology.graphs import fair_random_sources
+from dlcomm.topology.graphs import exponential_hop, fair_random_sources
 
 import rank_programs
 
@@ -119,3 +119,45 @@ def test_crossover_refuses_a_compressor_with_the_unfair_draw() -> None:
     with pytest.raises(UserError, match="algo.fair=False is invalid: compress=topk needs the fair draw"):
         compose(["algo=crossover", "algo.fair=false", "compress=topk"])
     compose(["algo=crossover", "algo.fair=false"])  # uncompressed, the ablation stands
+
+
+def _compressed_push_sum(xs: list[torch.Tensor], rounds: int, compress):
+    """SGP's push-sum with a copy per directed pair, every worker at once: r = i + hop, s = i - hop,
+    c[(i, r)] += Q(x_i / 2 - c[(i, r)]), x_i <- x_i - c[(i, r)] + c[(s, i)], w_i <- w_i / 2 + w_s / 2."""
+    n = len(xs)
+    xs, ws = [x.clone() for x in xs], [1.0] * n
+    copies: dict[tuple[int, int], torch.Tensor] = {}
+    for t in range(rounds):
+        hop = exponential_hop(t, n, "sgp")
+        for i in range(n):
+            key = (i, (i + hop) % n)
+            copy = copies.setdefault(key, torch.zeros_like(xs[i]))
+            copies[key] = copy + compress(xs[i] / 2 - copy)
+        xs = [xs[i] - copies[(i, (i + hop) % n)] + copies[((i - hop) % n, i)] for i in range(n)]
+        ws = [ws[i] / 2 + ws[(i - hop) % n] / 2 for i in range(n)]
+    return xs, ws
+
+
+@pytest.mark.parametrize("world", [4, 5])
+def test_sgp_with_topk_is_push_sum_with_a_copy_per_pair_and_keeps_both_sums(world: int) -> None:
+    results = run_ranks(rank_programs.sgp_choco_rounds, world, {"name": "topk", "ratio": 0.3}, 7)
+    xs, ws = _compressed_push_sum([torch.from_numpy(r["before"]) for r in results], 7, lambda d: _topk(d, 0.3))
+    for result, x, w in zip(results, xs, ws):
+        assert result["weight"] == pytest.approx(w, abs=1e-7)
+        assert np.allclose(result["after"], x.numpy(), atol=1e-5)
+    total = lambda key: np.sum([r[key] for r in results], axis=0)  # noqa: E731
+    assert np.allclose(total("before"), total("after"), atol=1e-5)  # push-sum's numerator sum
+    assert sum(r["weight"] for r in results) == pytest.approx(world)  # and its weight sum
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_sgp_with_a_lossless_compressor_is_sgp(overlap: bool) -> None:
+    """Q = identity: each pair's copy is the pushed half, so the sender keeps x/2 and the receiver
+    adds the sender's x/2, SGP's own step, one iteration late too."""
+    plain = run_ranks(rank_programs.sgp_choco_rounds, 4, {"name": "none"}, 5, overlap)
+    lossless = run_ranks(rank_programs.sgp_choco_rounds, 4, {"name": "topk", "ratio": 1.0}, 5, overlap)
+    for ours, theirs in zip(lossless, plain):
+        assert ours["weight"] == theirs["weight"]
+        assert np.allclose(ours["after"], theirs["after"], atol=1e-6)
+    lossy = run_ranks(rank_programs.sgp_choco_rounds, 4, {"name": "topk", "ratio": 0.2}, 5, overlap)
+    assert not np.allclose(lossy[0]["after"], plain[0]["after"], atol=1e-3)  # the comparison can fail

@@ -169,6 +169,7 @@ def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
         ("node_based", "powersgd", {"k_prime": 2}),
         ("dpsgd", "sign", None),
         ("crossover", "qsgd", None),
+        ("sgp", "randomk", {"overlap": True}),
     ],
 )
 def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs: dict | None) -> None:
@@ -196,8 +197,9 @@ RESUME_KNOBS = {"node_based": {"k_prime": 2}}  # consensus points before and aft
         ("node_based", {"name": "topk", "ratio": 0.1}),
         ("dpsgd", {"name": "topk", "ratio": 0.1}),
         ("crossover", {"name": "topk", "ratio": 0.1}),
+        ("sgp", {"name": "topk", "ratio": 0.1}),
     ],
-    ids=["powersgd", "topk", "local_sgd-qsgd", "node_based-topk", "dpsgd-choco", "crossover-choco"],
+    ids=["powersgd", "topk", "local_sgd-qsgd", "node_based-topk", "dpsgd-choco", "crossover-choco", "sgp-choco"],
 )
 def test_a_resumed_compressed_run_takes_the_steps_of_an_uninterrupted_one(algo: str, knobs: dict) -> None:
     """What a compressor remembers (error feedback, PowerSGD's Qs and its numpy generator, CHOCO's

@@ -20,6 +20,21 @@ message as the parameters (one trailing slot of the flat buffer).
 ``overlap=true``: the one-step-stale variant. The half sent at iteration ``t`` is added by its
 receiver at iteration ``t + 1`` (the messages of ``t`` travel while ``t + 1`` computes); the sums
 then include what is in flight.
+
+With ``compress=<name>`` (:mod:`dlcomm.compress`) the pushed half of the numerator travels
+compressed against a public copy per directed pair (CHOCO-Gossip's copies, Koloskova, Stich,
+Jaggi, ICML 2019, kept per pair because the out-peer changes every iteration; quantised
+push-sum with copies is Taheri et al., ICML 2020, on a fixed graph). With ``r`` this iteration's
+out-peer and ``c_{i->r}`` the copy that ``i`` and ``r`` both hold (from 0):
+
+    q = Q(x_i / 2 - c_{i->r});   c_{i->r} += D(q)  on both ends
+    x_i <- x_i - c_{i->r} + c_{s->i}     (s: the in-peer; what it transferred)
+    w_i <- w_i / 2 + w_s / 2             (the weight travels exact, 4 bytes beside the payload)
+
+The sender keeps exactly what it did not transfer (its half plus the compression error), so the
+sums of ``x`` and ``w`` over workers are kept as push-sum needs; the error is sent the next time
+the pair meets. A lossless ``Q`` gives the uncompressed step. The compressor's own memory is not
+used. ``overlap=true`` adds the copy when the message is consumed, one iteration later.
 """
 
 from __future__ import annotations
@@ -50,6 +65,7 @@ class SGP(Algorithm):
     name = "sgp"
     display_name = "SGP"
     Config = SGPConfig
+    compression = ("payload",)  # the pushed half against a public copy per directed pair
 
     @classmethod
     def check_config(cls, cfg: SGPConfig) -> None:
@@ -70,6 +86,10 @@ class SGP(Algorithm):
         self.outgoing = torch.empty_like(self.buffer)
         self.incoming = torch.empty_like(self.buffer)
         self.pending: list = []  # overlap: this step's handles, completed at the next
+        self.arrival = None  # compressed: what the pending exchange adds to (x, w) once it completes
+        self.compressed = not self.compressor.identity
+        self.sent: dict[int, torch.Tensor] = {}  # compressed: c_{i->r} by out-peer r
+        self.heard: dict[int, torch.Tensor] = {}  # compressed: c_{s->i} by in-peer s
 
     @property
     def weight(self) -> float:
@@ -90,14 +110,42 @@ class SGP(Algorithm):
                 if self.pending:  # overlap: add what was sent to us last step
                     self._receive(holds_numerator=True)
                 hop = exponential_hop(step, n, self.cfg.cycle)
-                self.buffer.mul_(0.5)
-                self.outgoing.copy_(self.buffer)
-                self.pending = [
-                    self.channel.exchange([(self.outgoing, (rank + hop) % n)], [(self.incoming, (rank - hop) % n)])
-                ]
+                if self.compressed:
+                    self._push_compressed(step, (rank + hop) % n, (rank - hop) % n)
+                else:
+                    self.buffer.mul_(0.5)
+                    self.outgoing.copy_(self.buffer)
+                    self.pending = [
+                        self.channel.exchange([(self.outgoing, (rank + hop) % n)], [(self.incoming, (rank - hop) % n)])
+                    ]
                 if not self.cfg.overlap:
                     self._receive(holds_numerator=True)
             self.params.div_(self.buffer[-1])  # x -> z
+
+    def _push_compressed(self, step: int, out_peer: int, in_peer: int) -> None:
+        """Send ``Q(x/2 - c_{i->r})`` and ``w/2``, keep ``x - c_{i->r}`` and ``w/2`` (module docstring)."""
+        import torch
+
+        from dlcomm.compress.base import pack, unpack
+
+        codec, params = self.compressor, self.params
+        sent = self.sent.setdefault(out_peer, torch.zeros_like(params))
+        payload, ctx = codec.encode(params * 0.5 - sent, 0, step, self.cluster.rank)
+        sent.add_(codec.decompress(payload, ctx).view_as(sent))
+        params.sub_(sent)
+        self.buffer[-1] *= 0.5
+        message, weight = pack(payload), self.buffer[-1:].clone()
+        inbox, weight_in = torch.empty_like(message), torch.empty_like(weight)
+        self.pending = [
+            self.channel.exchange([(message, out_peer), (weight, out_peer)], [(inbox, in_peer), (weight_in, in_peer)])
+        ]
+
+        def arrival() -> torch.Tensor:  # (c_{s->i} after its update, w_s / 2), once the exchange completed
+            heard = self.heard.setdefault(in_peer, torch.zeros_like(params))
+            heard.add_(codec.decompress(unpack(inbox, payload), ctx).view_as(heard))
+            return torch.cat([heard, weight_in])
+
+        self.arrival = arrival
 
     def _receive(self, holds_numerator: bool) -> None:
         """Wait for the pending exchange and add the arrival to ``(x, w)``; when the model
@@ -107,7 +155,7 @@ class SGP(Algorithm):
         self.pending = []
         if not holds_numerator:
             self.params.mul_(self.buffer[-1])
-        self.buffer.add_(self.incoming)
+        self.buffer.add_(self.arrival() if self.compressed else self.incoming)
         if not holds_numerator:
             self.params.div_(self.buffer[-1])
 
@@ -120,7 +168,13 @@ class SGP(Algorithm):
 
     def state_dict(self) -> dict:
         self.end_epoch(-1)
-        return {"weight": self.weight}
+        if not self.compressed:
+            return {"weight": self.weight}
+        copies = lambda by_peer: {peer: t.clone() for peer, t in by_peer.items()}  # noqa: E731
+        return {"weight": self.weight, "sent": copies(self.sent), "heard": copies(self.heard)}
 
     def load_state_dict(self, state: dict) -> None:
         self.buffer[-1] = state["weight"]
+        if self.compressed:
+            self.sent = {peer: t.clone() for peer, t in state["sent"].items()}
+            self.heard = {peer: t.clone() for peer, t in state["heard"].items()}
