@@ -800,6 +800,32 @@ def sgp_choco_rounds(cluster, channel, compress: dict, rounds: int, overlap: boo
     return {"before": before, "after": algorithm.params.numpy().copy() * weight, "weight": weight}
 
 
+def sesgd_choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float, groups: int, seed: int = 5) -> dict:
+    """``rounds`` of SESGD's shuffled group averaging (one bucket per parameter tensor) with
+    ``compress``, from this rank's own random parameters, no training step between: each bucket
+    before and after."""
+    from dlcomm.algorithms.sesgd import SESGD, SESGDConfig
+    from dlcomm.compress.registry import COMPRESSORS
+
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+    algorithm = SESGD(
+        SESGDConfig(groups=groups, gamma=gamma),
+        cluster,
+        channel,
+        seed=seed,
+        compress=COMPRESSORS.get(compress["name"]).Config(**compress),
+    )
+    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(cluster.rank)
+    with torch.no_grad():
+        for buffer in algorithm.buffers:
+            buffer.copy_(torch.randn(buffer.numel(), generator=generator))
+    before = [buffer.numpy().copy() for buffer in algorithm.buffers]
+    for step in range(rounds):
+        algorithm.after_step(step)
+    return {"before": before, "after": [buffer.numpy().copy() for buffer in algorithm.buffers]}
+
+
 def compressed_resume(
     cluster, channel, compress: dict, steps: int, split: int, algo: str = "allreduce", knobs: dict | None = None
 ) -> dict:

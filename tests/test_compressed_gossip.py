@@ -1,6 +1,6 @@
 """Gossip with a compressor: CHOCO-Gossip (Koloskova, Stich, Jaggi, ICML 2019, Alg. 2) over D-PSGD's
-ring, and with a public copy per directed pair over Crossover-SGD's changing peers and SGP's
-push-sum, each against a transcription of the rule on every worker at once, the mean kept."""
+ring, and with a public copy per directed pair over Crossover-SGD's changing peers, SGP's
+push-sum and SESGD's shuffled groups, each against a transcription of the rule on every worker at once, the mean kept."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from dlcomm.errors import UserError
 from dlcomm.launch import harness
-from dlcomm.topology.graphs import exponential_hop, fair_random_sources
+from dlcomm.topology.graphs import exponential_hop, fair_random_sources, shuffled_groups
 
 import rank_programs
 
@@ -161,3 +161,53 @@ def test_sgp_with_a_lossless_compressor_is_sgp(overlap: bool) -> None:
         assert np.allclose(ours["after"], theirs["after"], atol=1e-6)
     lossy = run_ranks(rank_programs.sgp_choco_rounds, 4, {"name": "topk", "ratio": 0.2}, 5, overlap)
     assert not np.allclose(lossy[0]["after"], plain[0]["after"], atol=1e-3)  # the comparison can fail
+
+
+def _group_choco(buckets: list[list[torch.Tensor]], rounds: int, gamma: float, groups: int, seed: int, compress):
+    """SESGD's averaging with a copy per directed pair, every worker at once: for each group G of
+    the round's shuffle and each bucket k, c[(k, i, j)] += Q(x_i - c[(k, i, j)]) for every i != j
+    in G, then x_i += gamma / |G| sum_{j != i} (c[(k, j, i)] - c[(k, i, j)])."""
+    n = len(buckets)
+    xs = [[x.clone() for x in worker] for worker in buckets]
+    copies: dict[tuple[int, int, int], torch.Tensor] = {}
+    for t in range(rounds):
+        for group in shuffled_groups(n, groups, seed, t):
+            for k in range(len(xs[0])):
+                for i in group:
+                    for j in group:
+                        if i != j:
+                            copy = copies.setdefault((k, i, j), torch.zeros_like(xs[i][k]))
+                            copies[(k, i, j)] = copy + compress(xs[i][k] - copy)
+                change = {i: sum(copies[(k, j, i)] - copies[(k, i, j)] for j in group if j != i) for i in group}
+                for i in group:
+                    xs[i][k] = xs[i][k] + gamma / len(group) * change[i]
+    return xs
+
+
+@pytest.mark.parametrize(("world", "groups", "gamma"), [(4, 2, 1.0), (6, 2, 0.5)])
+def test_sesgd_with_topk_is_group_choco_with_a_copy_per_pair(world: int, groups: int, gamma: float) -> None:
+    results = run_ranks(rank_programs.sesgd_choco_rounds, world, {"name": "topk", "ratio": 0.3}, 5, gamma, groups)
+    before = [[torch.from_numpy(bucket) for bucket in r["before"]] for r in results]
+    reference = _group_choco(before, 5, gamma, groups, 5, lambda d: _topk(d, 0.3))
+    for result, expected in zip(results, reference):
+        for ours, theirs in zip(result["after"], expected):
+            assert np.allclose(ours, theirs.numpy(), atol=1e-6)
+    for k in range(4):  # antisymmetric updates between copies that agree: every group's sum is kept
+        mean = lambda key: np.mean([r[key][k] for r in results], axis=0)  # noqa: E731
+        assert np.allclose(mean("before"), mean("after"), atol=1e-6)
+
+
+def test_sesgd_with_a_lossless_compressor_is_sesgds_group_mean() -> None:
+    """Q = identity, gamma = 1: x_i + (1/|G|) sum_j (x_j - x_i) = the group's mean, SESGD's step."""
+    results = run_ranks(rank_programs.sesgd_choco_rounds, 4, {"name": "topk", "ratio": 1.0}, 3, 1.0, 2)
+    xs = [[torch.from_numpy(bucket) for bucket in r["before"]] for r in results]
+    for t in range(3):
+        for group in shuffled_groups(4, 2, 5, t):
+            means = [sum(xs[i][k] for i in group) / len(group) for k in range(4)]
+            for i in group:
+                xs[i] = list(means)
+    for result, expected in zip(results, xs):
+        for ours, theirs in zip(result["after"], expected):
+            assert np.allclose(ours, theirs.numpy(), atol=1e-6)
+    lossy = run_ranks(rank_programs.sesgd_choco_rounds, 4, {"name": "topk", "ratio": 0.2}, 3, 1.0, 2)
+    assert not np.allclose(lossy[0]["after"][0], xs[0][0].numpy(), atol=1e-3)  # the comparison can fail

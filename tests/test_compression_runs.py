@@ -95,6 +95,8 @@ TENSOR_PAIRS = [
 KNOBS = {
     "local_sgd": {"period": 1},
     "node_based": {"k_prime": 1},
+    "sesgd": {"groups": 2},
+    "local_sesgd": {"groups": 2},
 }  # average every step: the replicas are equal after each
 
 
@@ -170,6 +172,7 @@ def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
         ("dpsgd", "sign", None),
         ("crossover", "qsgd", None),
         ("sgp", "randomk", {"overlap": True}),
+        ("local_sesgd", "topk", {"groups": 2}),
     ],
 )
 def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs: dict | None) -> None:
@@ -185,7 +188,10 @@ def test_compressed_runs_pass_under_nccl_rules(algo: str, name: str, algo_knobs:
         assert np.array_equal(ours["params"], theirs["params"])
 
 
-RESUME_KNOBS = {"node_based": {"k_prime": 2}}  # consensus points before and after the checkpoint
+RESUME_KNOBS = {
+    "node_based": {"k_prime": 2},
+    "sesgd": {"groups": 2},
+}  # consensus points before and after the checkpoint
 
 
 @pytest.mark.parametrize(
@@ -198,8 +204,18 @@ RESUME_KNOBS = {"node_based": {"k_prime": 2}}  # consensus points before and aft
         ("dpsgd", {"name": "topk", "ratio": 0.1}),
         ("crossover", {"name": "topk", "ratio": 0.1}),
         ("sgp", {"name": "topk", "ratio": 0.1}),
+        ("sesgd", {"name": "qsgd"}),
     ],
-    ids=["powersgd", "topk", "local_sgd-qsgd", "node_based-topk", "dpsgd-choco", "crossover-choco", "sgp-choco"],
+    ids=[
+        "powersgd",
+        "topk",
+        "local_sgd-qsgd",
+        "node_based-topk",
+        "dpsgd-choco",
+        "crossover-choco",
+        "sgp-choco",
+        "sesgd-choco",
+    ],
 )
 def test_a_resumed_compressed_run_takes_the_steps_of_an_uninterrupted_one(algo: str, knobs: dict) -> None:
     """What a compressor remembers (error feedback, PowerSGD's Qs and its numpy generator, CHOCO's

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.config.schema import AlgoConfig
@@ -88,12 +89,9 @@ class CrossoverGossip:
         self.me = members.index(rank)
         self.rank = rank
         self.scratch = [torch.empty_like(b) for b in buffers]
-        self.compressor = None if compressor is None or compressor.identity else compressor
         self.gamma = gamma
-        # CHOCO's public copies, per segment and member position: of this rank's segment as that
-        # member holds it (sent), and of that member's segment as this rank holds it (heard)
-        self.sent: list[dict[int, torch.Tensor]] = [{} for _ in buffers]
-        self.heard: list[dict[int, torch.Tensor]] = [{} for _ in buffers]
+        # compressed: CHOCO's public copies per (segment, member position) pair
+        self.copies = None if compressor is None or compressor.identity else PairCopies(compressor, rank)
 
     def sources(self, step: int, segment: int) -> list[int]:
         """``src[i]``: the member position that position ``i`` receives ``segment`` from."""
@@ -105,7 +103,7 @@ class CrossoverGossip:
 
         if len(self.members) == 1:
             return
-        if self.compressor is not None:
+        if self.copies is not None:
             self._choco_round(step, group)
             return
         sends, recvs = [], []
@@ -123,39 +121,28 @@ class CrossoverGossip:
         every segment's payload to its receiver in one exchange."""
         import torch
 
-        from dlcomm.compress.base import pack, unpack
-
-        codec, me = self.compressor, self.me
         sends, recvs, plans = [], [], []
         for k, buffer in enumerate(self.buffers):
             src = self.sources(step, k)
-            (receiver,) = receivers_of(me, src)  # the fair draw: exactly one
-            sent = self.sent[k].setdefault(receiver, torch.zeros_like(buffer))
-            payload, ctx = codec.encode(buffer - sent, k, step, self.rank)
-            message = pack(payload)
+            (receiver,) = receivers_of(self.me, src)  # the fair draw: exactly one
+            message, decoder = self.copies.push(k, receiver, buffer, step)
             inbox = torch.empty_like(message)  # payload sizes never depend on the data
             sends.append((message, self.members[receiver]))
-            recvs.append((inbox, self.members[src[me]]))
-            plans.append((sent, payload, ctx, inbox, src[me]))
+            recvs.append((inbox, self.members[src[self.me]]))
+            plans.append((receiver, src[self.me], inbox, decoder))
         self.channel.exchange(sends, recvs, group=group).wait()
         with torch.no_grad():
-            for k, (buffer, (sent, payload, ctx, inbox, source)) in enumerate(zip(self.buffers, plans)):
-                sent.add_(codec.decompress(payload, ctx).view_as(buffer))
-                heard = self.heard[k].setdefault(source, torch.zeros_like(buffer))
-                heard.add_(codec.decompress(unpack(inbox, payload), ctx).view_as(buffer))
-                buffer.add_(heard - sent, alpha=self.gamma / 2)
+            for k, (buffer, (receiver, source, inbox, decoder)) in enumerate(zip(self.buffers, plans)):
+                heard = self.copies.pull(k, source, inbox, decoder)
+                buffer.add_(heard - self.copies.sent_copy(k, receiver), alpha=self.gamma / 2)
 
     def state_dict(self) -> dict:
         """The public copies (empty uncompressed)."""
-        copy = lambda copies: [{peer: t.clone() for peer, t in by_peer.items()} for by_peer in copies]  # noqa: E731
-        return {"sent": copy(self.sent), "heard": copy(self.heard)} if self.compressor is not None else {}
+        return self.copies.state_dict() if self.copies is not None else {}
 
     def load_state_dict(self, state: dict) -> None:
-        if self.compressor is not None:
-            self.sent, self.heard = (
-                [{peer: t.clone() for peer, t in by_peer.items()} for by_peer in state[name]]
-                for name in ("sent", "heard")
-            )
+        if self.copies is not None:
+            self.copies.load_state_dict(state)
 
 
 @register

@@ -15,6 +15,19 @@ forward (the paper's "gradient correction"). The parameters live in buckets of `
 
 ``local_sesgd``: local steps, and the shuffled group averaging only after every ``period``-th
 step (``period = 1`` is SESGD).
+
+With ``compress=<name>`` (:mod:`dlcomm.compress`) the groups change every averaging, so their
+members share no common reference to compress against; each member sends every other member of
+its group its compressed bucket against their pair's public copy
+(:mod:`dlcomm.algorithms.pair_copies`: CHOCO-Gossip's copies, kept per directed pair), then
+
+    x_i <- x_i + (gamma / |G|) sum_{j in G(i), j != i} (c_{j->i} - c_{i->j})
+
+The terms are antisymmetric in ``(i, j)`` and both ends of a pair hold the same copies, so the
+group's sum is kept exactly; with a lossless ``Q`` and ``gamma`` = 1 it is the group's mean. The
+messages go to every other member (``|G| - 1`` payloads a bucket, one exchange) instead of the
+ring's ``2 (|G| - 1) / |G|`` of the bucket: compression pays when a payload is under about
+``2 / |G|`` of its bucket.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import check_bucket_mb, make_buckets
+from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.comm.ring import ring_allreduce
 from dlcomm.config.schema import AlgoConfig
@@ -40,6 +54,7 @@ class SESGDConfig(AlgoConfig):
     groups: int = 4  # k: groups per iteration; must divide the world size
     bucket_mb: float = 0.0  # 0: one message per parameter tensor (layer-wise, as the paper)
     period: int = 1  # average after every period-th step (local_sesgd; 1 = SESGD)
+    gamma: float = 1.0  # compress=<name>: the consensus step towards the group's copies (unused uncompressed)
 
 
 @dataclass
@@ -53,6 +68,7 @@ class SESGD(Algorithm):
     name = "sesgd"
     display_name = "Shuffle-Exchange SGD"
     Config = SESGDConfig
+    compression = ("payload",)  # each bucket to the group's other members, against per-pair copies
 
     @classmethod
     def check_config(cls, cfg: SESGDConfig) -> None:
@@ -61,6 +77,7 @@ class SESGD(Algorithm):
         )
         check_bucket_mb(cfg.bucket_mb)
         require(cfg.period >= 1, "algo.period", cfg.period, "average after at least one local step; pass 1 or more")
+        require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "the consensus step is in (0, 1], e.g. 1 or 0.5")
 
     @classmethod
     def check_world(cls, cfg: SESGDConfig, nodes: int, workers_per_node: int) -> None:
@@ -76,6 +93,7 @@ class SESGD(Algorithm):
         super().setup(model, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
         self.buffers = [bucket.bind_params() for bucket in make_buckets(params, int(self.cfg.bucket_mb * 2**20))]
+        self.copies = None if self.compressor.identity else PairCopies(self.compressor, self.cluster.rank)
 
     def group(self, step: int) -> list[int]:
         """This rank's group at ``step`` (the same answer on every member)."""
@@ -87,7 +105,40 @@ class SESGD(Algorithm):
         if (step + 1) % self.cfg.period:
             return
         with torch.no_grad():
-            ring_allreduce(self.channel, self.buffers, self.group(step), average=True)
+            if self.copies is None:
+                ring_allreduce(self.channel, self.buffers, self.group(step), average=True)
+            else:
+                self._compressed_average(step, self.group(step))
+
+    def _compressed_average(self, step: int, group: list[int]) -> None:
+        """Every bucket, compressed against each pair's copy, to every other member in one
+        exchange; then the antisymmetric update (module docstring)."""
+        import torch
+
+        others = [member for member in group if member != self.cluster.rank]
+        if not others:
+            return
+        sends, recvs, plans = [], [], []
+        for key, buffer in enumerate(self.buffers):
+            for peer in others:
+                message, decoder = self.copies.push(key, peer, buffer, step)
+                inbox = torch.empty_like(message)
+                sends.append((message, peer))
+                recvs.append((inbox, peer))
+                plans.append((key, peer, inbox, decoder))
+        self.channel.exchange(sends, recvs).wait()
+        change = [torch.zeros_like(buffer) for buffer in self.buffers]
+        for key, peer, inbox, decoder in plans:
+            change[key].add_(self.copies.pull(key, peer, inbox, decoder)).sub_(self.copies.sent_copy(key, peer))
+        for buffer, delta in zip(self.buffers, change):
+            buffer.add_(delta, alpha=self.cfg.gamma / len(group))
+
+    def state_dict(self) -> dict:
+        return self.copies.state_dict() if self.copies is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.copies is not None:
+            self.copies.load_state_dict(state)
 
 
 @register

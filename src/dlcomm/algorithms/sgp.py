@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
+from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.config.schema import AlgoConfig
@@ -88,8 +89,7 @@ class SGP(Algorithm):
         self.pending: list = []  # overlap: this step's handles, completed at the next
         self.arrival = None  # compressed: what the pending exchange adds to (x, w) once it completes
         self.compressed = not self.compressor.identity
-        self.sent: dict[int, torch.Tensor] = {}  # compressed: c_{i->r} by out-peer r
-        self.heard: dict[int, torch.Tensor] = {}  # compressed: c_{s->i} by in-peer s
+        self.copies = PairCopies(self.compressor, self.cluster.rank) if self.compressed else None
 
     @property
     def weight(self) -> float:
@@ -126,26 +126,16 @@ class SGP(Algorithm):
         """Send ``Q(x/2 - c_{i->r})`` and ``w/2``, keep ``x - c_{i->r}`` and ``w/2`` (module docstring)."""
         import torch
 
-        from dlcomm.compress.base import pack, unpack
-
-        codec, params = self.compressor, self.params
-        sent = self.sent.setdefault(out_peer, torch.zeros_like(params))
-        payload, ctx = codec.encode(params * 0.5 - sent, 0, step, self.cluster.rank)
-        sent.add_(codec.decompress(payload, ctx).view_as(sent))
-        params.sub_(sent)
+        message, decoder = self.copies.push(0, out_peer, self.params * 0.5, step)
+        self.params.sub_(self.copies.sent_copy(0, out_peer))
         self.buffer[-1] *= 0.5
-        message, weight = pack(payload), self.buffer[-1:].clone()
+        weight = self.buffer[-1:].clone()
         inbox, weight_in = torch.empty_like(message), torch.empty_like(weight)
         self.pending = [
             self.channel.exchange([(message, out_peer), (weight, out_peer)], [(inbox, in_peer), (weight_in, in_peer)])
         ]
-
-        def arrival() -> torch.Tensor:  # (c_{s->i} after its update, w_s / 2), once the exchange completed
-            heard = self.heard.setdefault(in_peer, torch.zeros_like(params))
-            heard.add_(codec.decompress(unpack(inbox, payload), ctx).view_as(heard))
-            return torch.cat([heard, weight_in])
-
-        self.arrival = arrival
+        # (c_{s->i} after its update, w_s / 2), once the exchange has completed
+        self.arrival = lambda: torch.cat([self.copies.pull(0, in_peer, inbox, decoder), weight_in])
 
     def _receive(self, holds_numerator: bool) -> None:
         """Wait for the pending exchange and add the arrival to ``(x, w)``; when the model
@@ -170,11 +160,9 @@ class SGP(Algorithm):
         self.end_epoch(-1)
         if not self.compressed:
             return {"weight": self.weight}
-        copies = lambda by_peer: {peer: t.clone() for peer, t in by_peer.items()}  # noqa: E731
-        return {"weight": self.weight, "sent": copies(self.sent), "heard": copies(self.heard)}
+        return {"weight": self.weight, "copies": self.copies.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.buffer[-1] = state["weight"]
         if self.compressed:
-            self.sent = {peer: t.clone() for peer, t in state["sent"].items()}
-            self.heard = {peer: t.clone() for peer, t in state["heard"].items()}
+            self.copies.load_state_dict(state["copies"])
