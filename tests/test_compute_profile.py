@@ -264,3 +264,34 @@ def test_dlcomm_profile_measures_caches_and_writes_a_profile_a_run_then_uses(hom
         home, monkeypatch, capsys, "nodes=2", "network=eth_10g", f"network.compute_profile={out}", "train.max_steps=2"
     )
     assert set(timings["sim_compute_s"].round(12)) <= {round(profile.step_s, 12)}
+
+
+def test_a_compressors_own_compute_is_charged_beside_the_profile(tmp_path, monkeypatch, capsys) -> None:
+    """The profile holds forward and backward only: under compute=profile a compressor's compute
+    blocks are measured where they run and added. With a timer that moves 1 ms per reading, every
+    block costs 1 ms: top-k on one bucket at 2 workers is compress, the memory's decompress of its
+    own payload, the 2 members' decompressions and their mean, 5 blocks a step; uncompressed, none."""
+    import itertools
+
+    import dlcomm.launch.rank as rank_module
+
+    def ticking_timer(device, alone):  # one per rank: ranks that are threads never share its readings
+        ticks = itertools.count()
+        return lambda: next(ticks) * 1e-3
+
+    monkeypatch.setattr(rank_module, "compute_timer", ticking_timer)
+    common = [
+        "network=eth_10g",
+        "network.compute=profile",
+        f"network.compute_profile={_profile_file(tmp_path)}",
+        "train.max_steps=3",
+        "algo.overlap=false",
+        "algo.bucket_mb=1000",
+        "nodes=2",
+    ]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    compressed = _run(tmp_path / "a", monkeypatch, capsys, "compress=topk", *common)
+    plain = _run(tmp_path / "b", monkeypatch, capsys, *common)
+    assert set(plain["sim_compute_s"].round(12)) == {0.035}
+    assert set(compressed["sim_compute_s"].round(12)) == {0.035 + 5e-3}

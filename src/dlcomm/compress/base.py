@@ -24,7 +24,8 @@ imported inside the methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Protocol, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Hashable, Iterator, Protocol, Sequence
 
 from dlcomm.config.schema import CompressConfig
 
@@ -64,6 +65,38 @@ class Compressor:
         self.cfg = cfg
         self.seed = seed
         self.memory = ErrorFeedback(enabled=bool(getattr(cfg, "error_feedback", False)))
+        self._timer: Callable[[], float] | None = None
+        self._charge: Callable[[float], None] | None = None
+
+    # ---- on the simulated clock under network.compute=profile ----------------------------------
+    def charge_compute(self, timer: Callable[[], float], charge: Callable[[float], None]) -> None:
+        """From now on, the seconds (``timer``'s) spent in :meth:`compress`, :meth:`decompress`,
+        :meth:`aggregate` and every :meth:`computing` block go to ``charge``: under
+        ``network.compute=profile`` the profile holds forward and backward, not the compressor,
+        whose own compute is measured where it runs and added to the rank's compute reading
+        (:meth:`dlcomm.train.profile.ProfiledCompute.add`). Under ``network.compute=measured`` the
+        clock already measures it: nothing is charged."""
+        self._timer, self._charge = timer, charge
+        for name in ("compress", "decompress", "aggregate"):
+            method = getattr(self, name)
+
+            def timed(*args: Any, _method: Callable = method, **kwargs: Any) -> Any:
+                with self.computing():
+                    return _method(*args, **kwargs)
+
+            setattr(self, name, timed)
+
+    @contextmanager
+    def computing(self) -> Iterator[None]:
+        """A block of the compressor's own compute (no waiting on the network inside)."""
+        if self._charge is None or self._timer is None:
+            yield
+            return
+        started = self._timer()
+        try:
+            yield
+        finally:
+            self._charge(self._timer() - started)
 
     # ---- the compressor proper: pure functions of a tensor (GRACE's Compressor) ---------------
     def compress(self, tensor: "torch.Tensor", key: Hashable) -> tuple[list["torch.Tensor"], Any]:

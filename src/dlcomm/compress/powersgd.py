@@ -162,11 +162,18 @@ class _Round:
     """One compressed step of one bucket: steps 2-4 and ``P = M Q`` at once, the rest in ``wait``."""
 
     def __init__(self, owner: PowerSGD, tensor, key, shapes, channel: "Channel", group: str) -> None:
+        self.owner, self.tensor, self.key, self.channel, self.group = owner, tensor, key, channel, group
+        self.size = channel.group_size(group)
+        with owner.computing():  # steps 2-4 and P = M Q: the compressor's own compute
+            self._start(owner, tensor, key, shapes)
+        # every member has the same layout: an empty part is skipped by all (the hook allreduces it anyway)
+        self.u_handle = _allreduce_sum(channel, self.flat_uncompressed, group)
+        self.p_handle = _allreduce_sum(channel, self.p_memory, group)
+
+    def _start(self, owner: PowerSGD, tensor, key, shapes) -> None:
         import torch
 
         cfg = owner.cfg
-        self.owner, self.tensor, self.key, self.channel, self.group = owner, tensor, key, channel, group
-        self.size = channel.group_size(group)
         if cfg.error_feedback:
             if key in owner.errors:
                 tensor.add_(owner.errors[key])
@@ -216,9 +223,6 @@ class _Round:
                 orthogonalise(q)
         for matrix, q, p in zip(self.batches, self.qs, self.ps):
             torch.bmm(matrix, q, out=p)
-        # every member has the same layout: an empty part is skipped by all (the hook allreduces it anyway)
-        self.u_handle = _allreduce_sum(channel, self.flat_uncompressed, group)
-        self.p_handle = _allreduce_sum(channel, self.p_memory, group)
 
     def wait(self) -> "torch.Tensor":
         import torch
@@ -231,16 +235,18 @@ class _Round:
             view.copy_(self.flat_uncompressed[offset : offset + view.numel()].view_as(view))
             offset += view.numel()
         self.p_handle.wait()
-        for p in self.ps:
-            orthogonalise(p)
-        for matrix, p, q in zip(self.batches, self.ps, self.qs):
-            torch.bmm(matrix.transpose(1, 2), p, out=q)
+        with owner.computing():
+            for p in self.ps:
+                orthogonalise(p)
+            for matrix, p, q in zip(self.batches, self.ps, self.qs):
+                torch.bmm(matrix.transpose(1, 2), p, out=q)
         _allreduce_sum(self.channel, owner.qs[self.key], self.group).wait()
-        owner.qs[self.key].div_(self.size)
-        for p, q, matrix in zip(self.ps, self.qs, self.batches):
-            torch.bmm(p, q.transpose(1, 2), out=matrix)
-        if cfg.error_feedback:
-            owner.errors[self.key] = self.copy - self.tensor
+        with owner.computing():
+            owner.qs[self.key].div_(self.size)
+            for p, q, matrix in zip(self.ps, self.qs, self.batches):
+                torch.bmm(p, q.transpose(1, 2), out=matrix)
+            if cfg.error_feedback:
+                owner.errors[self.key] = self.copy - self.tensor
         if not cfg.warm_start:
             owner.qs.pop(self.key, None)
         return self.tensor

@@ -20,6 +20,7 @@ import torch
 from dlcomm import progress
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.comm.channel import Channel
+from dlcomm.comm.clock import compute_timer
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
 from dlcomm.config.schema import RunConfig
@@ -179,6 +180,8 @@ def train_rank(
     channel = Channel.for_run(cluster, cfg.network, profiled)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
     algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed, compress=cfg.compress)
+    if profiled is not None and not algorithm.compressor.identity:  # the profile has no compressor in it
+        algorithm.compressor.charge_compute(compute_timer(device, cluster.transport.computes_alone), profiled.add)
     if cluster.role != "worker":
         if cfg.debug.fail_rank == rank:  # a service has no steps: it dies fail_step seconds after it starts
             import threading

@@ -155,6 +155,11 @@ class ProfiledCompute(StepMeter):
     def __call__(self) -> float:
         return self._done + self._factor * self._position
 
+    def add(self, seconds: float) -> None:
+        """Compute measured beside the profile (a compressor's: ``Compressor.charge_compute``),
+        on the clock from now on."""
+        self._done += seconds
+
     def _advance(self, position: float) -> None:
         self._position = max(self._position, position)
 
