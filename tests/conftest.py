@@ -17,11 +17,15 @@ from pathlib import Path
 import pytest
 
 # One compute-profile cache for the whole test session (network.compute=profile measures a replica
-# for ~2 s the first time a model/batch/optimizer is seen; every test has its own DLCOMM_HOME).
-# The process that makes it (pytest's controller; xdist's workers inherit the variable) removes it at exit.
+# for ~2 s the first time a model/batch/optimizer is seen; every test has its own DLCOMM_HOME), and
+# one dlcomm cache (the empty MLflow store each new results folder's store is copied from: 3 s of
+# migrations once, not in every test that trains). The process that makes them (pytest's controller;
+# xdist's workers inherit the variables) removes them at exit; the user's own caches are not touched.
 if "DLCOMM_PROFILES" not in os.environ:
-    os.environ["DLCOMM_PROFILES"] = tempfile.mkdtemp(prefix="dlcomm-test-profiles-")
-    atexit.register(shutil.rmtree, os.environ["DLCOMM_PROFILES"], ignore_errors=True)
+    _session = tempfile.mkdtemp(prefix="dlcomm-test-session-")
+    os.environ["DLCOMM_PROFILES"] = os.path.join(_session, "profiles")
+    os.environ.setdefault("DLCOMM_CACHE", os.path.join(_session, "cache"))
+    atexit.register(shutil.rmtree, _session, ignore_errors=True)
 
 
 # The algorithm choices, as Hydra lists them: the config files of configs/algo/ and of every

@@ -422,6 +422,7 @@ def test_generated_numeric_settings_check_out_or_are_refused_in_one_line(tmp_pat
     ],
     ids=["unwritable store", "dead server", "nodes=100000"],
 )
+@pytest.mark.alone  # a wall-clock bound on a whole process (its imports): 11.1 s beside the parallel suite's load
 def test_a_dlcomm_process_refuses_in_one_line_within_the_bound(home, argv) -> None:
     start = time.perf_counter()
     result = run_cli(home, *argv, timeout=60)

@@ -25,10 +25,11 @@ JOB = ["dataset=synthetic", "model=mlp", "nodes=2", "train.max_steps=5"]
 
 
 def _start(home: Path, **options) -> subprocess.Popen:
+    # a cache of its own, empty: the store is built by MLflow's migrations, not copied from the template
     return subprocess.Popen(
         [sys.executable, "-m", "dlcomm.cli", "train", *JOB],
         cwd=home,
-        env=cli_env(home),
+        env={**cli_env(home), "DLCOMM_CACHE": str(home / "cache")},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

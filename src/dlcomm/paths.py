@@ -26,6 +26,23 @@ def profiles_dir() -> Path:
     return Path(shared) if shared else results_dir() / "profiles"
 
 
+def cache_dir() -> Path | None:
+    """dlcomm's cache across results folders (the empty MLflow store new stores are copied from):
+    ``DLCOMM_CACHE`` when set (``off``: no cache), else ``$XDG_CACHE_HOME/dlcomm``, else
+    ``~/.cache/dlcomm``; None when off or no home folder is known."""
+    chosen = os.environ.get("DLCOMM_CACHE", "")
+    if chosen == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "dlcomm"
+    try:
+        return Path.home() / ".cache" / "dlcomm"
+    except RuntimeError:  # no home folder known
+        return None
+
+
 def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file a ``sqlite:///<path>`` URI names; None for any other store."""
     return Path(tracking_uri[len("sqlite:///") :]) if tracking_uri.startswith("sqlite:///") else None

@@ -27,7 +27,11 @@ Creating a SQLite store: MLflow builds a new database's schema by dozens of migr
 one by one; a process killed among them (Ctrl-C, SIGTERM from a scheduler) leaves a file every
 later open fails on ("table ... already exists"). :func:`create_sqlite_store` builds the schema in
 a temporary file beside the store and renames it into place (atomic on one filesystem): the store
-is either absent or complete.
+is either absent or complete. The migrations take seconds (3 s here) for a schema that is the same
+for every new store of one MLflow: the first store built is kept as a template in dlcomm's cache
+(:func:`dlcomm.paths.cache_dir`, one file per MLflow version, written
+atomically, best effort), and later stores are copies of it whose default experiment is given
+their own folder and time: what MLflow's migrations would have written.
 """
 
 from __future__ import annotations
@@ -155,9 +159,9 @@ def _check_sqlite_store(uri: str, database: Path, timeout_s: float) -> bool:
         ) from None
     finally:
         connection.close()
-    head, known = _schema_revisions()
-    if revision == head:
+    if revision == _head_revision():
         return True
+    head, known = _schema_revisions()
     if not runs:
         raise UserError(
             f"tracking.uri={uri}: {database} is a half-created MLflow store (schema revision {revision or 'none'}, "
@@ -184,6 +188,22 @@ def _schema_revisions() -> tuple[str, frozenset[str]]:
     return script.get_current_head(), frozenset(revision.revision for revision in script.walk_revisions())
 
 
+def _head_revision() -> str:
+    """The schema revision this MLflow writes: the cached template's (a read of one row), else
+    from MLflow's migration scripts (most of a second to walk)."""
+    template = _template_path()
+    if template is not None and template.is_file():
+        try:
+            connection = sqlite3.connect(f"file:{quote(str(template))}?mode=ro", uri=True)
+            try:
+                return connection.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+            finally:
+                connection.close()
+        except (sqlite3.Error, TypeError):
+            pass
+    return _schema_revisions()[0]
+
+
 def create_sqlite_store(uri: str, database: Path) -> None:
     """Give ``database`` (absent, an empty file or an empty database) MLflow's schema, atomically:
     built in a temporary file beside it and renamed into place. The caller holds the store's
@@ -208,12 +228,69 @@ def create_sqlite_store(uri: str, database: Path) -> None:
 
 
 def _build_schema(path: Path) -> None:
+    """MLflow's schema in the new file ``path``: a copy of the cached template when there is one,
+    else by MLflow's migrations (then kept as the template)."""
+    import shutil
+
+    template = _template_path()
+    if template is not None and template.is_file():
+        shutil.copyfile(template, path)
+        _own_default_experiment(path)
+        return
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     uri = f"sqlite:///{path}"
     store = SqlAlchemyStore(uri, path.parent.resolve().as_uri())
     store.engine.dispose()
     getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)  # the engine of a file about to be renamed
+    if template is not None:
+        _keep_template(path, template)
+
+
+def _template_path() -> Path | None:
+    """Where this MLflow's empty store is cached; None when there is no cache to use."""
+    from dlcomm.paths import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    from importlib.metadata import version
+
+    return folder / f"mlflow-{version('mlflow')}-store.db"  # a version's migrations are fixed
+
+
+def _keep_template(built: Path, template: Path) -> None:
+    """Copy a freshly built store to ``template`` (atomically: a temporary file renamed); a cache
+    that cannot be written is no error, the next store is built again."""
+    import shutil
+
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=template.parent, prefix=f".{template.name}.", delete=False) as handle:
+            partial = Path(handle.name)
+        try:
+            shutil.copyfile(built, partial)
+            os.replace(partial, template)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _own_default_experiment(path: Path) -> None:
+    """The copied store's default experiment (id 0, which MLflow's migrations create with the store)
+    gets this store's folder as its artifact location and now as its times, as a new store would."""
+    now_ms = int(time.time() * 1000)
+    connection = sqlite3.connect(path)
+    try:
+        with connection:
+            connection.execute(
+                "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+                "WHERE experiment_id = 0",
+                (path.parent.resolve().as_uri() + "/0", now_ms, now_ms),
+            )
+    finally:
+        connection.close()
 
 
 def needs_schema(database: Path) -> bool:

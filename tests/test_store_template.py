@@ -1,0 +1,66 @@
+"""New SQLite stores are copies of a cached empty store (dlcomm.tracking.store): the copy is the
+store MLflow's migrations build, with its own folder in the default experiment; no cache, or one
+that cannot be written, only means building every time."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dlcomm.tracking import store
+
+
+def _schema(database: Path) -> tuple[list, list, list]:
+    connection = sqlite3.connect(database)
+    try:
+        tables = sorted(connection.execute("SELECT type, name, sql FROM sqlite_master").fetchall(), key=str)
+        revision = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+        experiments = connection.execute("SELECT experiment_id, name, artifact_location FROM experiments").fetchall()
+    finally:
+        connection.close()
+    return tables, revision, experiments
+
+
+def _create(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    database = folder / "mlflow.db"
+    store.create_sqlite_store(f"sqlite:///{database}", database)
+    return database
+
+
+def test_a_store_copied_from_the_template_is_the_store_the_migrations_build(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DLCOMM_CACHE", str(tmp_path / "cache"))
+    built = _create(tmp_path / "first")
+    assert len(list((tmp_path / "cache").glob("mlflow-*-store.db"))) == 1
+
+    import mlflow.store.tracking.sqlalchemy_store as sqlalchemy_store
+
+    def no_migrations(*args, **kwargs):
+        raise AssertionError("the second store was built, not copied")
+
+    monkeypatch.setattr(sqlalchemy_store, "SqlAlchemyStore", no_migrations)
+    copied = _create(tmp_path / "second")
+    monkeypatch.undo()
+    tables, revision, experiments = _schema(copied)
+    assert (tables, revision) == _schema(built)[:2]
+    assert experiments == [(0, "Default", (tmp_path / "second").resolve().as_uri() + "/0")]
+    assert _schema(built)[2] == [(0, "Default", (tmp_path / "first").resolve().as_uri() + "/0")]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{copied}")
+    run = client.create_run(client.create_experiment("mine"))
+    client.log_metric(run.info.run_id, "acc", 0.5)
+    assert client.get_run(run.info.run_id).data.metrics == {"acc": 0.5}
+
+
+@pytest.mark.parametrize("cache", ["off", "/proc/no-cache-here"], ids=["off", "unwritable"])
+def test_without_a_usable_cache_every_store_is_built(tmp_path, monkeypatch, cache: str) -> None:
+    monkeypatch.setenv("DLCOMM_CACHE", cache)
+    database = _create(tmp_path / "results")
+    assert store._check_sqlite_store(f"sqlite:///{database}", database, 5.0)
+    if cache == "off":
+        assert store._template_path() is None
+    else:
+        assert not Path(cache).exists()
