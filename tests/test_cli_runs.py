@@ -20,7 +20,7 @@ def _final_params(result) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("overlap", ["false", "true"])
-def test_four_workers_of_16_equal_one_worker_of_64(home, overlap) -> None:
+def test_four_workers_of_16_equal_one_worker_of_64(home, overlap, cli_here) -> None:
     """(a) AllReduce-SGD with 4 x 16 takes the steps of one worker with 64 on the same data order.
 
     Five steps: the two sum their gradients in different orders, and on some CPUs (seen on an AMD
@@ -34,8 +34,8 @@ def test_four_workers_of_16_equal_one_worker_of_64(home, overlap) -> None:
         f"algo.overlap={overlap}",
         "launcher=threads",
     ]
-    four = run_cli(home, "train", *common, "nodes=4", "train.batch_size=16")
-    one = run_cli(home, "train", *common, "nodes=1", "train.batch_size=64")
+    four = cli_here(home, "train", *common, "nodes=4", "train.batch_size=16")
+    one = cli_here(home, "train", *common, "nodes=1", "train.batch_size=64")
     assert four.returncode == 0 and one.returncode == 0, four.stderr + one.stderr
     difference = float((_final_params(four) - _final_params(one)).abs().max())
     assert difference <= 1e-5, difference
@@ -43,7 +43,7 @@ def test_four_workers_of_16_equal_one_worker_of_64(home, overlap) -> None:
     assert float((_final_params(four)).abs().sum()) > 0
 
 
-def test_same_seed_gives_same_numbers(home) -> None:
+def test_same_seed_gives_same_numbers(home, cli_here) -> None:
     """(d) Two runs of the same config and seed record identical losses and accuracies."""
     args = [
         "train",
@@ -55,14 +55,14 @@ def test_same_seed_gives_same_numbers(home) -> None:
         "launcher=threads",
         "seed=7",
     ]
-    first, second = run_cli(home, *args), run_cli(home, *args)
+    first, second = cli_here(home, *args), cli_here(home, *args)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     a, b = mlflow_run(first).data.metrics, mlflow_run(second).data.metrics
     for key in ("final/test_acc_mean", "final/test_acc_avg_model", "final/train_loss", "epoch/consensus_distance"):
         assert a[key] == b[key], key
     losses = [pd.read_csv(result.run_dir / "timings.csv")["loss"].tolist() for result in (first, second)]
     assert losses[0] == losses[1]
-    third = run_cli(home, *args[:-1], "seed=8")
+    third = cli_here(home, *args[:-1], "seed=8")
     assert mlflow_run(third).data.metrics["final/train_loss"] != a["final/train_loss"]
 
 
@@ -112,11 +112,11 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     assert not any(key.startswith(("iter/sim_", "final/sim_")) for key in metrics)  # network=off models nothing
 
 
-def test_simulated_network_run(home) -> None:
+def test_simulated_network_run(home, cli_here) -> None:
     """network=eth_1g, simulate, 8 workers: simulated figures in the summary line and in MLflow,
     the modelled communication equal to the ring formula, and the clock's invariants on every row."""
     steps = 6
-    result = run_cli(
+    result = cli_here(
         home,
         "train",
         *FAST,

@@ -18,7 +18,7 @@ from dlcomm.launch import harness
 from uniform_network import LINK, NETWORK
 
 import rank_programs
-from conftest import FAST, run_cli
+from conftest import FAST
 
 # the algorithms, not processes: ranks are threads on the in-process fabric
 run_ranks = partial(harness.run_ranks, in_process="serial")
@@ -115,12 +115,12 @@ def test_every_compressor_runs_with_every_algorithm_that_carries_it(algo: str, n
 
 
 @pytest.mark.parametrize(("kind", "algo"), [("tensor", "allreduce"), ("layers", "ps")])
-def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str, algo: str) -> None:
+def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str, algo: str, cli_here) -> None:
     """Composed, launched and recorded: every compressor of a kind with an algorithm that carries it."""
     able = [algo]
     names = sorted(n for n, cls in COMPRESSORS.all().items() if kind in cls.kinds and not cls.identity)
     assert kind in all_algorithms()[algo].compression and names
-    result = run_cli(
+    result = cli_here(
         home,
         "train",
         "-m",
@@ -131,15 +131,14 @@ def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str,
         "train.max_steps=5",
         "train.epochs=1",
         *FAST,
-        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"sweep done: {len(able) * len(names)} of {len(able) * len(names)} runs finished" in result.stdout
 
 
 @pytest.mark.parametrize("algo", sorted(n for n, cls in all_algorithms().items() if not cls.compression)[:3])
-def test_an_algorithm_that_carries_no_compressor_is_refused_in_one_line(home, algo: str) -> None:
-    result = run_cli(home, "train", f"algo={algo}", "compress=topk", "launcher=threads", *FAST)
+def test_an_algorithm_that_carries_no_compressor_is_refused_in_one_line(home, algo: str, cli_here) -> None:
+    result = cli_here(home, "train", f"algo={algo}", "compress=topk", "launcher=threads", *FAST)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"compress=topk is not supported with algo={algo}" in result.stderr
     assert "pass compress=none" in result.stderr
@@ -152,13 +151,13 @@ def test_an_algorithm_that_carries_no_compressor_is_refused_in_one_line(home, al
         ("compress.ratio=1.5", "compress.ratio=1.5 is invalid"),
     ],
 )
-def test_a_bad_compressor_knob_is_one_line(home, override: str, says: str) -> None:
-    result = run_cli(home, "config", "compress=topk", override)
+def test_a_bad_compressor_knob_is_one_line(home, override: str, says: str, cli_here) -> None:
+    result = cli_here(home, "config", "compress=topk", override)
     assert result.returncode == 2 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_powersgd_refuses_a_warm_start_without_plain_steps(home) -> None:
-    result = run_cli(home, "config", "compress=powersgd", "compress.start_iter=1")
+def test_powersgd_refuses_a_warm_start_without_plain_steps(home, cli_here) -> None:
+    result = cli_here(home, "config", "compress=powersgd", "compress.start_iter=1")
     assert result.returncode == 2 and "compress.start_iter=1 is invalid" in result.stderr
 
 

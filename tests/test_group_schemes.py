@@ -9,7 +9,6 @@ import numpy as np
 from dlcomm.launch import harness
 
 import rank_programs
-from conftest import run_cli
 
 # The rank programs run as threads on the in-process fabric (launcher=threads): they test the
 # algorithms, not processes (those are tests/test_inprocess.py's and test_threads_launcher.py's).
@@ -75,16 +74,16 @@ def test_allreduce_hier_equals_allreduce() -> None:
     assert max(differences) <= 1e-5, differences
 
 
-def test_bad_group_knobs_are_one_line_errors(home) -> None:
+def test_bad_group_knobs_are_one_line_errors(home, cli_here) -> None:
     for args, expected in [
         (["algo=sesgd", "nodes=6"], "algo.groups=4 is invalid: the groups must split the 6 workers evenly"),
         (["algo=node_based", "algo.k_prime=0"], "algo.k_prime=0 is invalid"),
     ]:
-        result = run_cli(home, "train", *args, timeout=120)
+        result = cli_here(home, "train", *args)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], lines
-    too_long = run_cli(
+    too_long = cli_here(
         home,
         "train",
         "algo=node_based",
@@ -93,7 +92,6 @@ def test_bad_group_knobs_are_one_line_errors(home) -> None:
         "dataset.train_size=1024",
         "dataset.test_size=256",
         "nodes=2",
-        timeout=180,
     )
     assert too_long.returncode == 2
     assert "algo.k_prime=100000 is invalid: an epoch has 8 iterations" in too_long.stderr

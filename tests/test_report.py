@@ -12,7 +12,7 @@ from dlcomm.report.build import _latex
 from dlcomm.report.groups import assign, matches
 from dlcomm.report.table import ma_acceleration, presentable, summarise
 
-from conftest import FAST, mlflow_run, run_cli
+from conftest import FAST, mlflow_run
 
 
 def _run(run_id: str, start: int, algo: str, seed: int, acc: float, t: float, share: float, **params: str) -> dict:
@@ -177,13 +177,13 @@ def test_wall_clock_headers_say_when_the_ranks_shared_cores() -> None:
     )
 
 
-def test_a_layer_dropping_run_shows_its_dropped_fraction_per_epoch_in_mlflow_and_the_report(home) -> None:
+def test_a_layer_dropping_run_shows_its_dropped_fraction_per_epoch_in_mlflow_and_the_report(home, cli_here) -> None:
     """ps_layerdrop on 2 workers, 2 epochs of 8 steps: epoch/ps_dropped_fraction per epoch (the
     mean of iter/ps_dropped_fraction over its steps), final/ as the run's mean, and the report's
     "layers dropped %" column."""
     from mlflow.tracking import MlflowClient
 
-    result = run_cli(
+    result = cli_here(
         home,
         "train",
         *FAST[:1],
@@ -210,7 +210,7 @@ def test_a_layer_dropping_run_shows_its_dropped_fraction_per_epoch_in_mlflow_and
     final = mlflow_run(result).data.metrics
     assert final["final/ps_dropped_fraction"] == pytest.approx(sum(value for _, value in per_iter) / 16)
     assert final["final/ps_server_compute_s"] > 0
-    done = run_cli(home, "report", "experiment=drop")
+    done = cli_here(home, "report", "experiment=drop")
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(home / "results" / "drop" / "table.csv")
     assert table["layers_dropped_pct"].tolist() == pytest.approx([100 * final["final/ps_dropped_fraction"]], abs=1e-4)
@@ -227,7 +227,7 @@ def test_ma_acceleration_is_when_the_baseline_peaks_over_when_the_method_gets_th
     assert math.isnan(ma_acceleration(baseline, never))
 
 
-def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
+def test_report_of_real_runs_writes_tables_and_figures(home, cli_here) -> None:
     args = [
         "train",
         *FAST,
@@ -240,10 +240,10 @@ def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
         "launcher=threads",
     ]
     runs = [
-        run_cli(home, *args, f"algo={algo}", f"seed={seed}") for algo in ("allreduce", "local_sgd") for seed in (1, 2)
+        cli_here(home, *args, f"algo={algo}", f"seed={seed}") for algo in ("allreduce", "local_sgd") for seed in (1, 2)
     ]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
-    done = run_cli(home, "report", "experiment=rep")
+    done = cli_here(home, "report", "experiment=rep")
     assert done.returncode == 0, done.stderr
     folder = home / "results" / "rep"
     table = pd.read_csv(folder / "table.csv").set_index("method")
@@ -270,25 +270,25 @@ def test_report_of_real_runs_writes_tables_and_figures(home) -> None:
         assert (folder / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_report_errors_are_one_line(home) -> None:
-    missing = run_cli(home, "report", "experiment=rep")
+def test_report_errors_are_one_line(home, cli_here) -> None:
+    missing = cli_here(home, "report", "experiment=rep")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "no MLflow store at" in missing.stderr and "Traceback" not in missing.stderr
-    other = run_cli(home, "report", "--all", f"tracking.uri=sqlite:///{home}/nothing.db")
+    other = cli_here(home, "report", "--all", f"tracking.uri=sqlite:///{home}/nothing.db")
     assert other.returncode == 2 and "no MLflow store" in other.stderr
     assert not (home / "nothing.db").exists()  # reading never creates a store
     from mlflow.tracking import MlflowClient
 
     MlflowClient(tracking_uri=f"sqlite:///{home}/empty.db").search_experiments()  # a store with no run
-    empty = run_cli(home, "report", "--all", f"tracking.uri=sqlite:///{home}/empty.db")
+    empty = cli_here(home, "report", "--all", f"tracking.uri=sqlite:///{home}/empty.db")
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "has no finished run" in empty.stderr
-    trained = run_cli(home, "train", *FAST, "train.max_steps=2", "nodes=1")
+    trained = cli_here(home, "train", *FAST, "train.max_steps=2", "nodes=1", "launcher=threads")
     assert trained.returncode == 0, trained.stderr
-    unknown = run_cli(home, "report", "experiment=nonesuch")
+    unknown = cli_here(home, "report", "experiment=nonesuch")
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "no experiment 'nonesuch'" in unknown.stderr
-    neither = run_cli(home, "report")
+    neither = cli_here(home, "report")
     assert neither.returncode == 2 and "experiment=<name>" in neither.stderr
-    bad = run_cli(home, "report", "experiment=dlcomm", "colour=blue")
+    bad = cli_here(home, "report", "experiment=dlcomm", "colour=blue")
     assert bad.returncode == 2 and "'colour=blue' is not a report setting" in bad.stderr
 
 

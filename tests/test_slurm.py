@@ -95,7 +95,7 @@ def test_a_sweep_is_one_job_array_of_child_runs_under_one_parent(home) -> None:
         *FAST,
         "launcher=slurm",
         "nodes=1",
-        "workers_per_node=2",
+        "workers_per_node=1",  # one process an element: the array is the point (ranks of one job: the requeue test)
         "train.max_steps=20",
         "train.threads_per_rank=1",
     )

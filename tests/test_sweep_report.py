@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import FAST, children, parent_id, run_cli, store_client
+from conftest import FAST, children, parent_id, store_client
 
 
-def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summary(home) -> None:
-    result = run_cli(
+def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summary(home, cli_here) -> None:
+    result = cli_here(
         home,
         "train",
         "-m",
@@ -20,7 +20,6 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
         "train.epochs=1",
         "algo=allreduce,local_sgd",
         "seed=1,2",
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     parent = parent_id(result)
@@ -55,7 +54,7 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
         assert m["summary/speedup"] == pytest.approx(baseline_ms / own_ms[run.info.run_id], abs=2e-3)
 
     # reported again, by `sweep=last`: the same table, and the parent keeps one MLflow table (no rows appended)
-    again = run_cli(home, "report", "sweep=last", f"out={home / 'again'}")
+    again = cli_here(home, "report", "sweep=last", f"out={home / 'again'}")
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"sweep {parent}: wrote ")
     pd.testing.assert_frame_equal(pd.read_csv(home / "again" / "sweeps" / parent / "table.csv"), table)
@@ -63,8 +62,8 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
     assert len(pd.read_json(local, orient="split")) == 2
 
 
-def test_report_sweep_refuses_what_is_not_a_sweep_in_one_line(home) -> None:
-    run = run_cli(home, "train", *FAST, "launcher=threads", "nodes=2", "train.max_steps=2", "train.epochs=1")
+def test_report_sweep_refuses_what_is_not_a_sweep_in_one_line(home, cli_here) -> None:
+    run = cli_here(home, "train", *FAST, "launcher=threads", "nodes=2", "train.max_steps=2", "train.epochs=1")
     assert run.returncode == 0, run.stderr
     for settings, message in (
         (["sweep=last"], "holds no sweep: run one with `dlcomm train -m ...` first"),
@@ -72,6 +71,6 @@ def test_report_sweep_refuses_what_is_not_a_sweep_in_one_line(home) -> None:
         (["sweep=0123456789abcdef0123456789abcdef"], "is not a run of"),
         (["sweep=last", "experiment=dlcomm"], "reports one sweep: drop experiment= and --all"),
     ):
-        bad = run_cli(home, "report", *settings)
+        bad = cli_here(home, "report", *settings)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
         assert message in bad.stderr.strip().splitlines()[-1], bad.stderr

@@ -15,7 +15,7 @@ from dlcomm.tasks.gan import GanTask
 from dlcomm.train.optim import build_optimizer
 from dlcomm.train.precision import Precision
 
-from conftest import FAST, mlflow_run, run_cli
+from conftest import FAST, mlflow_run
 
 
 def _gan_run(seed: int = 0, **knobs) -> SimpleNamespace:
@@ -141,8 +141,8 @@ def test_bf16_autocast_runs_matmuls_in_bf16_on_cpu() -> None:
     assert out.dtype == torch.bfloat16
 
 
-def test_gan_run_logs_both_losses_per_epoch_and_a_sample_grid(home) -> None:
-    result = run_cli(
+def test_gan_run_logs_both_losses_per_epoch_and_a_sample_grid(home, cli_here) -> None:
+    result = cli_here(
         home,
         "train",
         "task=gan",
@@ -185,10 +185,10 @@ def test_gan_run_logs_both_losses_per_epoch_and_a_sample_grid(home) -> None:
     )
 
 
-def test_amp_and_every_optimizer_run_through_the_cli(home) -> None:
+def test_amp_and_every_optimizer_run_through_the_cli(home, cli_here) -> None:
     """`dlcomm train optim=<name>` for the five optimizers of the node-based paper's Table IV, with
     bf16 autocast: every run finishes with a finite loss."""
-    result = run_cli(
+    result = cli_here(
         home,
         "train",
         "-m",
@@ -198,7 +198,6 @@ def test_amp_and_every_optimizer_run_through_the_cli(home) -> None:
         "train.amp=true",
         "launcher=threads",
         "optim=sgd,adam,adamw,adabelief,angulargrad",
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     assert "5 of 5 runs finished" in result.stdout
@@ -213,7 +212,7 @@ def test_amp_and_every_optimizer_run_through_the_cli(home) -> None:
         (["train.amp=true", "train.amp_dtype=fp16", "algo=ps"], "train.amp_dtype=bf16"),
     ],
 )
-def test_task_and_precision_errors_are_one_line(home, args, message) -> None:
-    result = run_cli(home, "train", *FAST, *args)
+def test_task_and_precision_errors_are_one_line(home, args, message, cli_here) -> None:
+    result = cli_here(home, "train", *FAST, *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
