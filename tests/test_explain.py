@@ -22,7 +22,7 @@ def test_every_knob_of_the_chosen_algorithm_with_its_value_and_default() -> None
         for key, kind, value, default, doc in rows(compose(["algo=crossover", "algo.segments=3"]).algo, "algo")
     }
     assert table["algo.segments"] == ("int", "3", "0", "0: the model's top-level blocks; k: k balanced runs of layers")
-    assert set(table) == {"algo.name", "algo.segments", "algo.segmentwise", "algo.fair"}
+    assert set(table) == {"algo.name", "algo.segments", "algo.segmentwise", "algo.fair", "algo.gamma"}
 
 
 def test_nested_sections_are_listed_under_their_parent() -> None:
