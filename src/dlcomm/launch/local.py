@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
 import signal
 import sys
 import threading
 import time
 import traceback
 from dataclasses import replace
+from multiprocessing.connection import Connection
 
 from dlcomm.config.schema import RunConfig
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
@@ -46,7 +46,7 @@ _SETTLE_S = 1.0  # after a first failure, how long to collect the other ranks' r
 _CONSEQUENCE_S = 2.0  # a rank that only lost a peer reports this much later than the peer's own failure
 
 
-def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: mp.Queue, parent_pid: int) -> None:
+def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: Connection, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _lead_own_group()
     _exit_when_orphaned(parent_pid)
@@ -56,20 +56,22 @@ def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors:
 
         run_rank(spec, rank, "127.0.0.1", port, machine_rank=rank, local_ranks=local_ranks)
     except UserError as error:
-        errors.put(RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time()))
-        errors.close()
-        errors.join_thread()
+        _report(errors, RankFailure(rank, f"stopped: {error}", user_error=True, at=time.time()))
         os._exit(EXIT_USAGE)
     except Diverged as error:
-        errors.put(RankFailure.diverged(error))
-        errors.close()
-        errors.join_thread()
+        _report(errors, RankFailure.diverged(error))
         os._exit(1)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the parent
-        errors.put(RankFailure(rank, _failure_message(error, spec), details=traceback.format_exc(), at=time.time()))
-        errors.close()
-        errors.join_thread()
+        _report(
+            errors, RankFailure(rank, _failure_message(error, spec), details=traceback.format_exc(), at=time.time())
+        )
         os._exit(1)
+
+
+def _report(errors: Connection, failure: RankFailure) -> None:
+    """Send the driver this rank's failure, whole, before the process ends."""
+    errors.send(failure)
+    errors.close()
 
 
 def _failure_message(error: BaseException, spec: RunSpec) -> str:
@@ -130,13 +132,17 @@ def launch_local(spec: RunSpec) -> LaunchResult:
     world = layout.job_size  # the workers and the algorithm's service processes
     store = loopback_store(world)
     context = rank_processes()
-    errors: mp.Queue = context.Queue()
+    # one pipe a rank for its failure report, not a multiprocessing.Queue: a Queue of the forkserver
+    # context is three named semaphores, which a driver killed by SIGKILL leaves to the resource
+    # tracker ("There appear to be 3 leaked semaphore objects"); a pipe is two file descriptors
+    pipes = [context.Pipe(duplex=False) for _ in range(world)]
+    errors = [reader for reader, _ in pipes]
     local_ranks = world  # all ranks share this machine
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     processes = [
         context.Process(
             target=_rank_process,
-            args=(spec, rank, store.port, local_ranks, errors, os.getpid()),
+            args=(spec, rank, store.port, local_ranks, pipes[rank][1], os.getpid()),
             name=f"dlcomm-{layout.role_of(rank)}{rank}",
         )
         for rank in range(world)
@@ -160,7 +166,7 @@ def launch_local(spec: RunSpec) -> LaunchResult:
         del store
 
 
-def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float, roles: list[str]) -> LaunchResult:
+def _watch(processes: list[mp.Process], errors: list[Connection], grace_s: float, roles: list[str]) -> LaunchResult:
     failures: list[RankFailure] = []
     first_failure_at: float | None = None
     while True:
@@ -180,13 +186,16 @@ def _watch(processes: list[mp.Process], errors: mp.Queue, grace_s: float, roles:
         time.sleep(_POLL_S)
 
 
-def _drain(errors: mp.Queue) -> list[RankFailure]:
+def _drain(errors: list[Connection]) -> list[RankFailure]:
+    """The failure reports that have arrived on the ranks' pipes."""
     drained = []
-    while True:
+    for reader in errors:
         try:
-            drained.append(errors.get_nowait())
-        except queue.Empty:
-            return drained
+            while reader.poll():
+                drained.append(reader.recv())
+        except (EOFError, OSError):  # every writer closed: that rank has nothing more to say
+            continue
+    return drained
 
 
 def _exit_failure(rank: int, code: int, role: str) -> RankFailure:
