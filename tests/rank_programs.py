@@ -750,6 +750,20 @@ def choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float) ->
     return {"before": before.numpy().copy(), "after": algorithm.buffers[0].numpy().copy()}
 
 
+def _gossip_rounds(algorithm, model: torch.nn.Module, rank: int, rounds: int) -> dict:
+    """Set ``algorithm`` up on ``model``, fill its buffers with this rank's own random numbers, run
+    ``rounds`` of its averaging with no training step between: each buffer before and after."""
+    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(rank)
+    with torch.no_grad():
+        for buffer in algorithm.buffers:
+            buffer.copy_(torch.randn(buffer.numel(), generator=generator))
+    before = [buffer.numpy().copy() for buffer in algorithm.buffers]
+    for step in range(rounds):
+        algorithm.after_step(step)
+    return {"before": before, "after": [buffer.numpy().copy() for buffer in algorithm.buffers]}
+
+
 def crossover_choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: float, seed: int = 5) -> dict:
     """``rounds`` of Crossover-SGD's gossip (two segments: the two layers) with ``compress``, from
     this rank's own random parameters, no training step between: each segment before and after."""
@@ -764,15 +778,7 @@ def crossover_choco_rounds(cluster, channel, compress: dict, rounds: int, gamma:
         seed=seed,
         compress=COMPRESSORS.get(compress["name"]).Config(**compress),
     )
-    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    generator = torch.Generator().manual_seed(cluster.rank)
-    with torch.no_grad():
-        for buffer in algorithm.buffers:
-            buffer.copy_(torch.randn(buffer.numel(), generator=generator))
-    before = [buffer.numpy().copy() for buffer in algorithm.buffers]
-    for step in range(rounds):
-        algorithm.after_step(step)
-    return {"before": before, "after": [buffer.numpy().copy() for buffer in algorithm.buffers]}
+    return _gossip_rounds(algorithm, model, cluster.rank, rounds)
 
 
 def sgp_choco_rounds(cluster, channel, compress: dict, rounds: int, overlap: bool = False) -> dict:
@@ -815,15 +821,7 @@ def sesgd_choco_rounds(cluster, channel, compress: dict, rounds: int, gamma: flo
         seed=seed,
         compress=COMPRESSORS.get(compress["name"]).Config(**compress),
     )
-    algorithm.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    generator = torch.Generator().manual_seed(cluster.rank)
-    with torch.no_grad():
-        for buffer in algorithm.buffers:
-            buffer.copy_(torch.randn(buffer.numel(), generator=generator))
-    before = [buffer.numpy().copy() for buffer in algorithm.buffers]
-    for step in range(rounds):
-        algorithm.after_step(step)
-    return {"before": before, "after": [buffer.numpy().copy() for buffer in algorithm.buffers]}
+    return _gossip_rounds(algorithm, model, cluster.rank, rounds)
 
 
 def compressed_resume(

@@ -125,6 +125,18 @@ def _profile_file(tmp_path, lead=0.010, backward=0.020, optimizer=0.005) -> str:
     return str(path)
 
 
+def _one_bucket_on_the_profile(profile: str) -> list[str]:
+    """3 steps at 10 Gb/s simulated, compute from ``profile``, one bucket allreduced after backward."""
+    return [
+        "network=eth_10g",
+        "network.compute=profile",
+        f"network.compute_profile={profile}",
+        "train.max_steps=3",
+        "algo.overlap=false",
+        "algo.bucket_mb=1000",
+    ]
+
+
 def _run(home, monkeypatch, capsys, *overrides: str) -> pd.DataFrame:
     from dlcomm import cli
 
@@ -147,14 +159,7 @@ def test_allreduce_at_16_workers_is_the_profiled_step_plus_the_modelled_allreduc
     from dlcomm.comm.network import NetworkModel
 
     profile = _profile_file(tmp_path)
-    common = [
-        "network=eth_10g",
-        "network.compute=profile",
-        f"network.compute_profile={profile}",
-        "train.max_steps=3",
-        "algo.overlap=false",
-        "algo.bucket_mb=1000",
-    ]
+    common = _one_bucket_on_the_profile(profile)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     many = _run(tmp_path / "a", monkeypatch, capsys, "nodes=16", *common)
@@ -280,15 +285,7 @@ def test_a_compressors_own_compute_is_charged_beside_the_profile(tmp_path, monke
         return lambda: next(ticks) * 1e-3
 
     monkeypatch.setattr(rank_module, "compute_timer", ticking_timer)
-    common = [
-        "network=eth_10g",
-        "network.compute=profile",
-        f"network.compute_profile={_profile_file(tmp_path)}",
-        "train.max_steps=3",
-        "algo.overlap=false",
-        "algo.bucket_mb=1000",
-        "nodes=2",
-    ]
+    common = [*_one_bucket_on_the_profile(_profile_file(tmp_path)), "nodes=2"]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     compressed = _run(tmp_path / "a", monkeypatch, capsys, "compress=topk", *common)
