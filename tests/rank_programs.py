@@ -864,3 +864,56 @@ def compressed_resume(
     resumed[2].load_state_dict(saved["algo"])
     run(*resumed, split, steps)
     return {"straight": _flat(straight[0]).numpy().copy(), "resumed": _flat(resumed[0]).numpy().copy()}
+
+
+class _SlowToFree:
+    """Holds the thread that frees it for ``seconds`` (while what was freed beside it still waits)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __del__(self) -> None:
+        time.sleep(self.seconds)
+
+
+def _callback_holding(group, slow: _SlowToFree):
+    # a tuple's items are freed last first: ``slow`` sleeps while ``group`` is still held
+    def callback(future, held=(group, slow)):
+        return future.value()
+
+    return callback
+
+
+def group_freed_on_a_gloo_thread(cluster, channel, held: bool) -> float:
+    """An all-reduce whose ``then`` callback holds the world group, as ``powerSGD_hook``'s do: gloo
+    frees the callback on its worker thread, here 1 s after the chained future is done, by when this
+    rank has returned and its job been closed; the process stays 2 s more on its way out
+    (a multiprocessing exit finalizer). Unless the main thread still holds the group (``held``:
+    the harness's hold; not ``held``: the hold undone on the way out), the worker's reference is the
+    last."""
+    from multiprocessing import util
+
+    import torch.distributed as dist
+
+    from dlcomm.launch import harness
+
+    def on_the_way_out() -> None:
+        if not held:
+            harness._HELD_UNTIL_EXIT.clear()
+        time.sleep(2.0)
+
+    util.Finalize(None, on_the_way_out, exitpriority=100)
+    total = torch.ones(1)
+    work = dist.all_reduce(total, group=dist.group.WORLD, async_op=True)
+    chained = work.get_future().then(_callback_holding(dist.group.WORLD, _SlowToFree(1.0)))
+    return float(chained.wait()[0][0])
+
+
+def abort_on(cluster, channel, aborting: int) -> int:
+    """Rank ``aborting`` ends its process at once (``SIGABRT``, as a C++ ``terminate`` does), no
+    result sent; the others return their rank."""
+    import os
+
+    if cluster.rank == aborting:
+        os.abort()
+    return cluster.rank

@@ -4,13 +4,16 @@ communication layer without a whole training run.
 
 ``fn(cluster, channel, *args)`` must be importable (a module-level function) and return a
 picklable value; :func:`run_ranks` returns the values by rank or raises ``RuntimeError`` with
-the failing rank's traceback.
+the failing rank's traceback, or naming the rank whose process ended without its result (a
+signal, an abort in C++) as soon as that is known.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -20,6 +23,11 @@ import torch
 
 from dlcomm.launch.procstart import rank_processes
 from dlcomm.launch.store import join_store, loopback_store
+
+#: What :func:`_hold_process_groups` keeps referenced from the rank's main thread until it exits.
+_HELD_UNTIL_EXIT: list[Any] = []
+#: Seconds between looks at the rank processes while their results are awaited.
+_POLL_S = 1.0
 
 
 def _entry(
@@ -48,11 +56,47 @@ def _entry(
         cluster = Cluster.connect(layout, rank, store, "gloo", torch.device("cpu"), timeout_s=timeout_s)
         try:
             channel = Channel.for_run(cluster, typed_section(NetworkConfig, network)) if network else Channel(cluster)
-            results.put((rank, True, fn(cluster, channel, *args)))
+            # by value (plain pickle): the queue's own pickler would share a tensor's storage through a
+            # descriptor this process serves, and it may have exited by the time the parent asks for it
+            results.put((rank, True, pickle.dumps(fn(cluster, channel, *args))))
         finally:
+            _hold_process_groups(cluster)
             cluster.close()
     except BaseException:  # noqa: BLE001 - reported to the parent
         results.put((rank, False, traceback.format_exc()))
+
+
+def _hold_process_groups(cluster: Any) -> None:
+    """Keep this rank's process groups referenced from its main thread until the process exits.
+
+    A torch future callback may hold a process group: a DDP communication hook's ``then`` callbacks
+    (``powerSGD_hook``'s capture the group they all-reduce on). gloo runs such a callback on one of
+    its worker threads and frees it there after marking the chained future done, so the main thread
+    may already have closed the job and dropped its references: the worker's is then the last, and
+    the group's destructor joins the worker threads from one of them, which C++ refuses
+    (``std::system_error: Resource deadlock avoided``, the rank aborted; 1 in ~55 runs of the
+    4-rank PowerSGD reference here). A rank process ends in ``os._exit`` (multiprocessing), so a
+    group held here is never destroyed at all."""
+    import torch.distributed as dist
+
+    _HELD_UNTIL_EXIT.append(cluster)
+    if dist.is_initialized():
+        _HELD_UNTIL_EXIT.append(dist.group.WORLD)
+
+
+def _ended_without(processes: list[Any], collected: dict[int, Any]) -> list[int]:
+    """The ranks whose process has ended and whose result has not come."""
+    return [rank for rank, process in enumerate(processes) if process.exitcode is not None and rank not in collected]
+
+
+def _how_it_ended(exitcode: int) -> str:
+    """``exit code 1``, or the signal's name for a process a signal ended (``SIGABRT``)."""
+    if exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 def run_ranks(
@@ -110,16 +154,32 @@ def run_ranks(
         process.start()
     try:
         collected: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout
+        ended_at_last_look: set[int] = set()
         while len(collected) < job:
             try:
-                rank, ok, value = results.get(timeout=timeout)
+                rank, ok, value = results.get(timeout=_POLL_S)
             except queue.Empty:
-                raise RuntimeError(
-                    f"ranks {sorted(set(range(job)) - set(collected))} gave no result in {timeout} s"
-                ) from None
+                # a process that ended before the last look has had a whole poll to deliver its result
+                ended = set(_ended_without(processes, collected))
+                if ended & ended_at_last_look:
+                    rank = min(ended & ended_at_last_look)
+                    raise RuntimeError(
+                        f"rank {rank} ended ({_how_it_ended(processes[rank].exitcode)}) without its result"
+                    ) from None
+                ended_at_last_look = ended
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"ranks {sorted(set(range(job)) - set(collected))} gave no result in {timeout} s"
+                    ) from None
+                continue
             if not ok:
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
-            collected[rank] = value
+            collected[rank] = pickle.loads(value)
+        for rank, process in enumerate(processes):
+            process.join(timeout=10)
+            if process.exitcode:
+                raise RuntimeError(f"rank {rank} ended ({_how_it_ended(process.exitcode)}) after its result")
         return [collected[rank] for rank in range(job)]
     finally:
         for process in processes:
