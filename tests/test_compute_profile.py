@@ -137,21 +137,14 @@ def _one_bucket_on_the_profile(profile: str) -> list[str]:
     ]
 
 
-def _run(home, monkeypatch, capsys, *overrides: str) -> pd.DataFrame:
-    from dlcomm import cli
-
-    monkeypatch.setenv("DLCOMM_HOME", str(home))
-    monkeypatch.chdir(home)
-    code = cli.main(["train", *FAST, "model=mlp", "launcher=threads", "train.epochs=1", *overrides])
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    run_id = out.out.split("mlflow run ")[-1][:32]
-    return pd.read_csv(home / "results" / "runs" / run_id / "timings.csv")
+def _run(cli_here, home, *overrides: str) -> pd.DataFrame:
+    """A short threads run of the MLP with ``overrides``, in this process; its timings.csv."""
+    result = cli_here(home, "train", *FAST, "model=mlp", "launcher=threads", "train.epochs=1", *overrides)
+    assert result.returncode == 0, result.stderr
+    return pd.read_csv(home / "results" / "runs" / result.run_id / "timings.csv")
 
 
-def test_allreduce_at_16_workers_is_the_profiled_step_plus_the_modelled_allreduce(
-    tmp_path, monkeypatch, capsys
-) -> None:
+def test_allreduce_at_16_workers_is_the_profiled_step_plus_the_modelled_allreduce(tmp_path, cli_here) -> None:
     """No overlap, one bucket: every rank's simulated iteration = lead + backward, then the
     allreduce (everyone starts together), then the optimizer; compute per iteration identical at
     1 and 16 workers."""
@@ -162,8 +155,8 @@ def test_allreduce_at_16_workers_is_the_profiled_step_plus_the_modelled_allreduc
     common = _one_bucket_on_the_profile(profile)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    many = _run(tmp_path / "a", monkeypatch, capsys, "nodes=16", *common)
-    one = _run(tmp_path / "b", monkeypatch, capsys, "nodes=1", *common)
+    many = _run(cli_here, tmp_path / "a", "nodes=16", *common)
+    one = _run(cli_here, tmp_path / "b", "nodes=1", *common)
     assert set(many["sim_compute_s"].round(12)) == set(one["sim_compute_s"].round(12)) == {0.035}
     params = sum(
         p.numel()
@@ -213,9 +206,7 @@ def _expected_max(n: int, c: float, draws: int = 200_000) -> float:
 
 
 @pytest.mark.slow  # two 16-rank runs, 40 s here
-def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowly(
-    tmp_path, monkeypatch, capsys
-) -> None:
+def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowly(tmp_path, cli_here) -> None:
     """Acceptance: the simulated AllReduce step at n workers = E[max of n draws] x step (the links
     nearly free), within 3% over 200 steps, at 2 and 8 workers; D-PSGD's step grows more slowly from
     2 to 8 workers (a rank waits only for its neighbours, not for the slowest of all)."""
@@ -238,7 +229,7 @@ def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowl
         for algo in ("allreduce", "dpsgd"):
             (tmp_path / f"{algo}{n}").mkdir()
             extra = ["algo.overlap=false"] if algo == "allreduce" else []
-            timings = _run(tmp_path / f"{algo}{n}", monkeypatch, capsys, f"nodes={n}", f"algo={algo}", *extra, *common)
+            timings = _run(cli_here, tmp_path / f"{algo}{n}", f"nodes={n}", f"algo={algo}", *extra, *common)
             # the clock's long-run rate: simulated training time over the steps, mean over ranks
             step[algo, n] = timings.groupby("rank")["sim_time_s"].sum().mean() / timings["step"].nunique()
         assert step["allreduce", n] == pytest.approx(_expected_max(n, c) * 0.030, rel=0.03)
@@ -250,28 +241,23 @@ def test_with_jitter_allreduce_waits_for_the_slowest_and_gossip_grows_more_slowl
     assert step["dpsgd", 8] / step["dpsgd", 2] < step["allreduce", 8] / step["allreduce", 2]
 
 
-def test_dlcomm_profile_measures_caches_and_writes_a_profile_a_run_then_uses(home, monkeypatch, capsys) -> None:
-    from dlcomm import cli
-
-    monkeypatch.setenv("DLCOMM_HOME", str(home))
+def test_dlcomm_profile_measures_caches_and_writes_a_profile_a_run_then_uses(home, monkeypatch, cli_here) -> None:
     monkeypatch.setenv("DLCOMM_PROFILES", str(home / "profiles"))
-    monkeypatch.chdir(home)
     out = home / "mlp.json"
-    assert cli.main(["profile", *FAST, "model=mlp", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    measured = cli_here(home, "profile", *FAST, "model=mlp", "--out", str(out))
+    assert measured.returncode == 0, measured.stderr
+    printed = measured.stdout
     assert "compute profile (measured now, cached in" in printed and f"written to {out}" in printed
     profile = ComputeProfile.from_json(out.read_text())
     assert profile.steps >= 10 and len(profile.ready_s) == 6 and profile.step_s > 0
     assert all(0 <= r <= profile.backward_s * 1.5 for r in profile.ready_s)
-    assert cli.main(["profile", *FAST, "model=mlp"]) == 0
-    assert "from the cache" in capsys.readouterr().out
-    timings = _run(
-        home, monkeypatch, capsys, "nodes=2", "network=eth_10g", f"network.compute_profile={out}", "train.max_steps=2"
-    )
+    cached = cli_here(home, "profile", *FAST, "model=mlp")
+    assert cached.returncode == 0 and "from the cache" in cached.stdout, cached.stderr
+    timings = _run(cli_here, home, "nodes=2", "network=eth_10g", f"network.compute_profile={out}", "train.max_steps=2")
     assert set(timings["sim_compute_s"].round(12)) <= {round(profile.step_s, 12)}
 
 
-def test_a_compressors_own_compute_is_charged_beside_the_profile(tmp_path, monkeypatch, capsys) -> None:
+def test_a_compressors_own_compute_is_charged_beside_the_profile(tmp_path, monkeypatch, cli_here) -> None:
     """The profile holds forward and backward only: under compute=profile a compressor's compute
     blocks are measured where they run and added. With a timer that moves 1 ms per reading, every
     block costs 1 ms: top-k on one bucket at 2 workers is compress, the memory's decompress of its
@@ -288,7 +274,7 @@ def test_a_compressors_own_compute_is_charged_beside_the_profile(tmp_path, monke
     common = [*_one_bucket_on_the_profile(_profile_file(tmp_path)), "nodes=2"]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    compressed = _run(tmp_path / "a", monkeypatch, capsys, "compress=topk", *common)
-    plain = _run(tmp_path / "b", monkeypatch, capsys, *common)
+    compressed = _run(cli_here, tmp_path / "a", "compress=topk", *common)
+    plain = _run(cli_here, tmp_path / "b", *common)
     assert set(plain["sim_compute_s"].round(12)) == {0.035}
     assert set(compressed["sim_compute_s"].round(12)) == {0.035 + 5e-3}

@@ -68,12 +68,10 @@ def _overrides(name: str, nodes: int, per_node: int, network: str) -> list[str]:
     return [*BASE, *algo, *knobs, f"nodes={nodes}", f"workers_per_node={per_node}", *NETWORKS[network]]
 
 
-def _train(overrides: list[str], semantics: str, run_dir: Path) -> list[dict]:
-    cfg = compose(overrides)
+def _train(cfg, data, semantics: str, run_dir: Path) -> list[dict]:
     spec = RunSpec.from_config(cfg, tracking_uri="").with_run("test", run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
-    data = build_dataset(cfg.dataset)
     return run_ranks(
         rank_programs.train_untracked,
         cfg.nodes * cfg.workers_per_node,
@@ -104,10 +102,11 @@ UNIT_TIER = {("allreduce", "simulate"), ("sgp", "simulate"), ("crossover", "simu
 )
 def test_every_algorithm_runs_under_nccls_rules_with_glooss_numbers(name: str, network: str, tmp_path: Path) -> None:
     for nodes, per_node in SHAPES:
-        overrides = _overrides(name, nodes, per_node, network)
+        cfg = compose(_overrides(name, nodes, per_node, network))  # one composition for both rules
+        data = build_dataset(cfg.dataset)
         shape = f"{name} {nodes}x{per_node} network={network}"
         results = {
-            semantics: _train(overrides, semantics, tmp_path / f"{semantics}-{nodes}x{per_node}")
+            semantics: _train(cfg, data, semantics, tmp_path / f"{semantics}-{nodes}x{per_node}")
             for semantics in ("gloo", "nccl")
         }
         workers = nodes * per_node
