@@ -2,10 +2,83 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
+from dlcomm.report.sweep import children_summaries
+from dlcomm.report.table import summarise
+
 from conftest import FAST, children, parent_id, store_client
+
+# the summary/* metrics whose group row (the UI's Average over a method's runs) must read as the table's cell
+TABLE_CELLS = {
+    "ms_per_iter": "{clock}_ms_per_iter",
+    "compute_ms": "{clock}_compute_ms",
+    "comm_exposed_ms": "{clock}_comm_exposed_ms",
+    "test_acc_pct": "final_acc_mean",
+    "speedup": "speedup",
+}
+
+
+def _group_rows_read_as_the_table(table: pd.DataFrame, logged: dict[str, dict[str, float]], clock: str) -> None:
+    """Each (setting, method)'s mean of its runs' summary/* equals the table's figure (to the
+    rounding the metrics are logged with), and samples/s is the throughput at the group's time."""
+    for _, row in table.iterrows():
+        ids = row["runs"].split()
+        for key, cell in TABLE_CELLS.items():
+            mean = sum(logged[i]["summary/" + key] for i in ids) / len(ids)
+            # the speedup is logged as the table prints it, the rest to 3 decimals (table.csv: 6 digits)
+            rounding = 5e-3 if key == "speedup" else 1e-3
+            assert mean == pytest.approx(row[cell.format(clock=clock)], abs=rounding), (row["method"], key)
+        ms = sum(logged[i]["summary/ms_per_iter"] for i in ids) / len(ids)
+        samples = sum(logged[i]["summary/samples_per_s"] for i in ids) / len(ids)
+        assert samples == pytest.approx(2 * 64 * 1e3 / ms, rel=1e-5), row["method"]  # 2 workers x batch 64
+
+
+@pytest.mark.parametrize("simulated", [False, True])
+def test_a_group_of_a_method_s_runs_reads_as_the_table_and_the_baseline_is_1(simulated: bool) -> None:
+    # two seeds of unequal times: each run's baseline-mean / own time would give the baseline's
+    # runs 1.2 and 0.857 (their group row 1.03) and local_sgd's 1.5 and 1.0 (1.25, the table 1.2)
+    times = {("allreduce", 1): 0.100, ("allreduce", 2): 0.140, ("local_sgd", 1): 0.080, ("local_sgd", 2): 0.120}
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": f"{algo}-{seed}",
+                "setting": "all",
+                "method": algo,
+                "seed": seed,
+                "tags.world_size": "2",
+                "params.train.batch_size": "64",
+                "params.train.comm_interval": "1",
+                # the clock the speedup is not on has other times: the summary must not take them
+                "metrics.final/time_per_iter_s": t if not simulated else 3 * t + 0.01 * seed,
+                "metrics.final/comm_share": 0.25 + 0.1 * seed,
+                "metrics.final/sim_time_per_iter_s": t if simulated else math.nan,
+                "metrics.final/sim_comm_share": 0.25 + 0.1 * seed if simulated else math.nan,
+                "metrics.final/test_acc_mean": 0.81234 + 0.01117 * seed,
+                "metrics.final/best_test_acc_mean": 0.9,
+                "metrics.final/steps": 10.0,
+            }
+            for (algo, seed), t in times.items()
+        ]
+    )
+    table = summarise(runs, "allreduce", lambda frame: None)
+    clock = "sim" if simulated else "wall"
+    assert list(table["speedup_clock"]) == ["simulated" if simulated else "wall"] * 2
+    logged = children_summaries(table, runs)
+    assert set(logged) == set(runs["run_id"])
+    assert logged["allreduce-1"]["summary/speedup"] == logged["allreduce-2"]["summary/speedup"] == 1.0
+    assert logged["local_sgd-1"]["summary/speedup"] == logged["local_sgd-2"]["summary/speedup"] == 1.2
+    assert logged["allreduce-1"]["summary/ms_per_iter"] == 100.0  # the run's own time, on the speedup's clock
+    _group_rows_read_as_the_table(table, logged, clock)
+
+    # without the baseline in the sweep: no speedup, the other figures as before
+    alone = summarise(runs[runs["method"] == "local_sgd"], "allreduce", lambda frame: None)
+    logged = children_summaries(alone, runs)
+    assert set(logged) == {"local_sgd-1", "local_sgd-2"}
+    assert not any("summary/speedup" in metrics for metrics in logged.values())
 
 
 def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summary(home, cli_here) -> None:
@@ -36,22 +109,21 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
     table = pd.read_csv(folder / "table.csv")
     assert sorted(table["method"]) == ["allreduce", "local_sgd"] and list(table["seeds"]) == [2, 2]
 
-    # each run's summary/* metrics, by their formulas, from its own final metrics (network off: the wall clock)
+    # each run's summary/* metrics (network off: the wall clock): its own figures from its final
+    # metrics, its method's speedup and throughput from the table; a group of runs reads as the table
     runs = children(home, parent)
     assert len(runs) == 4
-    own_ms = {run.info.run_id: 1e3 * run.data.metrics["final/time_per_iter_s"] for run in runs}
-    baseline_ms = sum(own_ms[run.info.run_id] for run in runs if run.data.tags["algo"] == "allreduce") / 2
     for run in runs:
         m = run.data.metrics
         t = m["final/time_per_iter_s"]
-        assert m["summary/ms_per_iter"] == pytest.approx(1e3 * t, abs=5e-4)  # logged rounded as printed
+        assert m["summary/ms_per_iter"] == pytest.approx(1e3 * t, abs=5e-4)  # logged rounded
         assert m["summary/comm_exposed_ms"] == pytest.approx(1e3 * t * m["final/comm_share"], abs=5e-4)
         assert m["summary/compute_ms"] + m["summary/comm_exposed_ms"] == pytest.approx(1e3 * t, abs=1e-3)
-        assert m["summary/samples_per_s"] == pytest.approx(
-            2 * 64 / t, abs=5e-4
-        )  # 2 workers x batch 64, one micro-batch
-        assert m["summary/test_acc_pct"] == pytest.approx(100 * m["final/test_acc_mean"], abs=5e-3)
-        assert m["summary/speedup"] == pytest.approx(baseline_ms / own_ms[run.info.run_id], abs=2e-3)
+        assert m["summary/test_acc_pct"] == pytest.approx(100 * m["final/test_acc_mean"], abs=5e-4)
+        if run.data.tags["algo"] == "allreduce":
+            assert m["summary/speedup"] == 1.0
+    logged = {run.info.run_id: run.data.metrics for run in runs}
+    _group_rows_read_as_the_table(table, logged, "wall")
 
     # reported again, by `sweep=last`: the same table, and the parent keeps one MLflow table (no rows appended)
     again = cli_here(home, "report", "sweep=last", f"out={home / 'again'}")

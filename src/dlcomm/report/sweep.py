@@ -5,16 +5,26 @@ The sweep's finished runs (the children of its parent run) are summarised as an 
 (:func:`dlcomm.report.build.write_report`: the table, its figures, the run data), written to
 ``results/sweeps/<parent run id>/``, and logged to the parent run: the files as artifacts under
 ``comparison/``, the table as an MLflow table (``comparison/table.json``, which the UI's artifact
-view shows as a table). Every child gets its own figures as metrics the runs list can show beside
-its name, on the clock the table's speedup uses (the simulated one when every run of the setting
-has it, else the wall clock):
+view shows as a table). Every child gets ``summary/*`` metrics the runs list can show beside its
+name, on the clock the table's speedup uses (the simulated one when every run of the setting has
+it, else the wall clock), chosen so that the UI's group row (Group by a tag such as ``algo``,
+aggregate Average) shows the table's figure for the (setting, method):
 
-* ``summary/ms_per_iter``: ``t``, the time per iteration in ms, split as ``summary/compute_ms``
-  ``= t (1 - c)`` and ``summary/comm_exposed_ms = t c`` (``c`` the communication share);
-* ``summary/samples_per_s = B / t`` with ``B`` = workers x per-worker batch x micro-batches per step;
-* ``summary/test_acc_pct``: the final mean test accuracy in %;
-* ``summary/speedup = t_baseline / t``, ``t_baseline`` the mean over seeds of ``report.baseline``'s
-  runs in the same setting (absent when the sweep has no such run).
+* the run's own figures, whose mean over the method's runs is the table's cell (the table's are
+  means over seeds): ``summary/ms_per_iter``: ``t``, the time per iteration in ms, split as
+  ``summary/compute_ms = t (1 - c)`` and ``summary/comm_exposed_ms = t c`` (``c`` the
+  communication share); ``summary/test_acc_pct``: the final mean test accuracy in %;
+* the method's figures, the same on each of its runs (a ratio's mean over runs is not the ratio
+  of the means): with ``T`` the table's time per iteration of the method (the mean of its runs'
+  ``t``), ``summary/speedup = T_baseline / T``, the table's speedup (exactly 1.00 on every run of
+  ``report.baseline``; absent when the sweep has no such run), and ``summary/samples_per_s = B / T``
+  with ``B`` = workers x per-worker batch x micro-batches per step: the throughput at the group
+  row's ``summary/ms_per_iter`` (a run's own, ``B / t``, is its ``final/samples_per_s``, on the
+  wall clock).
+
+No per-run speedup is logged: the group row would show its mean, not the table's figure (the
+baseline's runs' ``T_baseline / t`` average above 1 whenever their times differ), and the table's
+``speedup_std`` already gives the spread over seeds.
 """
 
 from __future__ import annotations
@@ -36,8 +46,10 @@ def _final(run: pd.Series, key: str) -> float:
     return float(value) if value is not None and not pd.isna(value) else math.nan
 
 
-def child_summary(run: pd.Series, simulated: bool, baseline_ms: float) -> dict[str, float]:
-    """The ``summary/*`` metrics of one child run (see the module docstring)."""
+def child_summary(run: pd.Series, simulated: bool, method_ms: float, speedup: float) -> dict[str, float]:
+    """The ``summary/*`` metrics of one child run (see the module docstring): ``method_ms`` is the
+    table's mean time per iteration of its method (ms, on the speedup's clock), ``speedup`` the
+    table's speedup of its method (nan without a baseline)."""
     t = _final(run, names.FINAL_SIM_TIME_PER_ITER if simulated else names.FINAL_TIME_PER_ITER)
     share = _final(run, names.FINAL_SIM_COMM_SHARE if simulated else names.FINAL_COMM_SHARE)
     per_step = (
@@ -49,33 +61,30 @@ def child_summary(run: pd.Series, simulated: bool, baseline_ms: float) -> dict[s
         "ms_per_iter": 1e3 * t,
         "compute_ms": 1e3 * t * (1 - share),
         "comm_exposed_ms": 1e3 * t * share,
-        "samples_per_s": per_step / t if t > 0 else math.nan,
         "test_acc_pct": 100 * _final(run, names.FINAL_TEST_ACC),
+        "samples_per_s": 1e3 * per_step / method_ms if method_ms > 0 else math.nan,
+        "speedup": speedup,
     }
-    if not math.isnan(baseline_ms) and t > 0:
-        out["speedup"] = baseline_ms / (1e3 * t)
-    # rounded as the table prints them (the UI shows every digit: 88.88000000000001)
+    # rounded (the UI shows every digit: 88.88000000000001): the speedup as the table prints it,
+    # the rest one digit or more finer than the table, so that the group's mean reads as its cell
     return {
-        SUMMARY + key: round(value, 2 if key == "test_acc_pct" else 3)
-        for key, value in out.items()
-        if not math.isnan(value)
+        SUMMARY + key: round(value, 2 if key == "speedup" else 3) for key, value in out.items() if not math.isnan(value)
     }
 
 
 def children_summaries(table: pd.DataFrame, runs: pd.DataFrame) -> dict[str, dict[str, float]]:
     """``run id -> summary/* metrics`` for every run in ``table`` (rows: (setting, method), with
-    their ``runs`` ids, ``baseline`` and ``speedup_clock``)."""
+    their ``runs`` ids, times per iteration, ``speedup`` and ``speedup_clock``)."""
     by_id = runs.set_index("run_id")
     out: dict[str, dict[str, float]] = {}
     for _, row in table.iterrows():
         simulated = row.get("speedup_clock", "") == "simulated" or (
             row.get("speedup_clock", "") == "" and not pd.isna(row["sim_ms_per_iter"])
         )
-        base = table[(table["setting"] == row["setting"]) & (table["method"] == row["baseline"])]
-        column = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
-        baseline_ms = float(base[column].iloc[0]) if row["baseline"] and not base.empty else math.nan
+        method_ms = float(row["sim_ms_per_iter" if simulated else "wall_ms_per_iter"])
+        speedup = float(row.get("speedup", math.nan))
         for run_id in str(row["runs"]).split():
-            out[run_id] = child_summary(by_id.loc[run_id], simulated, baseline_ms)
+            out[run_id] = child_summary(by_id.loc[run_id], simulated, method_ms, speedup)
     return out
 
 
