@@ -114,6 +114,39 @@ def channel_accounting(cluster, channel) -> dict:
     return out
 
 
+def turns_and_transfer(cluster, channel, compute_s: float) -> list[dict]:
+    """Three iterations: rank ``r`` computes ``r * compute_s`` (a sleep: on serial threads it holds
+    the turn), then all allreduce 4 MiB. Each iteration's blocked time, its split and the
+    transfers the rank performed in its own call."""
+    rank = cluster.rank
+    out = []
+    tensor = torch.ones(1 << 20)
+    for _ in range(3):
+        channel.begin_iteration()
+        time.sleep(rank * compute_s)
+        channel.allreduce(tensor)
+        comm = channel.end_iteration()
+        out.append({"blocked": comm.exposed_s, "peer_wait": comm.peer_wait_s, "carried": comm.carried_s})
+    return out
+
+
+def wait_in_a_later_iteration(cluster, channel, late_s: float) -> list[dict]:
+    """Rank 0 issues an allreduce in iteration 0 and waits for it in iteration 1 (as SGP's overlap
+    does); rank 1 posts it ``late_s`` into iteration 0. Each iteration's blocked time and split."""
+    out = []
+    channel.begin_iteration()
+    if cluster.rank == 1:
+        time.sleep(late_s)
+    handle = channel.allreduce(torch.ones(8), async_op=True)
+    first = channel.end_iteration()
+    channel.begin_iteration()
+    handle.wait()
+    second = channel.end_iteration()
+    for comm in (first, second):
+        out.append({"blocked": comm.exposed_s, "peer_wait": comm.peer_wait_s})
+    return out
+
+
 class FakeCompute:
     """A compute timer the program advances by hand, so virtual clocks are exact."""
 

@@ -5,6 +5,7 @@ iteration comes out right (docs/metrics.md, "The same meaning on CPU and GPU")."
 
 from __future__ import annotations
 
+import math
 import threading
 from types import SimpleNamespace
 
@@ -356,10 +357,24 @@ def test_the_host_timer_takes_the_loop_and_channel_readings(monkeypatch) -> None
     timer.transferred(token)
     timer.after_wait(token, record, [])  # record.blocked_s += perf_counter() - started
     assert record.blocked_s == 0.5 + (101.25 - 101.0)
-    comm = SimpleNamespace(exposed_s=0.75, busy_s=0.9)  # the Channel's IterationComm
+    # the Channel's IterationComm of processes: waiting for peers unknown, all of it exposed
+    comm = SimpleNamespace(exposed_s=0.75, busy_s=0.9, peer_wait_s=math.nan, carried_s=0.0)
     split = timer.end_iteration(comm)  # the loop: time_s = perf_counter() - start after end_iteration
-    assert split == IterationSplit(102.5 - 100.0, 0.75, 0.9)
+    assert split.time_s == 102.5 - 100.0 and split.exposed_s == 0.75 and math.isnan(split.peer_wait_s)
     assert split.compute_s == (102.5 - 100.0) - 0.75
+
+
+def test_waiting_for_peers_comes_off_the_exposed_time_and_a_transfer_made_in_the_call_goes_on() -> None:
+    """Threads: of 0.75 s blocked, 0.5 s waited for peers; the rank also moved the data of another
+    operation in its own issuing call for 0.1 s (counted as compute by the host clock)."""
+    from dlcomm.comm.device_timing import split_waits
+
+    comm = SimpleNamespace(exposed_s=0.75, busy_s=0.9, peer_wait_s=0.5, carried_s=0.1)
+    split = split_waits(2.5, 0.75, comm)
+    assert split.peer_wait_s == 0.5 and split.exposed_s == pytest.approx(0.35)
+    assert split.compute_s == pytest.approx(2.5 - 0.5 - 0.35)
+    # on CUDA the stream's stall can be shorter than the host's wait: the waiting never exceeds it
+    assert split_waits(2.5, 0.2, comm).peer_wait_s == 0.2
 
 
 def test_the_cpu_compute_clocks_are_unchanged() -> None:

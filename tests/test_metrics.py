@@ -34,6 +34,7 @@ DOCUMENTED_COLUMNS = (
     "sim_comm_busy_s",
     "comm_modelled_s",
     "overruns",
+    "peer_wait_s",
 )
 
 
@@ -206,6 +207,7 @@ def test_a_resumed_run_keeps_the_rows_and_statistics_of_a_straight_one(tmp_path)
         "time_s",
         "compute_s",
         "comm_exposed_s",
+        "peer_wait_s",
         "comm_busy_s",
         "data_s",
         "sim_time_s",

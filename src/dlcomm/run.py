@@ -77,23 +77,35 @@ def prepare_run(overrides: list[str], cfg: DictConfig | None = None) -> RunSpec:
     return RunSpec.from_config(cfg, uri, tuple(overrides))
 
 
-def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
-    """Every element of the sweep, composed and checked before anything is recorded."""
+def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list[RunSpec], list[str]]:
+    """Every element of the sweep, composed and checked before anything is recorded, and the
+    sweep's overrides: with ``compare_here``, those of the command line plus the network a sweep
+    whose ranks share this machine compares on (:func:`dlcomm.sweep.comparison_clock`)."""
     from dataclasses import replace
 
-    from dlcomm.sweep import expand, screening_order, swept_keys
+    from dlcomm.sweep import comparison_clock, expand, screening_order, swept_keys
 
     swept = set(swept_keys(overrides))
     elements = expand(overrides)
     found: dict[int, RunSpec] = {}
     composed: dict[int, DictConfig] = {}
+    typed: dict[int, RunConfig] = {}
     order = screening_order(elements)
     for position in order:  # every swept value early, composed and range-checked first (torch-free, fast)
         try:
             composed[position] = compose(elements[position])
-            validate_run(to_run_config(composed[position]))
+            typed[position] = to_run_config(composed[position])
+            validate_run(typed[position])
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
+    added, shared = comparison_clock(overrides, list(typed.values())) if compare_here else ("", "")
+    if added:
+        progress.say(
+            f"sweep: {shared} here, so the wall clock times their turns, not a cluster's compute and "
+            f"communication; every run also keeps the simulated clock of {added} (compute profiled from one "
+            f"replica alone), on which the comparison's speedup is computed (network=off: the wall clock)"
+        )
+        return prepare_sweep([*overrides, added], compare_here=False)
     for position in order:  # then what needs the data, the model and the store
         element = elements[position]
         try:
@@ -110,13 +122,13 @@ def prepare_sweep(overrides: list[str]) -> list[RunSpec]:
             "a sweep may not vary tracking.uri, tracking.experiment or launcher: its runs share one parent run; "
             "run one sweep per value instead"
         )
-    return specs
+    return specs, list(overrides)
 
 
 def run_sweep(overrides: list[str]) -> int:
     """A parent MLflow run and one child run per element, as the launcher runs sweeps: one
     SLURM job array (``launcher=slurm``, returns at once), or here, one run after another."""
-    specs = prepare_sweep(overrides)
+    specs, overrides = prepare_sweep(overrides)
     INTERRUPTS.check()
     _close_lost(specs[0].tracking_uri)
     from dlcomm.report.sweep import compare_sweep

@@ -32,6 +32,9 @@ class RunSpec:
     parent_run_id: str = ""  # the sweep's parent run, for a sweep's element
     overrides: tuple[str, ...] = ()  # the command line's overrides that composed ``config``
     varied: tuple[str, ...] = ()  # a sweep element's overrides of the keys its sweep varies
+    # what the ranks shared on the driver's machine ("8 ranks took turns on 2 cores"; empty: hardware
+    # of their own, or a launcher that cannot tell): its wall clock is then no cluster's
+    shared: str = ""
     typed: RunConfig | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -56,6 +59,9 @@ class RunSpec:
 
     def with_run(self, run_id: str, run_dir: Path) -> "RunSpec":
         return replace(self, run_id=run_id, run_dir=str(run_dir))
+
+    def sharing(self, shared: str) -> "RunSpec":
+        return replace(self, shared=shared)
 
     def in_sweep(self, parent_run_id: str) -> "RunSpec":
         return replace(self, parent_run_id=parent_run_id)

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import itertools
 import shlex
+from typing import Sequence
 
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
+
+# The network a sweep whose ranks share this machine compares on, unless it names one
+# (docs/metrics.md, "Which clock a comparison is on"): 10 Gb/s Ethernet, a common cluster's link.
+COMPARISON_NETWORK = "eth_10g"
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
@@ -87,3 +93,24 @@ def swept_keys(overrides: list[str]) -> list[str]:
             key, _, value = item.partition("=")
             keys.setdefault(key, set()).add(value)
     return [key for key, values in keys.items() if len(values) > 1]
+
+
+def comparison_clock(overrides: Sequence[str], configs: Sequence[RunConfig]) -> tuple[str, str]:
+    """``(override, why)``: what a sweep on this machine adds so that its comparison answers the
+    question researchers ask of it, how the schemes compare on a cluster. When the ranks of some
+    element (``configs``: the elements composed) share this machine's cores or GPU, the wall
+    clock's time splits into turns, not a cluster's compute and communication, so the sweep also
+    keeps the simulated clock of :data:`COMPARISON_NETWORK` (compute profiled from one replica
+    alone, the network modelled), which its table's speedup then uses; the wall clock's figures
+    stay beside it. Nothing is added (``("", "")``) when an override names the network (``network=off``
+    compares on the wall clock) or an element already models one (an experiment's preset)."""
+    from dlcomm.launch.driver import shared_hardware
+
+    if any(item.lstrip("+~").partition("=")[0].split(".")[0] == "network" for item in overrides):
+        return "", ""
+    if any(cfg.network.name != "off" for cfg in configs):
+        return "", ""
+    shared = next((words for words in map(shared_hardware, configs) if words), "")
+    if not shared:
+        return "", ""
+    return f"network={COMPARISON_NETWORK}", shared

@@ -49,6 +49,7 @@ from dlcomm.comm.device_timing import device_timer, union_length
 from dlcomm.comm.network import NetworkModel
 from dlcomm.comm.timing import UNMODELLED, ModelledTiming, Timing
 from dlcomm.comm.transport import P2P
+from dlcomm.comm.waits import peer_wait, transfer_within
 from dlcomm.config.schema import NetworkConfig
 
 
@@ -77,7 +78,11 @@ class OpRecord:
 
 @dataclass(frozen=True)
 class IterationComm:
-    exposed_s: float  # wall time blocked in wait()
+    """One iteration's communication. The blocked times (``exposed_s``, ``peer_wait_s``,
+    ``clock_exposed_s``) count the waits made during the iteration, whichever iteration issued
+    the operation waited on (SGP's overlap and gossip_pull wait in the next one)."""
+
+    exposed_s: float  # wall time blocked in wait(): transfer and waiting for peers
     busy_s: float  # wall length of the union of the operations' [start, end]
     bytes_sent: int
     messages: int
@@ -89,6 +94,22 @@ class IterationComm:
     modelled_s: float  # sum of the modelled durations of the collectives joined and messages sent
     overruns: int  # operations whose real transfer outlasted the model (emulate)
     records: tuple[OpRecord, ...] = ()  # the iteration's operations, in issue order
+    # the part of exposed_s spent waiting for peers, not transferring (dlcomm.comm.waits; nan
+    # where the transport cannot tell: torch.distributed's processes)
+    peer_wait_s: float = math.nan
+    carried_s: float = 0.0  # transfers this rank performed inside its own issuing calls (in-process fabric)
+
+
+class _Waits:
+    """The blocked times of the waits made during one iteration (see :class:`IterationComm`)."""
+
+    __slots__ = ("blocked_s", "peer_wait_s", "clock_exposed_s", "carried_s")
+
+    def __init__(self, split: bool) -> None:
+        self.blocked_s = 0.0
+        self.peer_wait_s = 0.0 if split else math.nan
+        self.clock_exposed_s = 0.0
+        self.carried_s = 0.0
 
 
 @dataclass
@@ -124,11 +145,14 @@ class Handle:
             return self.result
         record, clock = self.record, self.channel.clock
         modelled = self.resolve is not None
+        exposed_before = record.exposed_s
         before = clock.now() if modelled else 0.0
         timer = self.channel.timer  # host clock on CPU, CUDA events on the compute stream on GPU
         started = timer.before_wait()
+        lo = perf_counter()
         for work in self.works:
             work.wait()
+        returned = perf_counter()
         timer.transferred(started)
         self.channel.poll()
         if math.isnan(record.wall_end):
@@ -143,6 +167,7 @@ class Handle:
             if after > record.end and before < record.end:  # it was waited while in flight
                 record.end = after
         timer.after_wait(started, record, self.works)
+        self.channel.waited(self.works, lo, returned, record.exposed_s - exposed_before)
         if self.divisor != 1 and isinstance(self.result, torch.Tensor):
             self.result.div_(self.divisor)
         self.done = True
@@ -185,6 +210,10 @@ class Channel:
         self._in_flight: deque[tuple[Any, OpRecord]] = deque()
         self._modelled = ModelledTiming(self) if network is not None else None
         self.compute_meter: StepMeter = NO_METER  # told where each training step is (profiled compute)
+        # the transport's works say when their transfer ran (dlcomm.comm.waits): waiting is split off
+        self._splits_waits = getattr(self.transport, "times_transfers", False)
+        self._waits: _Waits | None = None  # the current iteration's, while one runs
+        self._loop_thread: int | None = None  # the thread that runs the iterations
 
     @classmethod
     def for_run(cls, cluster: Cluster, network_cfg: NetworkConfig, profiled: Any = None) -> "Channel":
@@ -223,6 +252,8 @@ class Channel:
         self.transport.pass_turn()
         with self._lock:
             self._iteration_ops = []
+        self._waits = _Waits(self._splits_waits)
+        self._loop_thread = threading.get_ident()
         self._phase = "train"
         self.clock.resume()
         self._iteration_start = self.clock.now()
@@ -234,22 +265,56 @@ class Channel:
         now = perf_counter()
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
+        waits, self._waits = self._waits or _Waits(self._splits_waits), None
         self._phase = "idle"
         modelled = self.network is not None
         nan = math.nan
         return IterationComm(
-            exposed_s=sum(op.blocked_s for op in ops),
+            exposed_s=waits.blocked_s,
             busy_s=union_length(sorted((op.wall_start, _or(op.wall_end, now)) for op in ops)),
             bytes_sent=sum(op.bytes_sent for op in ops),
             messages=sum(op.messages for op in ops),
             ops=len(ops),
             clock_time_s=clock_end - self._iteration_start if modelled else nan,
-            clock_exposed_s=sum(op.exposed_s for op in ops) if modelled else nan,
+            clock_exposed_s=waits.clock_exposed_s if modelled else nan,
             clock_busy_s=union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
             modelled_s=sum(op.modelled_s for op in ops if op.counts_modelled) if modelled else nan,
             overruns=sum(op.overran for op in ops),
             records=tuple(ops),
+            peer_wait_s=waits.peer_wait_s,
+            carried_s=waits.carried_s,
         )
+
+    def _counts(self) -> _Waits | None:
+        """The iteration's wait totals when the calling thread is the one running an iteration."""
+        waits = self._waits
+        return waits if waits is not None and threading.get_ident() == self._loop_thread else None
+
+    def waited(self, works: Sequence[Any], lo: float, returned: float, clock_exposed_s: float) -> None:
+        """A ``Handle.wait`` from host time ``lo`` to now, its works' own waits returning at
+        ``returned``, ``clock_exposed_s`` on the run's clock: counted in the running iteration."""
+        waits = self._counts()
+        if waits is None:
+            return
+        waits.blocked_s += perf_counter() - lo
+        waits.clock_exposed_s += clock_exposed_s
+        if self._splits_waits:
+            waits.peer_wait_s += peer_wait(works, lo, returned)
+
+    def _launch(self, launch: Callable[[], Any]) -> Any:
+        """``launch()`` (the transport's call posting an operation), off the simulated clock; a
+        transfer the call itself performed (the in-process fabric's last party moves the data
+        for all) is counted as this rank's communication (:attr:`IterationComm.carried_s`)."""
+        called = perf_counter()
+        with self._off_clock():
+            posted = launch()
+        waits = self._counts() if self._splits_waits else None
+        if waits is not None:
+            works = posted if isinstance(posted, list) else [posted]
+            done = [work for work in works if work.is_completed()]
+            if done:
+                waits.carried_s += transfer_within(done, called, perf_counter())
+        return posted
 
     def watch(self, work: Any, record: OpRecord) -> None:
         self._in_flight.append((work, record))
@@ -347,8 +412,7 @@ class Channel:
         record = self.record(kind, group, tensor.numel() * tensor.element_size(), sent)
         handle = Handle(self, record, tensor if result is None else result, divisor)
         self._timing().collective(handle, group, modelled_s)
-        with self._off_clock():
-            handle.add_work(launch(), payload=True)
+        handle.add_work(self._launch(launch), payload=True)
         return handle
 
     @contextmanager
@@ -480,8 +544,7 @@ class Channel:
                 handles.append(handle)
         self.cluster.ranks(group)
         if ops:
-            with self._off_clock():
-                works = self.transport.batch(ops, group)
+            works = self._launch(lambda: self.transport.batch(ops, group))
             for op, owner, work in zip(ops, owners, works):
                 owner.add_work(work, payload=op.what == "payload")
         return Exchange(handles)

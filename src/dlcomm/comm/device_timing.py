@@ -44,6 +44,7 @@ works' wait in ``Handle.wait`` with :meth:`before_wait`, :meth:`transferred` and
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from time import perf_counter
@@ -58,15 +59,33 @@ STALL_MS = 0.01
 
 @dataclass(frozen=True, slots=True)
 class IterationSplit:
-    """One iteration's time split, in seconds (docs/metrics.md)."""
+    """One iteration's time split, in seconds (docs/metrics.md): ``time_s = compute_s +
+    peer_wait_s + exposed_s``, with ``exposed_s`` the communication the rank stood still for and
+    ``peer_wait_s`` the time it stood still for its peers (nan where the transport cannot tell
+    them apart: then ``exposed_s`` holds both and ``compute_s = time_s - exposed_s``)."""
 
     time_s: float
     exposed_s: float
     busy_s: float
+    peer_wait_s: float = math.nan
 
     @property
     def compute_s(self) -> float:
-        return self.time_s - self.exposed_s
+        waiting = 0.0 if math.isnan(self.peer_wait_s) else self.peer_wait_s
+        return self.time_s - self.exposed_s - waiting
+
+
+def split_waits(time_s: float, stalled_s: float, comm: Any) -> IterationSplit:
+    """``(exposed, peer_wait)`` out of ``stalled_s``, the time the rank's computation stood still
+    in waits, given the Channel's :class:`~dlcomm.comm.channel.IterationComm`: the host's share
+    spent waiting for peers (at most ``stalled_s``) comes off, the transfers the rank performed
+    in its own issuing calls (``carried_s``, counted as compute by the clock) go on."""
+    waiting = comm.peer_wait_s
+    if math.isnan(waiting):
+        return IterationSplit(time_s, min(stalled_s, time_s), comm.busy_s)
+    waiting = min(waiting, stalled_s)
+    exposed = min(stalled_s - waiting + comm.carried_s, time_s - waiting)
+    return IterationSplit(time_s, exposed, comm.busy_s, waiting)
 
 
 def device_timer(device: torch.device) -> HostTimer | CudaTimer:
@@ -99,7 +118,7 @@ class HostTimer:
 
     def end_iteration(self, comm: Any) -> IterationSplit:
         """``comm``: the Channel's :class:`~dlcomm.comm.channel.IterationComm` of the iteration."""
-        return IterationSplit(perf_counter() - self._start, comm.exposed_s, comm.busy_s)
+        return split_waits(perf_counter() - self._start, comm.exposed_s, comm)
 
 
 class _Wait:
@@ -193,7 +212,11 @@ class CudaTimer:
             group_end[record.group] = done
             intervals.append((start, max(start, done)))
         self._issues, self._waits = [], []
-        return IterationSplit(time_ms / 1e3, exposed_ms / 1e3, union_length(sorted(intervals)) / 1e3)
+        busy = union_length(sorted(intervals)) / 1e3
+        if comm is None:
+            return IterationSplit(time_ms / 1e3, exposed_ms / 1e3, busy)
+        split = split_waits(time_ms / 1e3, exposed_ms / 1e3, comm)
+        return IterationSplit(split.time_s, split.exposed_s, busy, split.peer_wait_s)
 
     @staticmethod
     def _completion(begin: Any, start: float, wait: _Wait | None, previous: float, time_ms: float) -> float:

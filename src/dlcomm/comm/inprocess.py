@@ -38,11 +38,13 @@ blocked) and every later operation raises it.
 from __future__ import annotations
 
 import bisect
+import math
 import pickle
 import threading
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, ContextManager, Iterator, Sequence
 
 import torch
@@ -127,7 +129,12 @@ def _settle(tensor: torch.Tensor | None) -> None:
 
 
 class _Work:
-    __slots__ = ("fabric", "owner", "event", "ok", "source", "what", "op")
+    """One rank's part of an operation. ``started`` and ``finished`` (``perf_counter``, nan until
+    known) bound the transfer itself: from the moment every party had posted (the last member of
+    a collective, the second side of a message) to the completion. A wait before ``started`` is
+    waiting for peers, not communication (:func:`dlcomm.comm.waits.transfer_within`)."""
+
+    __slots__ = ("fabric", "owner", "event", "ok", "source", "what", "op", "started", "finished")
 
     def __init__(self, fabric: "Fabric", owner: int, what: str = "") -> None:
         self.fabric = fabric
@@ -137,6 +144,8 @@ class _Work:
         self.source = -1
         self.what = what  # for a hang's message: "send to rank 3 on world"
         self.op: Op | None = None  # under NCCL's rules: the queued operation
+        self.started = math.nan
+        self.finished = math.nan
 
     def is_completed(self) -> bool:
         return self.event.is_set()
@@ -426,12 +435,15 @@ class Fabric:
         if self.failure is not None:
             raise JobAborted(self.failure)
 
-    def _complete(self, works: Sequence[_Work]) -> None:
+    def _complete(self, works: Sequence[_Work], started: float) -> None:
+        """``works`` are done; their transfer began at ``started`` (every party had posted)."""
+        finished = perf_counter()
         with self._lock:
             self._progress += 1
             for work in works:
                 self._pending.discard(work)
                 work.ok = True
+                work.started, work.finished = started, finished
         for work in works:
             work.event.set()
         if self.turns is not None:
@@ -461,8 +473,9 @@ class Fabric:
             else:
                 self._pending.add(work)
         if last:
+            started = perf_counter()
             _PERFORM[kind](meeting.entries)
-            self._complete(meeting.works)
+            self._complete(meeting.works, started)
         return work
 
     # ---- messages ----------------------------------------------------------------------
@@ -503,13 +516,14 @@ class Fabric:
             for op in ops:
                 op.work.op = op
                 self._pending.add(op.work)
+            started = perf_counter()  # what this post completes, it performs now
             completed = self._nccl.post(owner, communicator, ops, batch)
             error = self._nccl.error
         if error is not None:
             self.abort(error)
             raise RuntimeError(error)
         if completed:
-            self._complete(completed)
+            self._complete(completed, started)
         return [op.work for op in ops]
 
     def _deliver(self, data: torch.Tensor, sender: int, receive: _Message, send_work: _Work) -> None:
@@ -520,10 +534,11 @@ class Fabric:
             )
             self.abort(message)
             raise RuntimeError(message)
+        started = perf_counter()
         receive.tensor.copy_(data.view_as(receive.tensor))
         _settle(receive.tensor)
         receive.work.source = sender
-        self._complete([send_work, receive.work])
+        self._complete([send_work, receive.work], started)
 
 
 def _take(messages: list[_Message], matches: Any) -> _Message | None:
@@ -602,6 +617,7 @@ class ThreadTransport:
 
     name = "threads"
     shares_process = True  # every rank a thread of this process
+    times_transfers = True  # works carry their transfer's [started, finished] (dlcomm.comm.waits)
 
     def __init__(self, fabric: Fabric, rank: int, group_ranks: dict[str, list[int]]) -> None:
         self.fabric = fabric

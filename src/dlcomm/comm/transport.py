@@ -62,6 +62,7 @@ class DistTransport:
 
     name = "dist"
     shares_process = False  # one rank per process
+    times_transfers = False  # torch's works do not say when the peers arrived (dlcomm.comm.waits)
 
     def __init__(self, groups: dict[str, Any], computes_alone: bool = False) -> None:
         self.groups = groups

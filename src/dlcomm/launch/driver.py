@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlcomm import progress
+from dlcomm.config.schema import RunConfig
 from dlcomm.errors import EXIT_USAGE, Diverged
 from dlcomm.launch.base import Launcher, element_label
 from dlcomm.launch.interrupts import INTERRUPTS
@@ -95,6 +96,9 @@ class DriverLauncher(Launcher):
         tags = cls.driver_tags()  # this process closes the run: `dlcomm runs reap` checks it lives
         # every rank runs on this machine: more ranks than cores take turns, and the report says so
         tags.update({"host_cores": str(os.cpu_count() or 1), "host_ranks": str(job_ranks(spec))})
+        spec = spec.sharing(shared_hardware(spec.cfg()))
+        if spec.shared:
+            tags["shared_hardware"] = spec.shared
         if spec.parent_run_id:
             tags.update({"mlflow.parentRunId": spec.parent_run_id, "sweep_element": element_label(spec)})
         signals = INTERRUPTS.install()
@@ -143,6 +147,29 @@ class DriverLauncher(Launcher):
             if spec.parent_run_id:
                 return 130
         return result.exit_code
+
+
+def shared_hardware(cfg: RunConfig) -> str:
+    """What the job's ranks share on this machine, in words, or "" when each has hardware of its
+    own (or the launcher runs them elsewhere: SLURM, srun). Every rank of the local and threads
+    launchers runs here: on CPU they take turns when they outnumber the cores, and always under
+    ``launcher.compute=serial``; threads on a GPU share that one GPU (local processes get one
+    each, or are refused)."""
+    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.launch.threads import on_cuda, resolve_compute
+
+    launcher = cfg.launcher.name
+    if launcher not in ("local", "threads"):
+        return ""
+    ranks = cfg.nodes * cfg.workers_per_node + len(get_algorithm(cfg.algo.name).roles(cfg.algo))
+    cores = os.cpu_count() or 1
+    if ranks < 2:
+        return ""
+    if launcher == "threads" and on_cuda(cfg):
+        return f"{ranks} ranks shared one GPU"
+    if launcher == "threads" and resolve_compute(cfg)[0] == "serial":
+        return f"{ranks} ranks took turns on {cores} cores"
+    return f"{ranks} ranks shared {cores} cores" if ranks > cores else ""
 
 
 def job_ranks(spec: RunSpec) -> int:

@@ -5,7 +5,8 @@ Over rows ``r = 1..N`` (every rank's iterations of the span), with ``mean(x) = (
 
 * time, compute and exposed communication per iteration: ``mean(time_s)``, ``mean(compute_s)``,
   ``mean(comm_exposed_s)``; communication share ``c = mean(comm_exposed_s) / mean(time_s)``
-  (0 when the time is 0);
+  (0 when the time is 0); where the rows tell waiting for peers apart (threads), its mean and
+  share ``w = mean(peer_wait_s) / mean(time_s)`` the same way, so that compute is ``1 - c - w``;
 * samples per second: ``N * batch / train_wall_s`` (every row is one batch of one rank; the
   wall time is the one rank's clock that measured it, rank 0's in the loop);
 * under a network model the same on the modelled cluster's clock (``sim_*``), the cost model's
@@ -80,6 +81,10 @@ def epoch_metrics(
         names.EPOCH_COMM_SHARE: _share(mean("comm_exposed_s"), time_per_iter),
         names.EPOCH_SAMPLES_PER_S: len(kept) * batch_size / wall if wall > 0 else 0.0,
     }
+    peer_wait = mean("peer_wait_s")
+    if not math.isnan(peer_wait):
+        metrics[names.EPOCH_PEER_WAIT_PER_ITER] = peer_wait
+        metrics[names.EPOCH_PEER_WAIT_SHARE] = _share(peer_wait, time_per_iter)
     sim_time = mean("sim_time_s")
     if not math.isnan(sim_time):
         metrics[names.EPOCH_SIM_TIME_PER_ITER] = sim_time
@@ -111,6 +116,8 @@ def run_metrics(
         names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
         names.FINAL_BYTES_PER_ITER: sum(row.bytes_sent for row in rows) / max(1, len(rows)),
     }
+    if names.EPOCH_PEER_WAIT_SHARE in overall:
+        metrics[names.FINAL_PEER_WAIT_SHARE] = overall[names.EPOCH_PEER_WAIT_SHARE]
     if modelled:
         metrics[names.FINAL_SIM_TIME_PER_ITER] = overall[names.EPOCH_SIM_TIME_PER_ITER]
         metrics[names.FINAL_SIM_COMM_SHARE] = overall[names.EPOCH_SIM_COMM_SHARE]
@@ -125,13 +132,17 @@ def readable(final: dict[str, float], samples_per_iteration: int) -> dict[str, f
     time per iteration and ``c`` the communication share, ``ms_per_iter = 1000 t``, ``compute_ms
     = 1000 t (1 - c)``, ``comm_exposed_ms = 1000 t c``, ``samples_per_s = B / t`` (``B`` the
     samples of one iteration over all workers), ``test_acc_pct = 100 acc``; ``sim_*`` the same on
-    the simulated clock. Rounded as printed (ms to 3 decimals, % to 2)."""
+    the simulated clock. Where waiting for peers is told apart (share ``w``), ``peer_wait_ms =
+    1000 t w`` and ``compute_ms = 1000 t (1 - c - w)``. Rounded as printed (ms to 3 decimals, % to 2)."""
     out: dict[str, float] = {}
     t, c = final.get(names.FINAL_TIME_PER_ITER, math.nan), final.get(names.FINAL_COMM_SHARE, math.nan)
+    w = final.get(names.FINAL_PEER_WAIT_SHARE, math.nan)
     if not math.isnan(t):
         out[names.FINAL_MS_PER_ITER] = round(1e3 * t, 3)
-        out[names.FINAL_COMPUTE_MS] = round(1e3 * t * (1 - c), 3)
+        out[names.FINAL_COMPUTE_MS] = round(1e3 * t * (1 - c - (0.0 if math.isnan(w) else w)), 3)
         out[names.FINAL_COMM_EXPOSED_MS] = round(1e3 * t * c, 3)
+        if not math.isnan(w):
+            out[names.FINAL_PEER_WAIT_MS] = round(1e3 * t * w, 3)
         if t > 0:
             out[names.FINAL_SAMPLES_PER_S] = round(samples_per_iteration / t, 1)
     sim_t, sim_c = final.get(names.FINAL_SIM_TIME_PER_ITER, math.nan), final.get(names.FINAL_SIM_COMM_SHARE, math.nan)
@@ -159,7 +170,9 @@ def iteration_series(rows: Sequence[IterationRow], modelled: bool, warmup: int =
         for step, at in sorted(by_step.items()):
             timed = metric in TIMED  # the loss, bytes and messages of a warm-up step are as any other's
             name = metric if step >= warmup or not timed else WARMUP_PREFIX + metric.removeprefix("iter/")
-            series.setdefault(name, {})[step] = sum(getattr(row, column) for row in at) / len(at)
+            value = sum(getattr(row, column) for row in at) / len(at)
+            if not math.isnan(value):  # peer_wait_s under processes: not known, not logged
+                series.setdefault(name, {})[step] = value
     return series
 
 
@@ -169,6 +182,7 @@ TIMED = {
     names.ITER_COMPUTE,
     names.ITER_COMM_EXPOSED,
     names.ITER_COMM_BUSY,
+    names.ITER_PEER_WAIT,
     names.ITER_SIM_TIME,
     names.ITER_SIM_COMPUTE,
     names.ITER_SIM_COMM_EXPOSED,

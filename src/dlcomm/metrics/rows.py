@@ -7,19 +7,21 @@ is also logged to MLflow per iteration under that name (the mean over ranks at e
 under a network model (``nan`` under ``network=off``). Adding a per-iteration metric is one field
 here (and its line in docs/metrics.md), set where the loop builds the row.
 
-Invariants on every row: ``compute_s + comm_exposed_s = time_s`` and
+Invariants on every row: ``compute_s + peer_wait_s + comm_exposed_s = time_s`` (``peer_wait_s``
+taken as 0 where it is nan: processes cannot tell waiting for peers from the transfer) and
 ``sim_compute_s + sim_comm_exposed_s = sim_time_s``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from dlcomm.metrics import names
 
 
-def _series(name: str, modelled: bool = False):
-    return field(metadata={"series": name, "modelled": modelled})
+def _series(name: str, modelled: bool = False, **default: float):
+    return field(metadata={"series": name, "modelled": modelled}, **default)
 
 
 @dataclass
@@ -29,8 +31,8 @@ class IterationRow:
     epoch: int  # counted from 0
     step: int  # the iteration, counted from 0 over the whole run
     time_s: float = _series(names.ITER_TIME)  # wall time from before_step to the end of after_step
-    compute_s: float = _series(names.ITER_COMPUTE)  # time_s - comm_exposed_s
-    comm_exposed_s: float = _series(names.ITER_COMM_EXPOSED)  # blocked waiting on the Channel
+    compute_s: float = _series(names.ITER_COMPUTE)  # time_s - peer_wait_s - comm_exposed_s: the rank's own work
+    comm_exposed_s: float = _series(names.ITER_COMM_EXPOSED)  # blocked on the Channel while data moved
     comm_busy_s: float = _series(names.ITER_COMM_BUSY)  # union of the operations' [start, end]
     data_s: float  # producing the batch (outside time_s)
     bytes_sent: int = _series(names.ITER_BYTES)
@@ -42,6 +44,10 @@ class IterationRow:
     sim_comm_busy_s: float = _series(names.ITER_SIM_COMM_BUSY, modelled=True)
     comm_modelled_s: float = _series(names.ITER_COMM_MODELLED, modelled=True)  # cost model's durations
     overruns: int  # operations whose real transfer outlasted the model (emulate)
+    # blocked on the Channel before the peers reached the operation (or, on shared hardware, waiting
+    # for a core or the turn back after it): dlcomm.comm.waits; nan where the transport cannot tell
+    # (processes), and for rows of checkpoints written before it existed
+    peer_wait_s: float = _series(names.ITER_PEER_WAIT, default=math.nan)
 
     @classmethod
     def restore(cls, saved: object) -> IterationRow:

@@ -6,8 +6,10 @@ deviation over seeds (undefined for one seed: empty in ``table.csv``, ``n/a`` in
 and ``table.tex``, never ``0``):
 
 * ``final_acc`` / ``best_acc``: ``final/test_acc_mean`` and ``final/best_test_acc_mean``, in %;
-* wall time per iteration ``t`` (``final/time_per_iter_s``) split as compute ``t (1 - c)`` and
-  exposed communication ``t c`` with ``c = final/comm_share``, in ms; the same on the modelled
+* wall time per iteration ``t`` (``final/time_per_iter_s``) split as compute ``t (1 - c - w)``,
+  waiting for peers ``t w`` (``wall_peer_wait_ms``, with ``w = final/peer_wait_share``: runs whose
+  ranks were threads, which tell it apart; ``w = 0`` and the column absent otherwise) and exposed
+  communication ``t c`` with ``c = final/comm_share``, in ms; the same on the modelled
   cluster from ``final/sim_time_per_iter_s`` and ``final/sim_comm_share``, and the cost model's
   communication per iteration ``final/comm_modelled_per_iter_s`` (computed, not measured);
 * ``layers_dropped_pct``: the parameter server's ``final/ps_dropped_fraction`` in % (the
@@ -34,6 +36,8 @@ and ``table.tex``, never ``0``):
   cluster's: the table's wall-clock headers then say "ranks shared cores". Absent when no run
   recorded it.
 
+* ``network``: the network presets the method's runs modelled (``tags.network``; ``off``: none).
+
 * ``sim_clock``: how the simulated clock was charged for compute: ``profile`` (every run of the
   method under ``network.compute=profile``), ``measured`` (the ranks' own measured time), empty
   when not simulated.
@@ -57,11 +61,16 @@ from dlcomm.metrics import names
 from dlcomm.report.groups import matches
 
 METRIC = "metrics."
-WALL = ("wall_ms_per_iter", "wall_compute_ms", "wall_comm_exposed_ms", "wall_ms_per_iter_std")
+WALL = ("wall_ms_per_iter", "wall_compute_ms", "wall_peer_wait_ms", "wall_comm_exposed_ms", "wall_ms_per_iter_std")
 SIMULATED = ("sim_ms_per_iter", "sim_compute_ms", "sim_comm_exposed_ms", "sim_ms_per_iter_std")
 ON_SPEEDUP_CLOCK = ("speedup", "speedup_std", "comm_cut_pct")  # on the simulated clock where speedup_clock says so
 MEASURED = WALL + SIMULATED + ON_SPEEDUP_CLOCK
-OPTIONAL = ("layers_dropped_pct", "ranks_per_core", "sent_mb")  # present only when some run of the table has it
+OPTIONAL = (
+    "layers_dropped_pct",
+    "ranks_per_core",
+    "sent_mb",
+    "wall_peer_wait_ms",
+)  # present only when some run of the table has it
 Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
 
 
@@ -87,13 +96,17 @@ def method_row(frame: pd.DataFrame) -> dict:
         row[f"{name}_mean"], row[f"{name}_std"] = mean, std
     wall, share = _metric(frame, names.FINAL_TIME_PER_ITER), _metric(frame, names.FINAL_COMM_SHARE)
     row["wall_ms_per_iter"], row["wall_ms_per_iter_std"] = (1e3 * v for v in _mean_std(wall))
-    row["wall_compute_ms"] = 1e3 * (wall * (1 - share)).mean()
+    waiting = _metric(frame, names.FINAL_PEER_WAIT_SHARE)
+    row["wall_compute_ms"] = 1e3 * (wall * (1 - share - waiting.fillna(0.0))).mean()
+    row["wall_peer_wait_ms"] = 1e3 * (wall * waiting).mean() if waiting.notna().any() else math.nan
     row["wall_comm_exposed_ms"] = 1e3 * (wall * share).mean()
     sim, sim_share = _metric(frame, names.FINAL_SIM_TIME_PER_ITER), _metric(frame, names.FINAL_SIM_COMM_SHARE)
     row["sim_ms_per_iter"], row["sim_ms_per_iter_std"] = (1e3 * v for v in _mean_std(sim))
     row["sim_compute_ms"] = 1e3 * (sim * (1 - sim_share)).mean()
     row["sim_comm_exposed_ms"] = 1e3 * (sim * sim_share).mean()
     row["sim_clock"] = sim_clock(frame)
+    networks = frame["tags.network"].dropna() if "tags.network" in frame else pd.Series(dtype=str)
+    row["network"] = ",".join(sorted(set(networks))) or "off"
     row["comm_modelled_ms"] = 1e3 * _metric(frame, names.FINAL_COMM_MODELLED_PER_ITER).mean()
     row["layers_dropped_pct"] = 100 * _metric(frame, names.FINAL_PS_DROPPED_FRACTION).mean()
     row["sent_mb"] = (_metric(frame, names.FINAL_BYTES_PER_ITER) * _metric(frame, names.FINAL_STEPS)).mean() / 1e6
@@ -214,10 +227,17 @@ def _num(value: float, digits: int = 1) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def simulated_clock_name(table: pd.DataFrame) -> str:
+    """``simulated <network>`` when the table's runs all modelled one network preset, else ``simulated``."""
+    networks = set(",".join(table.get("network", pd.Series(dtype=str)).fillna("")).split(",")) - {"", "off"}
+    return f"simulated {networks.pop()}" if len(networks) == 1 else "simulated"
+
+
 def presentable(table: pd.DataFrame) -> pd.DataFrame:
     """The table as people read it: mean ± std (``n/a`` for one seed), ms with one decimal, columns that say their unit."""
     shared = "ranks_per_core" in table and bool((table["ranks_per_core"] > 1).any())
     wall_note = "; ranks shared cores" if shared else ""  # ranks taking turns on cores: no cluster's wall clock
+    waits = "wall_peer_wait_ms" in table and bool(table["wall_peer_wait_ms"].notna().any())
     out = pd.DataFrame(
         {
             "setting": table["setting"],
@@ -226,12 +246,13 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
             "final acc %": [_pm(m, s) for m, s in zip(table["final_acc_mean"], table["final_acc_std"])],
             "best acc %": [_pm(m, s) for m, s in zip(table["best_acc_mean"], table["best_acc_std"])],
             "steps": [_num(v, 0) for v in table["steps"]],
-            f"wall ms/iter (compute + comm{wall_note})": [
-                f"{_pm(t, s, 1)} ({_num(c)} + {_num(e)})"
-                for t, s, c, e in zip(
+            f"wall ms/iter (compute + {'waiting for peers + ' if waits else ''}comm{wall_note})": [
+                f"{_pm(t, s, 1)} ({_num(c)} + {f'{_num(w) or chr(63)} + ' if waits else ''}{_num(e)})"
+                for t, s, c, w, e in zip(
                     table["wall_ms_per_iter"],
                     table["wall_ms_per_iter_std"],
                     table["wall_compute_ms"],
+                    table.get("wall_peer_wait_ms", pd.Series(math.nan, index=table.index)),
                     table["wall_comm_exposed_ms"],
                 )
             ],
@@ -257,7 +278,7 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
     clocks = set(table.get("speedup_clock", pd.Series(dtype=str)).fillna("")) - {""}
     # the clock a speedup was measured on, in its header: a wall clock of ranks that share cores is no cluster's
     on = (
-        f" ({f'wall clock{wall_note}' if clocks == {'wall'} else 'simulated' if clocks == {'simulated'} else 'per setting: speedup_clock'})"
+        f" ({f'wall clock{wall_note}' if clocks == {'wall'} else simulated_clock_name(table) if clocks == {'simulated'} else 'per setting: speedup_clock'})"
         if clocks
         else ""
     )

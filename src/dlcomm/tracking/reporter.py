@@ -119,7 +119,11 @@ class Rank0Reporter:
         )
         self.logger.log_metrics(metrics, step=epoch)
         if self.bar is not None:
-            self.bar.write(_epoch_line(epoch, self.epochs if self.budget_s <= 0 else 0, metrics, self.accuracy_label))
+            self.bar.write(
+                _epoch_line(
+                    epoch, self.epochs if self.budget_s <= 0 else 0, metrics, self.accuracy_label, self.spec.shared
+                )
+            )
 
     def clock_point(self, step: int, metrics: dict[str, float]) -> None:
         """An evaluation at a point of the training clock (``train.eval_every_s``)."""
@@ -246,7 +250,29 @@ class EvaluationBar:
             self.train_bar.last_print_t += paused
 
 
-def _epoch_line(epoch: int, epochs: int, m: dict[str, float], accuracy_label: str = "test acc") -> str:
+def wall_split(time_s: float, comm_share: float, wait_share: float | None, shared: str) -> str:
+    """The wall clock's figures in words: ``<t> ms/iter`` and what it is made of, and which clock
+    it is when the ranks shared this machine's hardware (``shared``: what they shared). Where the
+    rows tell waiting for peers apart (``wait_share``; threads), the iteration is compute +
+    waiting for peers + communication; where they cannot (processes) and the ranks shared cores,
+    the communication is said to include the waiting."""
+    head = f"{1000 * time_s:.1f} ms/iter"
+    if wait_share is not None and not math.isnan(wait_share):
+        parts = (
+            f"compute {_pct(1 - comm_share - wait_share)} + waiting for peers {_pct(wait_share)}"
+            f" + communication {_pct(comm_share)}"
+        )
+    elif shared:
+        parts = f"communication {_pct(comm_share)}, waiting for peers' turns included"
+    else:
+        parts = f"communication {_pct(comm_share)}"
+    clock = f"; wall clock of this machine, {shared}: no cluster's" if shared else ""
+    return f"{head} ({parts}{clock})"
+
+
+def _epoch_line(
+    epoch: int, epochs: int, m: dict[str, float], accuracy_label: str = "test acc", shared: str = ""
+) -> str:
     """``epochs`` 0: a time budget ends the run (no count of epochs)."""
     line = f"epoch {epoch}/{epochs}" if epochs else f"epoch {epoch}"
     line += f": train loss {m[names.EPOCH_TRAIN_LOSS]:.4f}"
@@ -257,9 +283,10 @@ def _epoch_line(epoch: int, epochs: int, m: dict[str, float], accuracy_label: st
             f", {accuracy_label} {_pct(m[names.EPOCH_TEST_ACC_MEAN])} (averaged model {_pct(m[names.EPOCH_TEST_ACC_AVG_MODEL])},"
             f" consensus distance {m[names.EPOCH_CONSENSUS]:.3g})"
         )
+    wait = m.get(names.EPOCH_PEER_WAIT_SHARE)
     line += (
-        f", {1000 * m[names.EPOCH_TIME_PER_ITER]:.1f} ms/iter"
-        f" (communication {_pct(m[names.EPOCH_COMM_SHARE])}), {m[names.EPOCH_SAMPLES_PER_S]:,.0f} samples/s"
+        f", {wall_split(m[names.EPOCH_TIME_PER_ITER], m[names.EPOCH_COMM_SHARE], wait, shared)},"
+        f" {m[names.EPOCH_SAMPLES_PER_S]:,.0f} samples/s"
     )
     if names.EPOCH_SIM_TIME_PER_ITER in m:
         line += (
@@ -274,8 +301,8 @@ def _summary_line(s: dict[str, float], spec: RunSpec, ended_by: str = "", accura
     whose = "" if accuracy_label == "test acc" else f" [{accuracy_label}]"
     line = (
         f"done: test accuracy {_pct(s[names.FINAL_TEST_ACC])} (averaged model {_pct(s[names.FINAL_TEST_ACC_AVG_MODEL])}){whose}"
-        f" | wall {1000 * s[names.FINAL_TIME_PER_ITER]:.1f} ms/iter over {int(s[names.FINAL_STEPS])} iterations,"
-        f" communication {_pct(s[names.FINAL_COMM_SHARE])} of it"
+        f" | wall {wall_split(s[names.FINAL_TIME_PER_ITER], s[names.FINAL_COMM_SHARE], s.get(names.FINAL_PEER_WAIT_SHARE), spec.shared)}"
+        f" over {int(s[names.FINAL_STEPS])} iterations"
     )
     if names.FINAL_SIM_TIME_PER_ITER in s:
         line += (

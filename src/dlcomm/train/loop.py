@@ -2,7 +2,8 @@
 
 Per iteration it records a timing row (:class:`~dlcomm.metrics.rows.IterationRow`):
 ``time_s`` is the wall time from ``before_step`` to the end of ``after_step``,
-``comm_exposed_s`` the part of it spent blocked on the Channel, ``compute_s`` the rest,
+``comm_exposed_s`` the part of it spent blocked on the Channel while data moved, ``peer_wait_s``
+the part spent blocked before its peers reached the operation (threads only), ``compute_s`` the rest,
 ``comm_busy_s`` the time with communication in flight, and ``data_s`` the time spent producing
 the batch (outside ``time_s``); the split is read where the work runs
 (:mod:`dlcomm.comm.device_timing`: the host clock on CPU, events on the compute stream on CUDA).
@@ -333,7 +334,7 @@ class TrainLoop:
                     epoch=epoch,
                     step=step,
                     time_s=time_s,
-                    compute_s=time_s - split.exposed_s,
+                    compute_s=split.compute_s,
                     comm_exposed_s=split.exposed_s,
                     comm_busy_s=split.busy_s,
                     data_s=data_s,
@@ -346,6 +347,7 @@ class TrainLoop:
                     sim_comm_busy_s=comm.clock_busy_s,
                     comm_modelled_s=comm.modelled_s,
                     overruns=comm.overruns,
+                    peer_wait_s=split.peer_wait_s,
                 )
             )
             self.state.epoch_stats.add(step, self.algorithm.take_metrics())
