@@ -28,3 +28,35 @@ def train_timings(overrides: list[str], home: str | None = None, script: str = "
         sys.exit(f"{script}: `dlcomm train {' '.join(overrides)}` failed:\n{done.stderr[-3000:]}")
     run_id = RUN_ID.findall(done.stdout)[-1]
     return pd.read_csv(Path(home) / "results" / "runs" / run_id / "timings.csv")
+
+
+class PlainStep:
+    """The step dlcomm's AllReduce-SGD iteration does, in plain torch, on its own replica of
+    ``model`` (built by the caller as dlcomm builds it: same seed, same optimizer): zero_grad,
+    forward (``loss_fn(model, inputs, labels)``), backward, the gradients averaged in ONE flat
+    bucket by one ``all_reduce`` (``all_reduce(bucket)``: a callable that sums the bucket over the
+    job in place and returns once it is done) and divided by the world size where it is not 1 (as
+    the Channel does), optimizer step. No recording, no timing."""
+
+    def __init__(self, model, optimizer, loss_fn, all_reduce, world_size: int = 1) -> None:
+        import torch
+
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.all_reduce, self.world_size = all_reduce, world_size
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.bucket = torch.zeros(sum(p.numel() for p in self.params), device=self.params[0].device)
+        self.views = [v.view_as(p) for v, p in zip(self.bucket.split([p.numel() for p in self.params]), self.params)]
+
+    def __call__(self, inputs, labels):
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model, inputs, labels)
+        loss.backward()
+        for view, p in zip(self.views, self.params):
+            view.copy_(p.grad)
+        self.all_reduce(self.bucket)
+        if self.world_size != 1:
+            self.bucket.div_(self.world_size)
+        for view, p in zip(self.views, self.params):
+            p.grad.copy_(view)
+        self.optimizer.step()
+        return loss

@@ -30,11 +30,27 @@ class Bucket:
     buffer: torch.Tensor
     offsets: list[int] = field(default_factory=list)
 
+    _views: list[torch.Tensor] | None = field(default=None, init=False, repr=False, compare=False)
+
     def views(self) -> list[torch.Tensor]:
-        """Slices of the flat buffer shaped like each parameter."""
-        return [self.buffer[o : o + p.numel()].view_as(p) for o, p in zip(self.offsets, self.params)]
+        """Slices of the flat buffer shaped like each parameter (made once: the buffer and the
+        parameters' shapes never change, and slicing anew costs host time every step)."""
+        if self._views is None:
+            self._views = [self.buffer[o : o + p.numel()].view_as(p) for o, p in zip(self.offsets, self.params)]
+        return self._views
+
+    def _grads(self) -> list[torch.Tensor] | None:
+        """Every parameter's gradient, or None when one has none."""
+        grads = [p.grad for p in self.params]
+        return None if any(grad is None for grad in grads) else grads
 
     def pack_grads(self) -> torch.Tensor:
+        import torch
+
+        grads = self._grads()
+        if grads is not None:  # one multi-tensor copy (on CUDA a few kernel launches, not one per tensor)
+            torch._foreach_copy_(self.views(), grads)
+            return self.buffer
         for view, p in zip(self.views(), self.params):
             if p.grad is None:
                 view.zero_()
@@ -43,6 +59,12 @@ class Bucket:
         return self.buffer
 
     def unpack_grads(self) -> None:
+        import torch
+
+        grads = self._grads()
+        if grads is not None:
+            torch._foreach_copy_(grads, self.views())
+            return
         for view, p in zip(self.views(), self.params):
             if p.grad is None:
                 p.grad = view.clone()
