@@ -23,7 +23,12 @@ import pandas as pd
 
 from dlcomm.report.table import MEASURED, ON_SPEEDUP_CLOCK, SIMULATED, WALL
 
-PROVENANCE = ("runs", "commits", "ranks_per_core")  # which runs, which code, on what machine
+PROVENANCE = (
+    "runs",
+    "commits",
+    "ranks_per_core",
+    "network",
+)  # which runs, which code, on what machine, modelling which preset
 ROW = ["setting", "method"]  # what a row is about
 CLOCK = "sim_clock"  # how the simulated compute was charged: profile (repeatable) or measured
 

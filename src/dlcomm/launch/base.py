@@ -62,6 +62,13 @@ class Launcher:
             )
 
     @classmethod
+    def shared_hardware(cls, cfg: RunConfig, ranks: int) -> str:
+        """What the job's ``ranks`` share on this machine, in words ("8 ranks took turns on 2
+        cores"), or "" when each has hardware of its own or the ranks run elsewhere (SLURM): the
+        wall clock is then a cluster's (docs/metrics.md, "Which clock a figure is on")."""
+        return ""
+
+    @classmethod
     def launch(cls, spec: RunSpec) -> int:
         """Run ``spec`` (checked, not yet recorded); the exit code (0, 1, 2 or 130)."""
         raise NotImplementedError

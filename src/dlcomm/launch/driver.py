@@ -85,6 +85,12 @@ class DriverLauncher(Launcher):
         raise NotImplementedError
 
     @classmethod
+    def shared_hardware(cls, cfg: RunConfig, ranks: int) -> str:
+        """Every rank runs on this machine: more ranks than cores take turns on them."""
+        cores = os.cpu_count() or 1
+        return f"{ranks} ranks shared {cores} cores" if ranks > cores else ""
+
+    @classmethod
     def launch(cls, spec: RunSpec) -> int:
         """Open the MLflow run, launch the ranks here, close the run with the truthful status.
         Signals are held while the run is opened and closed (:mod:`dlcomm.launch.interrupts`): it
@@ -150,26 +156,13 @@ class DriverLauncher(Launcher):
 
 
 def shared_hardware(cfg: RunConfig) -> str:
-    """What the job's ranks share on this machine, in words, or "" when each has hardware of its
-    own (or the launcher runs them elsewhere: SLURM, srun). Every rank of the local and threads
-    launchers runs here: on CPU they take turns when they outnumber the cores, and always under
-    ``launcher.compute=serial``; threads on a GPU share that one GPU (local processes get one
-    each, or are refused)."""
+    """What the job's ranks (workers and the algorithm's service roles) share on this machine, as
+    its launcher tells (:meth:`~dlcomm.launch.base.Launcher.shared_hardware`); "" for one rank."""
     from dlcomm.algorithms.registry import get_algorithm
-    from dlcomm.launch.threads import on_cuda, resolve_compute
+    from dlcomm.launch.registry import get_launcher
 
-    launcher = cfg.launcher.name
-    if launcher not in ("local", "threads"):
-        return ""
     ranks = cfg.nodes * cfg.workers_per_node + len(get_algorithm(cfg.algo.name).roles(cfg.algo))
-    cores = os.cpu_count() or 1
-    if ranks < 2:
-        return ""
-    if launcher == "threads" and on_cuda(cfg):
-        return f"{ranks} ranks shared one GPU"
-    if launcher == "threads" and resolve_compute(cfg)[0] == "serial":
-        return f"{ranks} ranks took turns on {cores} cores"
-    return f"{ranks} ranks shared {cores} cores" if ranks > cores else ""
+    return get_launcher(cfg.launcher.name).shared_hardware(cfg, ranks) if ranks > 1 else ""
 
 
 def job_ranks(spec: RunSpec) -> int:

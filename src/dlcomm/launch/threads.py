@@ -78,6 +78,15 @@ class ThreadsLauncher(DriverLauncher):
     Config = ThreadsLauncherConfig
 
     @classmethod
+    def shared_hardware(cls, cfg: RunConfig, ranks: int) -> str:
+        """Threads on a GPU share that one GPU; serial compute takes turns on all the cores."""
+        if on_cuda(cfg):
+            return f"{ranks} ranks shared one GPU"
+        if resolve_compute(cfg)[0] == "serial":
+            return f"{ranks} ranks took turns on {os.cpu_count() or 1} cores"
+        return super().shared_hardware(cfg, ranks)
+
+    @classmethod
     def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Beside the base checks: a known ``launcher.compute``, no wall-clock emulation under
         serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
