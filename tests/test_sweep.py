@@ -104,3 +104,31 @@ def test_a_local_sweep_runs_one_run_after_another_under_a_parent(home) -> None:
     # one after another: the second started after the first ended
     first, second = sorted(children, key=lambda run: run.info.start_time)
     assert second.info.start_time >= first.info.end_time
+
+
+def test_a_sweep_whose_ranks_share_this_machine_compares_on_a_cluster_s_clock(monkeypatch) -> None:
+    """docs/metrics.md, "Which clock a figure is on": ranks that share this machine's cores (or one
+    GPU) time each other's turns, so such a sweep also keeps network=eth_10g's simulated clock,
+    unless an override names the network or the runs model one already."""
+    import os
+
+    from dlcomm.compose import compose
+    from dlcomm.config.typed import to_run_config
+    from dlcomm.sweep import comparison_clock
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+    def clock(*overrides: str) -> tuple[str, str]:
+        return comparison_clock(overrides, [to_run_config(compose(element)) for element in expand(list(overrides))])
+
+    assert clock("seed=1,2", "algo=allreduce,local_sgd") == ("network=eth_10g", "4 ranks shared 2 cores")
+    assert clock("nodes=1,4") == ("network=eth_10g", "4 ranks shared 2 cores")  # any element sharing
+    assert clock("launcher=threads", "launcher.compute=serial", "nodes=2", "seed=1,2") == (
+        "network=eth_10g",
+        "2 ranks took turns on 2 cores",
+    )
+    assert clock("network=off", "seed=1,2") == ("", "")  # the wall clock, asked for
+    assert clock("network=eth_1g", "seed=1,2") == ("", "")  # a cluster's clock already
+    assert clock("experiment=sesgd_fig5") == ("", "")  # its preset models one
+    assert clock("nodes=2", "seed=1,2") == ("", "")  # a core per rank: the wall clock is fair
+    assert clock("launcher=slurm", "seed=1,2") == ("", "")  # separate machines

@@ -12,8 +12,10 @@ aggregate Average) shows the table's figure for the (setting, method):
 
 * the run's own figures, whose mean over the method's runs is the table's cell (the table's are
   means over seeds): ``summary/ms_per_iter``: ``t``, the time per iteration in ms, split as
-  ``summary/compute_ms = t (1 - c)`` and ``summary/comm_exposed_ms = t c`` (``c`` the
-  communication share); ``summary/test_acc_pct``: the final mean test accuracy in %;
+  ``summary/compute_ms = t (1 - c - w)``, ``summary/peer_wait_ms = t w`` and
+  ``summary/comm_exposed_ms = t c`` (``c`` the communication share, ``w`` the share spent waiting
+  for peers: on the wall clock of threads only, else 0 and no ``peer_wait_ms``);
+  ``summary/test_acc_pct``: the final mean test accuracy in %;
 * the method's figures, the same on each of its runs (a ratio's mean over runs is not the ratio
   of the means): with ``T`` the table's time per iteration of the method (the mean of its runs'
   ``t``), ``summary/speedup = T_baseline / T``, the table's speedup (exactly 1.00 on every run of
@@ -57,9 +59,12 @@ def child_summary(run: pd.Series, simulated: bool, method_ms: float, speedup: fl
         * float(run["params.train.batch_size"])
         * float(run.get("params.train.comm_interval", 1) or 1)
     )
+    # waiting for peers, told apart on the wall clock of threads (the table's wall column has it too)
+    waiting = math.nan if simulated else _final(run, names.FINAL_PEER_WAIT_SHARE)
     out = {
         "ms_per_iter": 1e3 * t,
-        "compute_ms": 1e3 * t * (1 - share),
+        "compute_ms": 1e3 * t * (1 - share - (0.0 if math.isnan(waiting) else waiting)),
+        "peer_wait_ms": 1e3 * t * waiting,
         "comm_exposed_ms": 1e3 * t * share,
         "test_acc_pct": 100 * _final(run, names.FINAL_TEST_ACC),
         "samples_per_s": 1e3 * per_step / method_ms if method_ms > 0 else math.nan,
