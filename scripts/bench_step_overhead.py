@@ -111,7 +111,7 @@ def _overrides(launcher: str, model: str, batch: int, args) -> list[str]:
         f"train.timing_warmup={args.warmup}",
         f"train.device={args.device}",
         "train.eval_size=64",
-        *([] if args.device == "cuda" else ["train.threads_per_rank=1"]),
+        *([] if args.device == "cuda" else [f"train.threads_per_rank={args.threads}"]),
         *args.overrides,
     ]
 
@@ -231,6 +231,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, help="default: 8 on cpu, 64 on cuda")
     parser.add_argument("--steps", type=int, default=300, help="measured steps of each side")
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     parser.add_argument(
         "--plain-batches",
         type=int,
@@ -248,8 +249,10 @@ def main() -> int:
 
     if cuda and not torch.cuda.is_available():
         sys.exit("bench_step_overhead: --device cuda: no CUDA device is visible")
-    torch.set_num_threads(torch.get_num_threads() if cuda else 1)
-    where = f" ({torch.cuda.get_device_name(0)})" if cuda else f", 1 torch thread, {os.cpu_count()} cores"
+    torch.set_num_threads(torch.get_num_threads() if cuda else args.threads)
+    where = (
+        f" ({torch.cuda.get_device_name(0)})" if cuda else f", {args.threads} torch thread(s), {os.cpu_count()} cores"
+    )
     results: dict = {}
     worst = 0.0
     with tempfile.TemporaryDirectory(prefix="dlcomm-step-overhead-") as home:

@@ -18,6 +18,14 @@
 #     too) up to TIMING_ATTEMPTS times (3), so that another process's load is not taken for an
 #     error; the note says which attempt passed. Under --cpu: 100 steps, 5 of warm-up, one thread.
 #   * world-size-1 NCCL: launcher=local nodes=1 launcher.backend=nccl train.device=cuda [GPU only]
+#   * performance (a table of its own after the checks; information: ok when the measurement ran):
+#     - step overhead, small_cnn and resnet18 (cifar stem): scripts/bench_step_overhead.py, dlcomm's
+#       step against the same step in plain torch interleaved step by step, launcher=local and
+#       threads, batch 64, 200 steps each (--cpu: batch 8, 30 steps); the ratios' target is <= 1.05
+#     - 4 and 16 ranks on the one device: launcher=threads launcher.compute=serial, resnet18 (cifar
+#       stem; --cpu: small_cnn), batch 64, 40 steps (--cpu: 10); its wall ms/iter against the serial
+#       floor (N x one plain-torch step) and one batch of N x 64 in plain torch (bench_step_overhead.py
+#       --plain-batches); these rows run alone, before the pool
 #   * every algorithm (the 13 of configs/algo/) for STEPS steps under launcher=threads, all ranks
 #     on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl row's
 #     note says whether its losses equal the gloo row's (information, not a pass/fail criterion)
@@ -69,6 +77,9 @@ if [ "$CPU" = 1 ]; then
     # step 10-20x at random, on either side of the comparison
     TIMING_THREADS=train.threads_per_rank=1
     TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
+    PERF_OVERHEAD="--batch 8 --steps 30 --warmup 5"  # resnet18 at batch 64 takes ~1 s a step on 2 cores
+    # the plain steps with every core, as serial compute gives the rank whose turn it is
+    PERF_MODEL=small_cnn PERF_STEPS=10 PERF_PLAIN="--steps 10 --warmup 3 --threads $(nproc)"
 else
     DEVICE=cuda
     STEPS=${STEPS:-20}
@@ -79,6 +90,8 @@ else
     TIMING_WARMUP=10
     TIMING_THREADS=""
     TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
+    PERF_OVERHEAD="--steps 200 --warmup 20"
+    PERF_MODEL=resnet18 PERF_STEPS=40 PERF_PLAIN="--steps 40 --warmup 10"
     if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
         echo "gpu_check: no usable NVIDIA GPU here (nvidia-smi missing or failing); run this on a machine with a GPU, or scripts/gpu_check.sh --cpu" >&2
         exit 2
@@ -96,12 +109,16 @@ else
     trap 'rm -rf "$BASE"' EXIT
 fi
 export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
+export GPU_CHECK_SCRIPTS=$PWD/scripts  # helpers.py's plain-torch step: benchlib.PlainStep
 STARTED=$(date +%s)
 
 # ---- the checks that read a run's timings.csv ----------------------------------------------------
 cat >"$BASE/helpers.py" <<'EOF'
 """gpu_check.sh's readings: python helpers.py <what> ...; prints one line, exit 1 on a failed check."""
+import json
 import math
+import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -170,9 +187,10 @@ def timing(run_dir, device_name, warmup, *overrides):
 
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0,
                             world_size=1, device_id=device if device.type == "cuda" else None)
-    params = [p for p in model.parameters() if p.requires_grad]
-    bucket = torch.zeros(sum(p.numel() for p in params), device=device)
-    views = [view.view_as(p) for view, p in zip(bucket.split([p.numel() for p in params]), params)]
+    sys.path.insert(0, os.environ["GPU_CHECK_SCRIPTS"])
+    from benchlib import PlainStep
+
+    step = PlainStep(model, optimizer, task.loss, dist.all_reduce, dist.get_world_size())
     batch = cfg.train.batch_size
     inputs = torch.randn(batch, *data.input_shape, device=device)
     labels = torch.randint(0, data.num_classes, (batch,), device=device)
@@ -185,16 +203,7 @@ def timing(run_dir, device_name, warmup, *overrides):
             start.record()
         else:
             began = perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = task.loss(model, inputs, labels)
-        loss.backward()
-        for view, p in zip(views, params):
-            view.copy_(p.grad)
-        dist.all_reduce(bucket)
-        bucket.div_(dist.get_world_size())
-        for view, p in zip(views, params):
-            p.grad.copy_(view)
-        optimizer.step()
+        step(inputs, labels)
         if cuda:
             end.record()
             end.synchronize()
@@ -213,8 +222,35 @@ def timing(run_dir, device_name, warmup, *overrides):
     return 0 if abs(ratio - 1) <= 0.10 else 1
 
 
+def overhead(path):
+    """The performance table's lines of one bench_step_overhead.py --json."""
+    for name, s in json.loads(Path(path).read_text()).items():
+        if name != "args":
+            print(f"step overhead {name:<22} dlcomm {s['dlcomm_median_ms']:.3f} / plain {s['plain_median_ms']:.3f} "
+                  f"= {s['median_ratio']:.3f} median, {s['dlcomm_fastest_ms']:.3f} / {s['plain_fastest_ms']:.3f} "
+                  f"= {s['fastest_ratio']:.3f} fastest")
+    return 0
+
+
+def ranks(n, done_line, plain_path):
+    """N ranks on the one device against the serial floor (N x one plain step) and one plain batch of N x 64."""
+    n = int(n)
+    wall = re.search(r"wall ([0-9.,]+) ms/iter", done_line)
+    if wall is None or not Path(plain_path).exists():
+        print(f"{n:>2} ranks: no figure (no done line or no plain-torch timing)")
+        return 1
+    ms = float(wall.group(1).replace(",", ""))
+    split = done_line.split("ms/iter", 1)[1].split("|")[0].strip(" ,")
+    plain = {key.split("/")[1]: s["median_ms"] for key, s in json.loads(Path(plain_path).read_text()).items() if key != "args"}
+    floor, big = n * plain["64"], plain[str(n * 64)]
+    print(f"{n:>2} ranks (threads, serial)     {ms:.2f} ms/iter ({split}); serial floor {n} x {plain['64']:.2f} = "
+          f"{floor:.2f} ms ({ms / floor:.2f}x); one batch of {n} x 64: {big:.2f} ms ({ms / big:.2f}x)")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit({"simulated": simulated, "compare": compare, "timing": timing}[sys.argv[1]](*sys.argv[2:]))
+    sys.exit({"simulated": simulated, "compare": compare, "timing": timing, "overhead": overhead, "ranks": ranks}[
+        sys.argv[1]](*sys.argv[2:]))
 EOF
 
 # ---- rows ------------------------------------------------------------------------------------------
@@ -236,6 +272,16 @@ row "timing: compute_s vs the step alone" timing "" \
     launcher=local nodes=1 train.device=$DEVICE train.max_steps=$TIMING_STEPS $TIMING_THREADS
 row "local nodes=1 backend=nccl (world size 1)" train "$GPU_ONLY" \
     launcher=local nodes=1 launcher.backend=nccl train.device=cuda train.max_steps=$STEPS
+for model in small_cnn resnet18; do
+    row "perf: step overhead $model" overhead "" "$model"
+done
+PERF_STEM=""
+[ "$PERF_MODEL" = resnet18 ] && PERF_STEM=model.cifar_stem=true
+for ranks in 4 16; do
+    row "perf: $ranks ranks threads compute=serial" ranks "" launcher=threads launcher.compute=serial nodes=$ranks \
+        model=$PERF_MODEL $PERF_STEM dataset=synthetic train.batch_size=64 train.device=$DEVICE \
+        train.max_steps=$PERF_STEPS train.eval_size=256
+done
 FIRST_POOL=${#R_NAME[@]}  # rows before this run one at a time, those after JOBS at once
 
 shape() {  # the job shape an algorithm is checked at
@@ -284,6 +330,16 @@ run_row() {
                 >"$dir/log" 2>&1 || rc=$?
             note=$(tail -n 1 "$dir/log" | head -c 110)
             ;;
+        overhead)  # shellcheck disable=SC2086  # PERF_OVERHEAD holds options without spaces
+            timeout --kill-after=15 "$limit" "$PY" scripts/bench_step_overhead.py --device "$DEVICE" \
+                --models "${R_ARGS[$i]}" $PERF_OVERHEAD --json "$dir/perf.json" >"$dir/log" 2>&1
+            if [ -f "$dir/perf.json" ]; then  # written once measured: a ratio above target is information
+                "$PY" "$BASE/helpers.py" overhead "$dir/perf.json" >"$dir/perf" 2>&1 || rc=$?
+                note="see the performance table"
+            else
+                rc=1 note=$(tail -n 1 "$dir/log" | head -c 200)
+            fi
+            ;;
         *)
             local attempt=0 retry=1
             while [ "$retry" = 1 ]; do  # only the timing row retries, and only its comparison's failures
@@ -310,6 +366,15 @@ run_row() {
                             ${R_ARGS[$i]} "${EXTRA[@]}" >"$dir/check" 2>&1 || rc=$?
                         note="$(tail -n 1 "$dir/check" | head -c 200) [attempt $attempt of $TIMING_ATTEMPTS]"
                         [ "$rc" -eq 1 ] && [ "$attempt" -lt "$TIMING_ATTEMPTS" ] && retry=1
+                    elif [ "${R_KIND[$i]}" = ranks ]; then
+                        local ranks model
+                        ranks=$(sed -nE 's/.*nodes=([0-9]+).*/\1/p' <<<"${R_ARGS[$i]}")
+                        model=$(sed -nE 's/.*model=([a-z0-9_]+).*/\1/p' <<<"${R_ARGS[$i]}")
+                        # shellcheck disable=SC2086
+                        timeout 300 "$PY" scripts/bench_step_overhead.py --device "$DEVICE" --models "$model" \
+                            --plain-batches 64 $((ranks * 64)) $PERF_PLAIN --json "$dir/plain.json" >"$dir/check" 2>&1 || true
+                        "$PY" "$BASE/helpers.py" ranks "$ranks" "$done_line" "$dir/plain.json" >"$dir/perf" 2>&1 || rc=$?
+                        note="$note; see the performance table"
                     fi
                 fi
             done
@@ -378,6 +443,12 @@ for ((i = 0; i < ROWS; i++)); do
     printf '%-44s %-6s %8s  %s\n' "${R_NAME[$i]}" "$status" "$(cat "$dir/secs")" "$(cat "$dir/note")"
     [ "$status" = FAIL ] && failed=$((failed + 1))
 done
+perf=$(for ((i = 0; i < ROWS; i++)); do [ -s "$BASE/rows/$i/perf" ] && cat "$BASE/rows/$i/perf"; done)
+if [ -n "$perf" ]; then
+    echo
+    echo "performance, device $DEVICE (ms; ratios dlcomm / plain torch, target <= 1.05; median and fastest step)"
+    echo "$perf"
+fi
 elapsed=$(($(date +%s) - STARTED))
 echo
 if [ "$failed" -ne 0 ]; then
