@@ -153,6 +153,7 @@ def test_a_sweep_s_runs_are_named_by_what_it_varies(home) -> None:
         "-m",
         *FAST,
         "launcher=threads",
+        "network=off",  # on a machine of fewer than 4 cores the sweep would compare on eth_10g otherwise
         "train.max_steps=2",
         "train.epochs=1",
         "seed=1,2",

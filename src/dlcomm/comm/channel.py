@@ -76,7 +76,7 @@ class OpRecord:
     counts_modelled: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IterationComm:
     """One iteration's communication. The blocked times (``exposed_s``, ``peer_wait_s``,
     ``clock_exposed_s``) count the waits made during the iteration, whichever iteration issued
@@ -93,7 +93,7 @@ class IterationComm:
     clock_busy_s: float  # union of the operations' [start, end]
     modelled_s: float  # sum of the modelled durations of the collectives joined and messages sent
     overruns: int  # operations whose real transfer outlasted the model (emulate)
-    records: tuple[OpRecord, ...] = ()  # the iteration's operations, in issue order
+    records: Sequence[OpRecord] = ()  # the iteration's operations, in issue order
     # the part of exposed_s spent waiting for peers, not transferring (dlcomm.comm.waits; nan
     # where the transport cannot tell: torch.distributed's processes)
     peer_wait_s: float = math.nan
@@ -250,40 +250,46 @@ class Channel:
 
     def begin_iteration(self) -> None:
         self.transport.pass_turn()
-        with self._lock:
-            self._iteration_ops = []
+        self._iteration_ops = []  # the list is swapped whole: appends under the lock see one or the other
         self._waits = _Waits(self._splits_waits)
         self._loop_thread = threading.get_ident()
         self._phase = "train"
-        self.clock.resume()
-        self._iteration_start = self.clock.now()
+        if self.network is not None:
+            self.clock.resume()
+            self._iteration_start = self.clock.now()
 
     def end_iteration(self) -> IterationComm:
-        clock_end = self.clock.now()
-        self.clock.pause()
+        """The iteration's :class:`IterationComm`. Called once per training step: kept to one pass
+        over the operations (a step of a small model is a few hundred microseconds of host time)."""
+        modelled = self.network is not None
+        if modelled:
+            clock_end = self.clock.now()
+            self.clock.pause()
         self.poll()
         now = perf_counter()
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
         waits, self._waits = self._waits or _Waits(self._splits_waits), None
         self._phase = "idle"
-        modelled = self.network is not None
-        nan = math.nan
-        return IterationComm(
-            exposed_s=waits.blocked_s,
-            busy_s=union_length(sorted((op.wall_start, _or(op.wall_end, now)) for op in ops)),
-            bytes_sent=sum(op.bytes_sent for op in ops),
-            messages=sum(op.messages for op in ops),
-            ops=len(ops),
-            clock_time_s=clock_end - self._iteration_start if modelled else nan,
-            clock_exposed_s=waits.clock_exposed_s if modelled else nan,
-            clock_busy_s=union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops)) if modelled else nan,
-            modelled_s=sum(op.modelled_s for op in ops if op.counts_modelled) if modelled else nan,
-            overruns=sum(op.overran for op in ops),
-            records=tuple(ops),
-            peer_wait_s=waits.peer_wait_s,
-            carried_s=waits.carried_s,
-        )
+        sent = messages = overruns = 0
+        for op in ops:
+            sent += op.bytes_sent
+            messages += op.messages
+            overruns += op.overran
+        if len(ops) == 1:
+            busy = _or(ops[0].wall_end, now) - ops[0].wall_start
+        else:
+            busy = union_length(sorted((op.wall_start, _or(op.wall_end, now)) for op in ops))
+        comm = IterationComm(
+            waits.blocked_s, busy, sent, messages, len(ops), *_NOT_MODELLED, overruns, ops,
+            waits.peer_wait_s, waits.carried_s,
+        )  # fmt: skip
+        if modelled:
+            comm.clock_time_s = clock_end - self._iteration_start
+            comm.clock_exposed_s = waits.clock_exposed_s
+            comm.clock_busy_s = union_length(sorted((op.start, _or(op.end, clock_end)) for op in ops))
+            comm.modelled_s = sum(op.modelled_s for op in ops if op.counts_modelled)
+        return comm
 
     def _counts(self) -> _Waits | None:
         """The iteration's wait totals when the calling thread is the one running an iteration."""
@@ -306,7 +312,13 @@ class Channel:
         transfer the call itself performed (the in-process fabric's last party moves the data
         for all) is counted as this rank's communication (:attr:`IterationComm.carried_s`)."""
         called = perf_counter()
-        with self._off_clock():
+        if self.clock.simulated:  # (only a virtual clock rebases: no context manager on the hot path)
+            before = self.clock.now()
+            try:
+                posted = launch()
+            finally:
+                self.clock.exclude_blocked(before)
+        else:
             posted = launch()
         waits = self._counts() if self._splits_waits else None
         if waits is not None:
@@ -414,16 +426,6 @@ class Channel:
         self._timing().collective(handle, group, modelled_s)
         handle.add_work(self._launch(launch), payload=True)
         return handle
-
-    @contextmanager
-    def _off_clock(self) -> Iterator[None]:
-        """What the transport does in the issuing thread (the in-process fabric's last member
-        reduces for all) is the network's work: the simulated clock does not count it as compute."""
-        before = self.clock.now()
-        try:
-            yield
-        finally:
-            self.clock.exclude_blocked(before)
 
     # ---- primitives ------------------------------------------------------------------
     def allreduce(self, tensor: torch.Tensor, group: str = "world", average: bool = True, async_op: bool = False):
@@ -584,6 +586,9 @@ class Channel:
         self.cluster.ranks("world")
         self.transport.all_reduce(tensor, "world", op="max").wait()
         return float(tensor.item())
+
+
+_NOT_MODELLED = (math.nan,) * 4  # IterationComm's clock_time_s .. modelled_s under network=off
 
 
 def _or(value: float, default: float) -> float:

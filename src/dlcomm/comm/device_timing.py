@@ -57,7 +57,7 @@ import torch
 STALL_MS = 0.01
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IterationSplit:
     """One iteration's time split, in seconds (docs/metrics.md): ``time_s = compute_s +
     peer_wait_s + exposed_s``, with ``exposed_s`` the communication the rank stood still for and

@@ -1,7 +1,8 @@
 """Per-iteration metrics that reach MLflow while an epoch runs, so that a run that dies mid-epoch
 keeps what it did.
 
-The loop only appends to a list (no I/O, no waiting); a daemon thread hands what accumulated to
+The loop only appends to a deque (no I/O, no lock: ``deque.append`` and ``popleft`` are atomic
+in CPython, so the loop never waits for the sender); a daemon thread hands what accumulated to
 MLflow in one batch every ``every_s`` seconds, and :meth:`MetricStream.close` sends the rest. A
 run killed between two batches loses at most ``every_s`` seconds of points.
 """
@@ -9,6 +10,7 @@ run killed between two batches loses at most ``every_s`` seconds of points.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Callable, Iterable
 
 
@@ -18,8 +20,7 @@ class MetricStream:
 
     def __init__(self, send: Callable[[Iterable[tuple[str, float, int]]], None], every_s: float) -> None:
         self._send = send
-        self._points: list[tuple[str, float, int]] = []
-        self._lock = threading.Lock()
+        self._points: deque[tuple[str, float, int]] = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None  # a failed send: raised by close(), in the loop's thread
@@ -30,8 +31,7 @@ class MetricStream:
 
     def add(self, name: str, value: float, step: int) -> None:
         if self.enabled:
-            with self._lock:
-                self._points.append((name, value, step))
+            self._points.append((name, value, step))
 
     def _run(self, every_s: float) -> None:
         while not self._stop.wait(every_s):
@@ -42,8 +42,8 @@ class MetricStream:
                 return
 
     def flush(self) -> None:
-        with self._lock:
-            points, self._points = self._points, []
+        queue = self._points
+        points = [queue.popleft() for _ in range(len(queue))]  # what is there now; later points wait
         if points:
             self._send(points)
 

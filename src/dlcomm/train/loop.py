@@ -45,6 +45,7 @@ from dlcomm.tasks import Task
 from dlcomm.train.checkpoint import Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
+from dlcomm.train.optim import schedule_is_constant
 from dlcomm.train.plan import check_plan, ended_by, step_batch
 from dlcomm.train.precision import FULL, Precision
 
@@ -133,16 +134,24 @@ def hooked_step(
 
     ``meter`` is told where the step is (:class:`dlcomm.train.profile.StepMeter`): the simulated
     clock's profiled compute moves at those instants."""
+    # the common case (one micro-batch, full precision, no profiled clock) calls nothing it does not need
+    metered = meter is not NO_METER
     algorithm.before_step(step)
-    meter.step_begins(step)
+    if metered:
+        meter.step_begins(step)
     optimizer.zero_grad(set_to_none=True)
     if micro_batches == 1:
         algorithm.accumulating = False
-        with precision.autocast():
+        if precision.enabled:
+            with precision.autocast():
+                loss = loss_fn(model, inputs, labels)
+        else:
             loss = loss_fn(model, inputs, labels)
-        meter.backward_begins(last=True)
+        if metered:
+            meter.backward_begins(last=True)
         precision.backward(loss)
-        meter.backward_ends(last=True)
+        if metered:
+            meter.backward_ends(last=True)
     else:
         total = torch.zeros(())
         for index, (part, part_labels) in enumerate(zip(inputs.chunk(micro_batches), labels.chunk(micro_batches))):
@@ -156,8 +165,9 @@ def hooked_step(
             total += part_loss.detach().float().cpu()
         loss = total / micro_batches
     algorithm.reduce_gradients(step)
-    precision.step(optimizer, _found_inf_sharing(algorithm))
-    meter.step_ends()
+    precision.step(optimizer, _found_inf_sharing(algorithm) if precision.scaler is not None else None)
+    if metered:
+        meter.step_ends()
     algorithm.after_step(step)
     return loss
 
@@ -250,6 +260,7 @@ class TrainLoop:
         train = self.cfg.train
         world, rank = self.cluster.world_size, self.cluster.rank
         per_epoch, total = self.plan if self.plan is not None else check_plan(train, self.data.train_size, world)
+        self._lr_moves = not schedule_is_constant(self.cfg.optim, per_epoch)
         saved = self.checkpointing.load() if self.checkpointing is not None else None
         if saved is not None:
             self.load_state_dict(saved)
@@ -295,34 +306,32 @@ class TrainLoop:
     def _train_epoch(self, batches: Any, total: int) -> None:
         """Train on ``batches`` until they or the run's steps run out; the epoch's rows, batch
         count and wall time accumulate in ``self.state``."""
-        rows = self.state.epoch_rows
-        node, rank, epoch = self.cluster.node, self.cluster.rank, self.state.epoch
-        epoch_start = perf_counter() - self.state.epoch_wall_s
+        # Per iteration this adds host work beside the step itself (on a GPU a small model's step is
+        # launch-bound: every microsecond here is charged as compute), so what the loop reads on
+        # every iteration is looked up once (scripts/bench_step_overhead.py: dlcomm's step against plain torch).
+        state, channel, timer, reporter = self.state, self.channel, self.timer, self.reporter
+        rows = state.epoch_rows
+        node, rank, epoch = self.cluster.node, self.cluster.rank, state.epoch
+        device, interval, meter = self.device, self.cfg.train.comm_interval, channel.compute_meter
+        step_args = (self.algorithm, self.model, self.optimizer, self.task.loss)
+        lr_moves = self._lr_moves
+        warmup, clock_rules = self.cfg.train.timing_warmup, self._clock_rules()
+        epoch_start = perf_counter() - state.epoch_wall_s
         fetch_start = perf_counter()
         for inputs, labels in batches:
-            if self.state.step >= total:
+            if state.step >= total:
                 break
-            inputs, labels = inputs.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             data_s = perf_counter() - fetch_start
             self._maybe_fail()
-            step = self.state.step
-            self.channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
-            self.timer.begin_iteration()
-            loss = hooked_step(
-                self.algorithm,
-                self.model,
-                self.optimizer,
-                self.task.loss,
-                inputs,
-                labels,
-                step,
-                self.cfg.train.comm_interval,
-                self.precision,
-                self.channel.compute_meter,
-            )
-            self.scheduler.step()
-            comm = self.channel.end_iteration()
-            split = self.timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
+            step = state.step
+            channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
+            timer.begin_iteration()
+            loss = hooked_step(*step_args, inputs, labels, step, interval, self.precision, meter)
+            if lr_moves:  # a constant schedule's step would set every learning rate to itself
+                self.scheduler.step()
+            comm = channel.end_iteration()
+            split = timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
             time_s = split.time_s
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):  # the one guard: the loss is read for the timing row anyway
@@ -350,25 +359,27 @@ class TrainLoop:
                     peer_wait_s=split.peer_wait_s,
                 )
             )
-            self.state.epoch_stats.add(step, self.algorithm.take_metrics())
-            self.state.step += 1
-            self.state.epoch_batches += 1
-            if step < self.cfg.train.timing_warmup:  # measured here: other ranks' rows hold their waits for late peers
-                self.state.epoch_warmup_s = perf_counter() - epoch_start
-            if self.reporter:
-                self.reporter.iteration(step, loss_value, time_s)
-            if self._clock_rules() and self._check_clock(perf_counter() - epoch_start):
+            taken = self.algorithm.take_metrics()
+            if taken:
+                state.epoch_stats.add(step, taken)
+            state.step += 1
+            state.epoch_batches += 1
+            if step < warmup:  # measured here: other ranks' rows hold their waits for late peers
+                state.epoch_warmup_s = perf_counter() - epoch_start
+            if reporter:
+                reporter.iteration(step, loss_value, time_s)
+            if clock_rules and self._check_clock(perf_counter() - epoch_start):
                 break
             if (
                 self.checkpointing is not None
-                and self.state.step < total
-                and self.checkpointing.stop_now(self.state.step, self.channel.any_rank)
+                and state.step < total
+                and self.checkpointing.stop_now(state.step, channel.any_rank)
             ):
-                self.state.epoch_wall_s = perf_counter() - epoch_start
+                state.epoch_wall_s = perf_counter() - epoch_start
                 self._checkpoint()
-                raise Preempted(self.state.step)
+                raise Preempted(state.step)
             fetch_start = perf_counter()
-        self.state.epoch_wall_s = perf_counter() - epoch_start
+        state.epoch_wall_s = perf_counter() - epoch_start
 
     # ---- the training clock: time budget and evaluations against time -------------------
     def _clock_rules(self) -> bool:

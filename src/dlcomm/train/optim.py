@@ -224,6 +224,12 @@ def lr_factor(cfg: OptimConfig, step: int, steps_per_epoch: int, total_steps: in
     return 1.0
 
 
+def schedule_is_constant(cfg: OptimConfig, steps_per_epoch: int) -> bool:
+    """Whether ``f(step) = 1`` at every step (``schedule=constant`` and no warm-up step): the
+    loop then never steps the scheduler, whose step would set every learning rate to itself."""
+    return cfg.schedule == "constant" and int(round(cfg.warmup_epochs * steps_per_epoch)) == 0
+
+
 def build_scheduler(
     cfg: OptimConfig, optimizer: "torch.optim.Optimizer", steps_per_epoch: int, total_steps: int
 ) -> "torch.optim.lr_scheduler.LambdaLR":
