@@ -10,7 +10,7 @@ import torch
 from dlcomm.algorithms.buckets import make_buckets
 from dlcomm.config.choices import schema_of
 from dlcomm.config.schema import LarsConfig, SGDConfig, TrainConfig
-from dlcomm.train.optim import build_optimizer, lr_factor
+from dlcomm.train.optim import ConstantSchedule, build_optimizer, build_scheduler, lr_factor
 from dlcomm.train.plan import plan_steps
 
 
@@ -22,6 +22,30 @@ def test_warmup_then_cosine_by_hand() -> None:
     assert lr_factor(cfg, 10, steps_per_epoch, total) == pytest.approx(1.0)  # cosine starts at 1
     assert lr_factor(cfg, 20, steps_per_epoch, total) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way
     assert lr_factor(cfg, 30, steps_per_epoch, total) == pytest.approx(0.1)  # floor min_lr / lr
+
+
+def test_a_constant_schedule_leaves_the_learning_rates_as_torch_s_lambdalr_does() -> None:
+    """Without a warm-up step the constant schedule is f = 1: no LambdaLR (its step and its wrapper
+    around optimizer.step are host time for nothing), the same learning rates at every step."""
+
+    def rates(cfg: SGDConfig, steps: int = 5) -> tuple[type, list[float]]:
+        model = torch.nn.Linear(3, 2)
+        optimizer = build_optimizer(cfg, [{"params": model.parameters()}])
+        scheduler = build_scheduler(cfg, optimizer, 10, 30)
+        seen = []
+        for _ in range(steps):
+            optimizer.step()
+            scheduler.step()
+            seen.append(optimizer.param_groups[0]["lr"])
+        return type(scheduler), seen
+
+    assert rates(SGDConfig(name="sgd", lr=0.1)) == (ConstantSchedule, [0.1] * 5)
+    reference = torch.optim.lr_scheduler.LambdaLR(
+        torch.optim.SGD(torch.nn.Linear(3, 2).parameters(), lr=0.1), lambda _: 1.0
+    )
+    assert reference.get_last_lr() == [0.1]
+    kind, warm = rates(SGDConfig(name="sgd", lr=0.1, warmup_epochs=0.5))  # 5 warm-up steps: a real schedule
+    assert kind is torch.optim.lr_scheduler.LambdaLR and warm == pytest.approx([0.04, 0.06, 0.08, 0.1, 0.1])
 
 
 def test_multistep_by_hand() -> None:

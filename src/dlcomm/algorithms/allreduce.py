@@ -84,7 +84,8 @@ class Allreduce(Algorithm):
     def before_step(self, step: int) -> None:
         self._step = step
         self._handles = [None] * len(self.buckets)
-        self._pending = [len(b.params) for b in self.buckets]
+        if self.cfg.overlap:  # the hooks count the gradients still to come
+            self._pending = [len(b.params) for b in self.buckets]
 
     def reduce_gradients(self, step: int) -> None:
         for index, handle in enumerate(self._handles):

@@ -40,9 +40,13 @@ class Bucket:
         return self._views
 
     def _grads(self) -> list[torch.Tensor] | None:
-        """Every parameter's gradient, or None when one has none."""
+        """Every parameter's gradient, or None when one has none (a loop: no generator frame
+        on the per-step path)."""
         grads = [p.grad for p in self.params]
-        return None if any(grad is None for grad in grads) else grads
+        for grad in grads:
+            if grad is None:
+                return None
+        return grads
 
     def pack_grads(self) -> torch.Tensor:
         import torch

@@ -154,7 +154,8 @@ class Handle:
             work.wait()
         returned = perf_counter()
         timer.transferred(started)
-        self.channel.poll()
+        if self.channel._in_flight:
+            self.channel.poll()
         if math.isnan(record.wall_end):
             record.wall_end = perf_counter()
         if modelled:
@@ -265,7 +266,8 @@ class Channel:
         if modelled:
             clock_end = self.clock.now()
             self.clock.pause()
-        self.poll()
+        if self._in_flight:
+            self.poll()
         now = perf_counter()
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
@@ -349,7 +351,7 @@ class Channel:
         """Count an operation (``sent``: this rank's bytes and messages) under the current phase,
         in the iteration's records when training; ``phase``: given by threads other than the
         training loop's (a service responder), which are never part of an iteration."""
-        if phase is None:
+        if phase is None and self._in_flight:
             self.poll()
         record = OpRecord(
             kind=kind,
@@ -367,7 +369,8 @@ class Channel:
             totals.messages += record.messages
             if record.phase == "train":
                 self._iteration_ops.append(record)
-                self.timer.issued(record)
+                if self.timer.on_device:  # the host timer reads wall_start
+                    self.timer.issued(record)
         return record
 
     def _timing(self) -> Timing:
@@ -423,7 +426,8 @@ class Channel:
     ) -> Handle:
         record = self.record(kind, group, tensor.numel() * tensor.element_size(), sent)
         handle = Handle(self, record, tensor if result is None else result, divisor)
-        self._timing().collective(handle, group, modelled_s)
+        if self._modelled is not None and self._phase == "train":  # else nothing to model (_timing)
+            self._modelled.collective(handle, group, modelled_s)
         handle.add_work(self._launch(launch), payload=True)
         return handle
 

@@ -20,6 +20,8 @@ from dlcomm.spec import RunSpec
 from dlcomm.tracking.mlflow_run import RunLogger
 from dlcomm.tracking.stream import MetricStream
 
+POSTFIX_EVERY_S = 0.5  # the training bar's redraw interval (tqdm's mininterval below): its postfix no more often
+
 
 def _table(rows: list[IterationRow]) -> pd.DataFrame:
     """The rows as the timing table (one column per row field, in field order)."""
@@ -47,6 +49,7 @@ class Rank0Reporter:
         self.bar: tqdm | None = None
         self._loss_ema = math.nan
         self._time_ema = math.nan
+        self._next_postfix = 0.0
         self._timings: list[pd.DataFrame] = []
         self.timing_warmup = int(spec.config["train"]["timing_warmup"])
         self.stream = MetricStream(self.logger.log_series, float(spec.config["tracking"]["stream_every_s"]))
@@ -70,12 +73,17 @@ class Rank0Reporter:
                 total=self.budget_s,
                 desc=f"train ({clock} of the budget)",
                 dynamic_ncols=True,
-                mininterval=0.5,
+                mininterval=POSTFIX_EVERY_S,
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:g} [{elapsed}<{remaining}{postfix}]",
             )
         else:
             self.bar = tqdm(
-                total=total_steps, initial=done_steps, desc="train", unit="it", dynamic_ncols=True, mininterval=0.5
+                total=total_steps,
+                initial=done_steps,
+                desc="train",
+                unit="it",
+                dynamic_ncols=True,
+                mininterval=POSTFIX_EVERY_S,
             )
         self._step = done_steps
 
@@ -89,7 +97,9 @@ class Rank0Reporter:
         if self.bar is not None:
             if self.budget_s <= 0:
                 self.bar.update(1)
-            if step % 10 == 0 and not math.isnan(self._time_ema):
+            now = time.perf_counter()  # the postfix as often as the bar redraws (mininterval), not every step
+            if now >= self._next_postfix and not math.isnan(self._time_ema):
+                self._next_postfix = now + POSTFIX_EVERY_S
                 rate = self.samples_per_iteration / self._time_ema if self._time_ema > 0 else 0.0
                 extra = {"it": self._step} if self.budget_s > 0 else {}
                 self.bar.set_postfix(loss=f"{self._loss_ema:.3f}", samples_s=f"{rate:,.0f}", **extra, refresh=False)
@@ -230,7 +240,7 @@ class EvaluationBar:
                 unit="batch",
                 leave=False,
                 dynamic_ncols=True,
-                mininterval=0.5,
+                mininterval=POSTFIX_EVERY_S,
                 position=1,
             )
         return self

@@ -45,7 +45,6 @@ from dlcomm.tasks import Task
 from dlcomm.train.checkpoint import Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
-from dlcomm.train.optim import schedule_is_constant
 from dlcomm.train.plan import check_plan, ended_by, step_batch
 from dlcomm.train.precision import FULL, Precision
 
@@ -260,7 +259,6 @@ class TrainLoop:
         train = self.cfg.train
         world, rank = self.cluster.world_size, self.cluster.rank
         per_epoch, total = self.plan if self.plan is not None else check_plan(train, self.data.train_size, world)
-        self._lr_moves = not schedule_is_constant(self.cfg.optim, per_epoch)
         saved = self.checkpointing.load() if self.checkpointing is not None else None
         if saved is not None:
             self.load_state_dict(saved)
@@ -314,7 +312,6 @@ class TrainLoop:
         node, rank, epoch = self.cluster.node, self.cluster.rank, state.epoch
         device, interval, meter = self.device, self.cfg.train.comm_interval, channel.compute_meter
         step_args = (self.algorithm, self.model, self.optimizer, self.task.loss)
-        lr_moves = self._lr_moves
         warmup, clock_rules = self.cfg.train.timing_warmup, self._clock_rules()
         epoch_start = perf_counter() - state.epoch_wall_s
         fetch_start = perf_counter()
@@ -328,8 +325,7 @@ class TrainLoop:
             channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
             timer.begin_iteration()
             loss = hooked_step(*step_args, inputs, labels, step, interval, self.precision, meter)
-            if lr_moves:  # a constant schedule's step would set every learning rate to itself
-                self.scheduler.step()
+            self.scheduler.step()
             comm = channel.end_iteration()
             split = timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
             time_s = split.time_s

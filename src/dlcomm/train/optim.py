@@ -225,14 +225,37 @@ def lr_factor(cfg: OptimConfig, step: int, steps_per_epoch: int, total_steps: in
 
 
 def schedule_is_constant(cfg: OptimConfig, steps_per_epoch: int) -> bool:
-    """Whether ``f(step) = 1`` at every step (``schedule=constant`` and no warm-up step): the
-    loop then never steps the scheduler, whose step would set every learning rate to itself."""
+    """Whether ``f(step) = 1`` at every step: ``schedule=constant`` and no warm-up step."""
     return cfg.schedule == "constant" and int(round(cfg.warmup_epochs * steps_per_epoch)) == 0
+
+
+class ConstantSchedule:
+    """The schedule ``f(step) = 1``: its step changes nothing. torch's ``LambdaLR`` would set every
+    learning rate to itself each step and wrap ``optimizer.step`` in a Python function of its own,
+    host time a plain loop does not spend (scripts/bench_step_overhead.py)."""
+
+    def __init__(self, optimizer: "torch.optim.Optimizer") -> None:
+        self.optimizer = optimizer
+
+    def step(self) -> None:
+        pass
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (a checkpoint of a LambdaLR of the constant schedule holds nothing this needs)."""
 
 
 def build_scheduler(
     cfg: OptimConfig, optimizer: "torch.optim.Optimizer", steps_per_epoch: int, total_steps: int
-) -> "torch.optim.lr_scheduler.LambdaLR":
+) -> "torch.optim.lr_scheduler.LambdaLR | ConstantSchedule":
+    """The schedule ``f`` of the module docstring over ``optimizer``'s learning rates."""
     import torch
 
+    if schedule_is_constant(cfg, steps_per_epoch):
+        return ConstantSchedule(optimizer)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(cfg, step, steps_per_epoch, total_steps))
