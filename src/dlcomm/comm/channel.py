@@ -324,9 +324,8 @@ class Channel:
             posted = launch()
         waits = self._counts() if self._splits_waits else None
         if waits is not None:
-            works = posted if isinstance(posted, list) else [posted]
-            done = [work for work in works if work.is_completed()]
-            if done:
+            done = [work for work in posted if work.is_completed()] if isinstance(posted, list) else [posted]
+            if done and done[0].is_completed():
                 waits.carried_s += transfer_within(done, called, perf_counter())
         return posted
 

@@ -24,14 +24,20 @@ processes the split is unknown (nan) and the blocked time stays one figure.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Sequence
 
 from dlcomm.comm.device_timing import union_length
 
 
-def transfer_within(works: Iterable[Any], lo: float, hi: float) -> float:
+def transfer_within(works: Sequence[Any], lo: float, hi: float) -> float:
     """Length of the union of the works' ``[started, finished]`` inside ``[lo, hi]`` (seconds);
     nan when a work does not carry those stamps, or carries them unset (not completed)."""
+    if len(works) == 1:  # a collective's one work: no list, no sort (this runs at every wait)
+        work = works[0]
+        started, finished = getattr(work, "started", math.nan), getattr(work, "finished", math.nan)
+        if started != started or finished != finished:  # nan
+            return math.nan
+        return max(0.0, min(hi, finished) - max(lo, started))
     intervals = []
     for work in works:
         started, finished = getattr(work, "started", math.nan), getattr(work, "finished", math.nan)
@@ -43,7 +49,7 @@ def transfer_within(works: Iterable[Any], lo: float, hi: float) -> float:
     return union_length(sorted(intervals))
 
 
-def peer_wait(works: Iterable[Any], lo: float, returned: float) -> float:
+def peer_wait(works: Sequence[Any], lo: float, returned: float) -> float:
     """The part of a wait ``[lo, returned]`` that was not the transfer (module docstring); nan
     where the works cannot say."""
     moving = transfer_within(works, lo, returned)
