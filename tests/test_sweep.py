@@ -130,5 +130,6 @@ def test_a_sweep_whose_ranks_share_this_machine_compares_on_a_cluster_s_clock(mo
     assert clock("network=off", "seed=1,2") == ("", "")  # the wall clock, asked for
     assert clock("network=eth_1g", "seed=1,2") == ("", "")  # a cluster's clock already
     assert clock("experiment=sesgd_fig5") == ("", "")  # its preset models one
+    assert clock("experiment=sesgd_table2") == ("", "")  # a paper's setting on the wall clock: as committed
     assert clock("nodes=2", "seed=1,2") == ("", "")  # a core per rank: the wall clock is fair
     assert clock("launcher=slurm", "seed=1,2") == ("", "")  # separate machines

@@ -103,10 +103,12 @@ def comparison_clock(overrides: Sequence[str], configs: Sequence[RunConfig]) -> 
     keeps the simulated clock of :data:`COMPARISON_NETWORK` (compute profiled from one replica
     alone, the network modelled), which its table's speedup then uses; the wall clock's figures
     stay beside it. Nothing is added (``("", "")``) when an override names the network (``network=off``
-    compares on the wall clock) or an element already models one (an experiment's preset)."""
+    compares on the wall clock) or an experiment (a paper's setting fixes its own clocks, and
+    ``make reproduce-*`` records what its committed results hold), or an element models one."""
     from dlcomm.launch.driver import shared_hardware
 
-    if any(item.lstrip("+~").partition("=")[0].split(".")[0] == "network" for item in overrides):
+    chosen = {item.lstrip("+~").partition("=")[0].split(".")[0] for item in overrides}
+    if chosen & {"network", "experiment"}:
         return "", ""
     if any(cfg.network.name != "off" for cfg in configs):
         return "", ""
