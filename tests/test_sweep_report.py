@@ -121,7 +121,7 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
         # threads: waiting for peers is told apart (network off: the wall clock; 2 ranks share no core)
         assert m["summary/peer_wait_ms"] == pytest.approx(1e3 * t * m["final/peer_wait_share"], abs=5e-4)
         split = m["summary/compute_ms"] + m["summary/peer_wait_ms"] + m["summary/comm_exposed_ms"]
-        assert split == pytest.approx(1e3 * t, abs=1e-3)
+        assert split == pytest.approx(1e3 * t, abs=1.5e-3)  # three figures, each rounded to 3 decimals
         assert m["summary/test_acc_pct"] == pytest.approx(100 * m["final/test_acc_mean"], abs=5e-4)
         if run.data.tags["algo"] == "allreduce":
             assert m["summary/speedup"] == 1.0
