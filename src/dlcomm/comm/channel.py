@@ -153,7 +153,8 @@ class Handle:
         for work in self.works:
             work.wait()
         returned = perf_counter()
-        timer.transferred(started)
+        if timer.on_device:  # the host timer reads the completion off Channel.poll
+            timer.transferred(started)
         if self.channel._in_flight:
             self.channel.poll()
         if math.isnan(record.wall_end):
@@ -301,8 +302,8 @@ class Channel:
     def waited(self, works: Sequence[Any], lo: float, returned: float, clock_exposed_s: float) -> None:
         """A ``Handle.wait`` from host time ``lo`` to now, its works' own waits returning at
         ``returned``, ``clock_exposed_s`` on the run's clock: counted in the running iteration."""
-        waits = self._counts()
-        if waits is None:
+        waits = self._waits
+        if waits is None or threading.get_ident() != self._loop_thread:  # (_counts, inline: once a wait)
             return
         waits.blocked_s += perf_counter() - lo
         waits.clock_exposed_s += clock_exposed_s
@@ -427,7 +428,9 @@ class Channel:
         handle = Handle(self, record, tensor if result is None else result, divisor)
         if self._modelled is not None and self._phase == "train":  # else nothing to model (_timing)
             self._modelled.collective(handle, group, modelled_s)
-        handle.add_work(self._launch(launch), payload=True)
+        work = self._launch(launch)
+        handle.works.append(work)  # add_work(work, payload=True), inline: once an operation
+        self._in_flight.append((work, record))
         return handle
 
     # ---- primitives ------------------------------------------------------------------
