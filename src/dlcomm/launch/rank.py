@@ -206,6 +206,8 @@ def train_rank(
     # here too: a data set whose size the driver could not know before launch, e.g. imagefolder)
     per_epoch, total = check_plan(cfg.train, data.train_size, layout.world_size)
     algorithm.plan(per_epoch, total)
+    if reporter is not None and per_epoch > 0 and cfg.train.time_budget_s <= 0:
+        reporter.epochs = min(cfg.train.epochs, -(-total // per_epoch))  # the epochs it will run (train.max_steps)
     scheduler = build_scheduler(
         cfg.optim, optimizer, max(1, per_epoch), max(1, schedule_steps(cfg.train, per_epoch, total))
     )

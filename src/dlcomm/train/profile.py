@@ -307,7 +307,8 @@ def measure_step(
         if len(samples) >= MAX_STEPS or (len(samples) >= MIN_STEPS and timed_s >= MIN_TIMED_S):
             break
         if progress is not None and step % 10 == 0:
-            progress(f"{len(samples)} timed steps")
+            # a count so far, said as one (the profile's own line gives the total it ends with)
+            progress(f"{len(samples)} timed steps so far (at least {MIN_STEPS} and {MIN_TIMED_S:g} s)")
     ready_s = tuple(statistics.median(sample[3][i] for sample in samples) for i in range(len(watch.ready)))
     return ComputeProfile(
         lead_s=statistics.median(s[0] for s in samples),
