@@ -95,14 +95,21 @@ class Rank0Reporter:
             self._time_ema = time_s if math.isnan(self._time_ema) else 0.9 * self._time_ema + 0.1 * time_s
         self._step = step + 1
         if self.bar is not None:
-            if self.budget_s <= 0:
-                self.bar.update(1)
-            now = time.perf_counter()  # the postfix as often as the bar redraws (mininterval), not every step
-            if now >= self._next_postfix and not math.isnan(self._time_ema):
+            # the bar is told as often as it redraws (mininterval), not every step: a step of a small
+            # model is a few hundred microseconds of host time, and tqdm's update is Python too
+            now = time.perf_counter()
+            if now >= self._next_postfix:
                 self._next_postfix = now + POSTFIX_EVERY_S
-                rate = self.samples_per_iteration / self._time_ema if self._time_ema > 0 else 0.0
-                extra = {"it": self._step} if self.budget_s > 0 else {}
-                self.bar.set_postfix(loss=f"{self._loss_ema:.3f}", samples_s=f"{rate:,.0f}", **extra, refresh=False)
+                self._sync_bar()
+                if not math.isnan(self._time_ema):
+                    rate = self.samples_per_iteration / self._time_ema if self._time_ema > 0 else 0.0
+                    extra = {"it": self._step} if self.budget_s > 0 else {}
+                    self.bar.set_postfix(loss=f"{self._loss_ema:.3f}", samples_s=f"{rate:,.0f}", **extra, refresh=False)
+
+    def _sync_bar(self) -> None:
+        """The training bar's count brought to the iterations done (the time budget's bar counts seconds)."""
+        if self.bar is not None and self.budget_s <= 0 and self._step > self.bar.n:
+            self.bar.update(self._step - self.bar.n)
 
     def clock(self, seconds: float) -> None:
         """The training clock all workers agreed on (time budget, evaluations against time)."""
@@ -112,6 +119,7 @@ class Rank0Reporter:
     def evaluation(self, batches: int, what: str) -> "EvaluationBar":
         """A bar for an evaluation of ``batches`` test batches on rank 0 (``what`` it evaluates);
         the training bar's clock is paused meanwhile, so its rate stays the training's."""
+        self._sync_bar()
         return EvaluationBar(self.bar, batches, what)
 
     def epoch(
@@ -129,6 +137,7 @@ class Rank0Reporter:
         )
         self.logger.log_metrics(metrics, step=epoch)
         if self.bar is not None:
+            self._sync_bar()
             self.bar.write(
                 _epoch_line(
                     epoch, self.epochs if self.budget_s <= 0 else 0, metrics, self.accuracy_label, self.spec.shared
@@ -163,6 +172,7 @@ class Rank0Reporter:
     def close(self) -> None:
         """Send the streamed points still held (also when the run failed); close the bar."""
         if self.bar is not None:
+            self._sync_bar()
             self.bar.close()
         self.stream.close()
 
