@@ -28,6 +28,9 @@ def test_a_group_last_held_by_a_callback_on_a_gloo_thread_ends_the_rank_cleanly(
 
 
 @pytest.mark.slow  # real processes
+# the race is timed (a callback freed 1 s after its future, the process 2 s on its way out): beside the
+# parallel suite's load the free once came after the exit (CI at db98760: "DID NOT RAISE"; alone 3 of 3)
+@pytest.mark.alone
 def test_without_the_held_groups_that_rank_aborts_after_its_result() -> None:
     """The case above is the race itself, made certain: the hold undone, the rank aborts."""
     with pytest.raises(RuntimeError, match=r"^rank \d ended \(SIGABRT\) after its result$"):
