@@ -252,7 +252,8 @@ class Channel:
 
     def begin_iteration(self) -> None:
         self.transport.pass_turn()
-        self._iteration_ops = []  # the list is swapped whole: appends under the lock see one or the other
+        with self._lock:  # a responder thread may record meanwhile
+            self._iteration_ops = []
         self._waits = _Waits(self._splits_waits)
         self._loop_thread = threading.get_ident()
         self._phase = "train"
@@ -272,6 +273,8 @@ class Channel:
         now = perf_counter()
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
+            for op in ops:
+                self._count(op)
         waits, self._waits = self._waits or _Waits(self._splits_waits), None
         self._phase = "idle"
         sent = messages = overruns = 0
@@ -363,15 +366,20 @@ class Channel:
             wall_start=perf_counter(),
         )
         with self._lock:
-            totals = self.totals[(record.phase, kind, group)]
-            totals.count += 1
-            totals.bytes_sent += record.bytes_sent
-            totals.messages += record.messages
-            if record.phase == "train":
+            if record.phase == "train":  # counted in the totals when the iteration ends (_count)
                 self._iteration_ops.append(record)
                 if self.timer.on_device:  # the host timer reads wall_start
                     self.timer.issued(record)
+            else:
+                self._count(record)
         return record
+
+    def _count(self, record: OpRecord) -> None:
+        """Add ``record`` to :attr:`totals` (under the lock)."""
+        totals = self.totals[(record.phase, record.kind, record.group)]
+        totals.count += 1
+        totals.bytes_sent += record.bytes_sent
+        totals.messages += record.messages
 
     def _timing(self) -> Timing:
         """The modelled clock for operations inside an iteration under a network model; outside

@@ -329,7 +329,7 @@ class TrainLoop:
             comm = channel.end_iteration()
             split = timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
             time_s = split.time_s
-            loss_value = float(loss.detach())
+            loss_value = loss.item()
             if not math.isfinite(loss_value):  # the one guard: the loss is read for the timing row anyway
                 raise Diverged(loss_value, step, rank)
             rows.append(
