@@ -23,6 +23,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Callable, ClassVar
 
+from dlcomm import progress
 from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
 
@@ -88,7 +89,7 @@ class Launcher:
         codes: list[int] = []
         for index, spec in enumerate(specs):
             if INTERRUPTS.received is None:
-                print(f"--- sweep element {index + 1}/{len(specs)}: {element_label(spec)}", flush=True)
+                progress.say(f"--- sweep element {index + 1}/{len(specs)}: {element_label(spec)}")
                 codes.append(cls.launch(spec))
             if codes[-1:] == [130] or INTERRUPTS.received is not None:
                 close_run(spec.tracking_uri, parent, "KILLED")
@@ -97,9 +98,7 @@ class Launcher:
                 return 130
         close_parent_if_done(specs[0].tracking_uri, parent)
         failed = sum(code != 0 for code in codes)
-        print(
-            f"sweep done: {len(codes) - failed} of {len(codes)} runs finished; parent mlflow run {parent}", flush=True
-        )
+        progress.say(f"sweep done: {len(codes) - failed} of {len(codes)} runs finished; parent mlflow run {parent}")
         if on_end is not None and failed < len(codes):
             on_end(specs[0].tracking_uri, parent)
         return 0 if failed == 0 else 1
@@ -123,7 +122,8 @@ class Launcher:
             cls.name,
             cls.driver_tags(),
         )
-        print(f"sweep of {len(specs)} runs: parent mlflow run {parent}", flush=True)
+        # below the status line, never on it (its "... 3 s" was once followed by "sweep of" on one line)
+        progress.say(f"sweep of {len(specs)} runs: parent mlflow run {parent}")
         return parent, [spec.in_sweep(parent) for spec in specs]
 
 
