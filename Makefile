@@ -23,7 +23,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing dlcomm and its dependencies into $(VENV) (a few minutes the first time)"
 	@$(if $(TORCH_INDEX),$(PIP) install -q $(TORCH_PINS) --index-url $(TORCH_INDEX) || { echo "error: no $(TORCH_PINS) at $(TORCH_INDEX)" >&2; exit 1; })
-	@$(PIP) install -q $(TORCH_PINS) -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+	@# a line per package as pip collects and installs it (-q left minutes without a word on a fresh machine)
+	@$(PIP) install --progress-bar off $(TORCH_PINS) -e '.[test]' 2>&1 \
+	  | grep --line-buffered -E "^(Collecting|Installing collected|Successfully installed|ERROR|error)" || true
 	@$(PY) -c "import dlcomm, torch, hydra, mlflow" || { echo "error: the install failed; see the pip output above" >&2; exit 1; }
 	@touch $(STAMP)
 
