@@ -479,3 +479,30 @@ def test_two_mini_batches_at_one_worker_count_split_the_lines_by_workers_and_by_
     labels = sorted(c.get_label() for c in figure.axes[0].containers)
     assert labels == ["Crossover-SGD, global mini-batch 1024", "Crossover-SGD, global mini-batch 4096"]
     plt.close(figure)
+
+
+def test_the_time_breakdown_stacks_waiting_for_peers_between_compute_and_communication(tmp_path, monkeypatch) -> None:
+    """Threads tell waiting for peers apart on the wall clock: its bar sits on compute, the
+    communication on both, so the stack is the iteration (docs/metrics.md)."""
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda figure, path: drawn.setdefault("figure", figure) and path)
+    table = pd.DataFrame(
+        {
+            "setting": ["all", "all"],
+            "method": ["allreduce", "local_sgd"],
+            "sim_ms_per_iter": [math.nan, math.nan],
+            "wall_compute_ms": [20.0, 21.0],
+            "wall_peer_wait_ms": [70.0, 40.0],
+            "wall_comm_exposed_ms": [4.0, 2.0],
+        }
+    )
+    plots.time_breakdown(table, tmp_path / "t.png", "t")
+    axis = drawn["figure"].axes[0]
+    bars = [(rect.get_y(), rect.get_height()) for container in axis.containers for rect in container]
+    assert [label.get_text() for label in axis.get_legend().get_texts()] == [
+        "compute",
+        "waiting for peers",
+        "exposed communication",
+    ]
+    assert bars == [(0, 20.0), (0, 21.0), (20.0, 70.0), (21.0, 40.0), (90.0, 4.0), (61.0, 2.0)]
+    plt.close("all")

@@ -228,8 +228,8 @@ def accuracy(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve],
 
 
 def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
-    """Stacked bars: compute and exposed communication per iteration, per method (simulated
-    times where the runs have them, else wall)."""
+    """Stacked bars: compute, waiting for peers (wall clock of threads) and exposed communication
+    per iteration, per method (simulated times where the runs have them, else wall)."""
     plt = _pyplot()
     simulated = table["sim_ms_per_iter"].notna().all()
     prefix = "sim" if simulated else "wall"
@@ -239,6 +239,11 @@ def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
     positions = range(len(labels))
     compute, comm = table[f"{prefix}_compute_ms"], table[f"{prefix}_comm_exposed_ms"]
     axis.bar(positions, compute, label="compute")
+    waiting = table.get("wall_peer_wait_ms") if not simulated else None
+    if waiting is not None and waiting.notna().any():  # threads: waiting for peers told apart (docs/metrics.md)
+        waiting = waiting.fillna(0.0)
+        axis.bar(positions, waiting, bottom=compute, label="waiting for peers")
+        compute = compute + waiting
     axis.bar(positions, comm, bottom=compute, label="exposed communication")
     axis.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=7)
     shared = not simulated and "ranks_per_core" in table and bool((table["ranks_per_core"] > 1).any())
