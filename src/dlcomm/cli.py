@@ -303,6 +303,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.compose import compose_run
     from dlcomm.config.validate import validate_run
     from dlcomm.data import build_dataset, check_dataset
+    from dlcomm.launch.gpus import trains_on_cuda
     from dlcomm.paths import check_writable, profiles_dir
     from dlcomm.train.profile import all_threads, cached_profile, measure, write_atomically
 
@@ -311,8 +312,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     check_dataset(cfg.dataset)
     if out:
         check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
-    cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
     data = build_dataset(cfg.dataset)
     with all_threads() as threads:
         print(f"dlcomm: profiling one replica alone on {device} ({threads} threads) ...", flush=True)

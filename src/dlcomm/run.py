@@ -54,10 +54,10 @@ def _scales_loss_here(train) -> bool:
     pick (services, the only reason to ask, run only under launchers that start them here)."""
     import torch
 
+    from dlcomm.launch.gpus import trains_on_cuda
     from dlcomm.train.precision import scales_loss
 
-    cuda = train.device == "cuda" or (train.device == "auto" and torch.cuda.is_available())
-    return scales_loss(train.amp, train.amp_dtype, torch.device("cuda" if cuda else "cpu"))
+    return scales_loss(train.amp, train.amp_dtype, torch.device("cuda" if trains_on_cuda(train) else "cpu"))
 
 
 def prepare_run(overrides: list[str], cfg: DictConfig | None = None) -> RunSpec:

@@ -305,8 +305,8 @@ class Channel:
     def waited(self, works: Sequence[Any], lo: float, returned: float, clock_exposed_s: float) -> None:
         """A ``Handle.wait`` from host time ``lo`` to now, its works' own waits returning at
         ``returned``, ``clock_exposed_s`` on the run's clock: counted in the running iteration."""
-        waits = self._waits
-        if waits is None or threading.get_ident() != self._loop_thread:  # (_counts, inline: once a wait)
+        waits = self._counts()
+        if waits is None:
             return
         waits.blocked_s += perf_counter() - lo
         waits.clock_exposed_s += clock_exposed_s
@@ -328,8 +328,9 @@ class Channel:
             posted = launch()
         waits = self._counts() if self._splits_waits else None
         if waits is not None:
-            done = [work for work in posted if work.is_completed()] if isinstance(posted, list) else [posted]
-            if done and done[0].is_completed():
+            works = posted if isinstance(posted, list) else [posted]
+            done = [work for work in works if work.is_completed()]
+            if done:
                 waits.carried_s += transfer_within(done, called, perf_counter())
         return posted
 

@@ -185,10 +185,10 @@ def prepare_profile(spec: RunSpec) -> None:
     progress.stage("preparing the compute profile the simulated clocks charge")
     import torch
 
+    from dlcomm.launch.gpus import trains_on_cuda
     from dlcomm.paths import profiles_dir
 
-    cuda = cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
     profile = prepare_run_profile(
         cfg,
         Path(spec.run_dir),

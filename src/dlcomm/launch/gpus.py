@@ -33,6 +33,18 @@ from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
 
 
+def trains_on_cuda(train) -> bool:
+    """Whether the ranks this machine runs train on a GPU: ``train.device=cuda``, or ``auto`` with
+    one visible to torch (``train``: the run's ``TrainConfig``)."""
+    if train.device == "cuda":
+        return True
+    if train.device != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def sends_point_to_point(algo: str) -> bool:
     """Whether ``algo`` sends device tensors point to point (``Channel.exchange``). An algorithm class says it is collective-only with ``point_to_point = False``;
     one that says nothing is taken to send point to point (the safe answer)."""

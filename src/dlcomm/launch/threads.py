@@ -48,6 +48,7 @@ from dlcomm import progress
 from dlcomm.config.schema import LauncherConfig, RunConfig
 from dlcomm.errors import Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
+from dlcomm.launch.gpus import trains_on_cuda
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
@@ -80,7 +81,7 @@ class ThreadsLauncher(DriverLauncher):
     @classmethod
     def shared_hardware(cls, cfg: RunConfig, ranks: int) -> str:
         """Threads on a GPU share that one GPU; serial compute takes turns on all the cores."""
-        if on_cuda(cfg):
+        if trains_on_cuda(cfg.train):
             return f"{ranks} ranks shared one GPU"
         if resolve_compute(cfg)[0] == "serial":
             return f"{ranks} ranks took turns on {os.cpu_count() or 1} cores"
@@ -148,23 +149,12 @@ def resolve_compute(cfg: RunConfig) -> tuple[str, str]:
             "auto: network.mode=simulate, one rank's activations alive at a time "
             "(compute=profile: launcher.compute=parallel charges the same profile)"
         )
-    if on_cuda(cfg):
+    if trains_on_cuda(cfg.train):
         return "serial", "auto: the ranks share one GPU, where taking turns is faster than all at once"
     drawing = draws_while_training(cfg)
     if drawing:
         return "serial", f"auto: {drawing} draws from the random generator while training"
     return "parallel", "auto"
-
-
-def on_cuda(cfg: RunConfig) -> bool:
-    """Whether the run's ranks compute on a GPU (``train.device=cuda``, or ``auto`` with one visible)."""
-    if cfg.train.device == "cuda":
-        return True
-    if cfg.train.device != "auto":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def draws_while_training(cfg: RunConfig) -> str:
@@ -211,7 +201,7 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
         f"launcher=threads: {layout.job_size} ranks in this process, compute={compute} ({why}), "
         f"{torch.get_num_threads()} torch thread(s)"
     )
-    device = torch.device("cuda", torch.cuda.current_device()) if on_cuda(cfg) else torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if trains_on_cuda(cfg.train) else torch.device("cpu")
     progress.mark_stage(spec.run_dir, f"loading the data ({cfg.dataset.name}, shared by the ranks)")
     data = build_dataset(cfg.dataset)
     ranks = range(layout.job_size)
