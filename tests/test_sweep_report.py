@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from dlcomm.report.sweep import children_summaries
+from dlcomm.report.sweep import children_summaries, summary_clock
 from dlcomm.report.table import summarise
 
 from conftest import FAST, children, parent_id, store_client
@@ -72,6 +72,10 @@ def test_a_group_of_a_method_s_runs_reads_as_the_table_and_the_baseline_is_1(sim
     assert logged["allreduce-1"]["summary/speedup"] == logged["allreduce-2"]["summary/speedup"] == 1.0
     assert logged["local_sgd-1"]["summary/speedup"] == logged["local_sgd-2"]["summary/speedup"] == 1.2
     assert logged["allreduce-1"]["summary/ms_per_iter"] == 100.0  # the run's own time, on the speedup's clock
+    expected_clock = "simulated" if simulated else "wall clock"  # no network tag in these rows: no name to give
+    assert {summary_clock(row) for _, row in table.iterrows()} == {expected_clock}
+    named = table.assign(network="eth_10g", ranks_per_core=2.0).iloc[0]
+    assert summary_clock(named) == ("simulated eth_10g" if simulated else "wall clock; ranks shared cores")
     _group_rows_read_as_the_table(table, logged, clock)
 
     # without the baseline in the sweep: no speedup, the other figures as before
@@ -123,6 +127,7 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
         split = m["summary/compute_ms"] + m["summary/peer_wait_ms"] + m["summary/comm_exposed_ms"]
         assert split == pytest.approx(1e3 * t, abs=1.5e-3)  # three figures, each rounded to 3 decimals
         assert m["summary/test_acc_pct"] == pytest.approx(100 * m["final/test_acc_mean"], abs=5e-4)
+        assert run.data.tags["summary_clock"] == "wall clock"  # network off, a core per rank: said so
         if run.data.tags["algo"] == "allreduce":
             assert m["summary/speedup"] == 1.0
     logged = {run.info.run_id: run.data.metrics for run in runs}

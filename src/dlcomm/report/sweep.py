@@ -77,15 +77,31 @@ def child_summary(run: pd.Series, simulated: bool, method_ms: float, speedup: fl
     }
 
 
+def _on_simulated_clock(row: pd.Series) -> bool:
+    """Whether a table row's figures (and so its runs' summary/*) are on the simulated clock."""
+    return row.get("speedup_clock", "") == "simulated" or (
+        row.get("speedup_clock", "") == "" and not pd.isna(row["sim_ms_per_iter"])
+    )
+
+
+def summary_clock(row: pd.Series) -> str:
+    """The clock of a table row's summary/* figures, in words (the tag ``summary_clock`` of its
+    runs): ``simulated <network>``, or ``wall clock`` and, where the ranks shared this machine's
+    cores, ``; ranks shared cores``."""
+    if _on_simulated_clock(row):
+        network = str(row.get("network", "") or "")
+        return f"simulated {network}" if network and network != "off" and "," not in network else "simulated"
+    shared = not pd.isna(row.get("ranks_per_core", math.nan)) and row.get("ranks_per_core", 0) > 1
+    return "wall clock; ranks shared cores" if shared else "wall clock"
+
+
 def children_summaries(table: pd.DataFrame, runs: pd.DataFrame) -> dict[str, dict[str, float]]:
     """``run id -> summary/* metrics`` for every run in ``table`` (rows: (setting, method), with
     their ``runs`` ids, times per iteration, ``speedup`` and ``speedup_clock``)."""
     by_id = runs.set_index("run_id")
     out: dict[str, dict[str, float]] = {}
     for _, row in table.iterrows():
-        simulated = row.get("speedup_clock", "") == "simulated" or (
-            row.get("speedup_clock", "") == "" and not pd.isna(row["sim_ms_per_iter"])
-        )
+        simulated = _on_simulated_clock(row)
         method_ms = float(row["sim_ms_per_iter" if simulated else "wall_ms_per_iter"])
         speedup = float(row.get("speedup", math.nan))
         for run_id in str(row["runs"]).split():
@@ -95,7 +111,7 @@ def children_summaries(table: pd.DataFrame, runs: pd.DataFrame) -> dict[str, dic
 
 def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFrame, files: list[Path]) -> None:
     """The comparison onto the parent run (artifacts, the MLflow table) and each child's summary metrics."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
     from dlcomm.report.table import presentable
@@ -105,8 +121,14 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
     # children first, the parent's files last: whoever sees the comparison on the parent (a user, a
     # test polling for comparison/table.md) finds every child's summary already there
     now = int(pd.Timestamp.now().timestamp() * 1000)
+    clocks = {run_id: summary_clock(row) for _, row in table.iterrows() for run_id in str(row["runs"]).split()}
     for run_id, metrics in children_summaries(table, runs).items():
-        retrying(client.log_batch, run_id, metrics=[Metric(key, value, now, 0) for key, value in metrics.items()])
+        retrying(
+            client.log_batch,
+            run_id,
+            metrics=[Metric(key, value, now, 0) for key, value in metrics.items()],
+            tags=[RunTag("summary_clock", clocks[run_id])],  # which clock the summary/* figures are on
+        )
     # log_table appends to an existing file: a sweep reported again keeps its one table
     if not any(item.path == f"{FOLDER}/table.json" for item in client.list_artifacts(parent, FOLDER)):
         retrying(client.log_table, parent, presentable(table), f"{FOLDER}/table.json")
