@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -197,6 +198,10 @@ class RankTask:
                 time.sleep(3)
             lost = down_hosts(os.environ.get("SLURM_JOB_NODELIST", ""))
             self._end("FAILED", f"host(s) {', '.join(lost)} set DOWN by SLURM; {line}" if lost else line)
+            # the scancel below reaches this task too, whose TermWatcher exits before submitit would
+            # print the traceback: the task's .err log gets it now
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
             cancel_job(env.job_id)  # the other ranks stop now, and SLURM does not requeue a lost host's job
             raise
         finally:
