@@ -357,15 +357,8 @@ class Channel:
         training loop's (a service responder), which are never part of an iteration."""
         if phase is None and self._in_flight:
             self.poll()
-        record = OpRecord(
-            kind=kind,
-            group=group,
-            phase=phase or self._phase,
-            payload_bytes=payload_bytes,
-            bytes_sent=sent[0],
-            messages=sent[1],
-            wall_start=perf_counter(),
-        )
+        # positional: the fields kind, group, phase, payload_bytes, bytes_sent, messages, wall_start
+        record = OpRecord(kind, group, phase or self._phase, payload_bytes, sent[0], sent[1], perf_counter())
         with self._lock:
             if record.phase == "train":  # counted in the totals when the iteration ends (_count)
                 self._iteration_ops.append(record)

@@ -311,6 +311,9 @@ class TrainLoop:
         rows = state.epoch_rows
         node, rank, epoch = self.cluster.node, self.cluster.rank, state.epoch
         device, interval, meter = self.device, self.cfg.train.comm_interval, channel.compute_meter
+        moves = device.type != "cpu"  # the data sets hand CPU tensors: on the CPU .to() is a call for nothing
+        fault_here = self.cfg.debug.fail_rank == rank  # debug.fail_*: the injected fault's rank
+        checkpointing = self.checkpointing
         step_args = (self.algorithm, self.model, self.optimizer, self.task.loss)
         warmup, clock_rules = self.cfg.train.timing_warmup, self._clock_rules()
         epoch_start = perf_counter() - state.epoch_wall_s
@@ -318,9 +321,11 @@ class TrainLoop:
         for inputs, labels in batches:
             if state.step >= total:
                 break
-            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            if moves:
+                inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             data_s = perf_counter() - fetch_start
-            self._maybe_fail()
+            if fault_here:
+                self._maybe_fail()
             step = state.step
             channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
             timer.begin_iteration()
@@ -366,11 +371,7 @@ class TrainLoop:
                 reporter.iteration(step, loss_value, time_s)
             if clock_rules and self._check_clock(perf_counter() - epoch_start):
                 break
-            if (
-                self.checkpointing is not None
-                and state.step < total
-                and self.checkpointing.stop_now(state.step, channel.any_rank)
-            ):
+            if checkpointing is not None and state.step < total and checkpointing.stop_now(state.step, channel.any_rank):
                 state.epoch_wall_s = perf_counter() - epoch_start
                 self._checkpoint()
                 raise Preempted(state.step)
