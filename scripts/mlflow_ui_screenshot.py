@@ -1,30 +1,29 @@
 #!/usr/bin/env python
-"""Screenshots of the MLflow UI showing a sweep: the pictures in docs/mlflow_ui.md.
+"""Screenshots of the MLflow UI as dlcomm's printed links open it: the pictures in docs/mlflow_ui.md.
 
-A real browser (Chromium, driven by Playwright) opens the UI of a running ``mlflow server`` and
-does what docs/mlflow_ui.md tells a reader to do, with the UI's own controls. It first clicks
-``Model training`` (MLflow 3 opens an experiment on its GenAI side), then takes:
+A real browser (Chromium, driven by Playwright) opens, in a fresh profile (no remembered choice of
+the UI's side, no saved view):
 
-* ``runs``: the experiment's runs list, the ``summary/*`` metrics ticked under ``Columns``
-  (Dataset, Source and Models unticked), every sweep parent expanded (its ``+``), MLflow's
-  navigation side bar folded (``Toggle sidebar``) to make room;
-* ``grouped``: the same list under ``Group by`` -> tag ``algo`` (the UI's default aggregate, average);
-* ``table``: the newest sweep parent's (or ``--run``'s) Artifacts tab, ``comparison/table.json``
-  shown as a table;
-* ``figure``: the same tab showing ``comparison/time_per_iteration.png``.
+* ``sweep``: the newest sweep's parent run (or ``--run``'s) at the address dlcomm printed at the
+  sweep's end (:func:`dlcomm.tracking.ui.run_page`), after ONE click on the description's
+  ``Show more`` (the UI folds a description after a few lines; nothing a client sets unfolds it);
+* ``grouped``: the link ``grouped by method`` in that description: the experiment's runs list as
+  dlcomm's shared view sets it (the sweep's children grouped by the ``algo`` tag, ``summary/*``
+  columns);
+* ``run``: one child run's page (the address a single run prints at its end), ``Show more``
+  clicked;
+* ``bare``: the experiment page as MLflow's own home page links it (no query): for the record of
+  what the UI does without dlcomm's links.
 
-Columns are widened by dragging their headers' edges. Each PNG is cropped to the part of the page
-that shows something and kept under ``--max-kb`` (shrunk if need be).
+MLflow 3 opens an assistant side panel once per browser; it is closed (its ``Close`` button) so
+that the pictures show the page. Each PNG is cropped to ``--height`` and kept under ``--max-kb``.
 
 Needs a Chromium (Debian: ``apt-get install chromium``) and the ``playwright`` package (``pip
-install playwright`` into the venv; it is not a dlcomm dependency). Playwright drives the installed
-``/usr/bin/chromium`` (``--chromium``): no browser is downloaded. Pillow (a dlcomm dependency
-through matplotlib) crops the PNGs. Run from the checkout, the server from the directory that
-holds ``results/mlflow.db`` (it is the server's relative path that matters):
+install playwright`` into the venv; not a dlcomm dependency; it drives ``/usr/bin/chromium``, no
+browser is downloaded). Pillow (a dlcomm dependency through matplotlib) crops the PNGs.
 
-    cd /tmp/uisweep && MLFLOW_DISABLE_TELEMETRY=true mlflow server --backend-store-uri sqlite:///results/mlflow.db --port 5055 &
-    cd /work/main
-    python scripts/mlflow_ui_screenshot.py --url http://127.0.0.1:5055 --experiment dlcomm --out-dir docs/img
+    MLFLOW_DISABLE_TELEMETRY=true .venv/bin/mlflow ui --backend-store-uri sqlite:////tmp/uisweep/results/mlflow.db --port 5000 --workers 1 &
+    python scripts/mlflow_ui_screenshot.py --url http://127.0.0.1:5000 --out-dir docs/img
 """
 
 from __future__ import annotations
@@ -32,32 +31,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-METRICS = ["summary/test_acc_pct", "summary/ms_per_iter", "summary/comm_exposed_ms", "summary/speedup"]
-HIDDEN = ["Dataset", "Source", "Models"]  # attributes ticked by default, unticked to make room
-WIDTHS = {"attributes.`Run Name`": 340, "runDateAndNestInfo": 130, "duration": 80}
-METRIC_WIDTH = 200
-TABLE_WIDTHS = {
-    "method": 110,
-    "seeds": 70,
-    "final acc %": 120,
-    "best acc %": 120,
-    "steps": 70,
-    "wall ms/iter": 240,
-    "speedup": 160,
-    "comm cut %": 190,
-    "MA-acceleration": 140,
-}
-SHOTS = ["runs", "grouped", "table", "figure"]
-FILES = {
-    "runs": "mlflow_sweep_runs.png",
-    "grouped": "mlflow_sweep_grouped.png",
-    "table": "mlflow_sweep_table.png",
-    "figure": "mlflow_sweep_figure.png",
-}
+SHOTS = ("sweep", "grouped", "run", "bare")
+FILES = {name: f"mlflow_{name}.png" for name in SHOTS}
 
 
 def api(url: str, path: str, body: dict | None = None) -> dict:
@@ -69,96 +50,28 @@ def api(url: str, path: str, body: dict | None = None) -> dict:
         return json.load(answer)
 
 
-def experiment_id(url: str, name: str) -> str:
-    query = urllib.parse.urlencode({"experiment_name": name})
-    return api(url, f"experiments/get-by-name?{query}")["experiment"]["experiment_id"]
-
-
-def last_sweep(url: str, experiment: str) -> str:
-    """The newest run tagged ``sweep=true`` (a sweep's parent run)."""
-    runs = api(
-        url,
-        "runs/search",
-        {
-            "experiment_ids": [experiment],
-            "filter": "tags.sweep = 'true'",
-            "order_by": ["attributes.start_time DESC"],
-            "max_results": 1,
-        },
-    )
-    return runs["runs"][0]["info"]["run_id"]
+def search(url: str, experiment: str, filter_string: str) -> dict:
+    body = {"experiment_ids": [experiment], "filter": filter_string, "order_by": ["attributes.start_time DESC"]}
+    return api(url, "runs/search", {**body, "max_results": 1})["runs"][0]
 
 
 def close_assistant(page) -> None:
-    close = page.get_by_role("button", name="Close")  # MLflow 3 opens its assistant's side panel once
-    if close.count():
-        close.first.click()
+    try:
+        page.get_by_role("button", name="Close").first.click(timeout=2000)  # MLflow 3's assistant panel
         page.wait_for_timeout(500)
+    except Exception:  # noqa: BLE001 - no panel this time
+        pass
 
 
-def tick_columns(page, labels: list[str]) -> None:
-    """Toggle each column in the ``Columns`` menu (its search box, then the entry)."""
-    page.get_by_role("button", name="Columns").click()
-    page.wait_for_timeout(800)
-    search = page.get_by_placeholder("Search columns")
-    for label in labels:
-        search.fill(label)
-        page.wait_for_timeout(500)
-        page.get_by_role("dialog").get_by_text(label, exact=True).last.click()
-        page.wait_for_timeout(300)
-    page.keyboard.press("Escape")
-    page.wait_for_timeout(800)
-
-
-def drag_width(page, header, width: int) -> None:
-    """Drag the right edge of the header cell ``header`` (a locator) until it is ``width`` wide."""
-    if not header.count():
-        return
-    box = header.first.bounding_box()
-    x, y = box["x"] + box["width"] - 3, box["y"] + box["height"] / 2
-    page.mouse.move(x, y)
-    page.mouse.down()
-    page.mouse.move(x + width - box["width"], y, steps=10)
-    page.mouse.up()
-    page.wait_for_timeout(300)
-
-
-def set_widths(page) -> None:
-    """The runs list's columns: ``WIDTHS``, and ``METRIC_WIDTH`` for each metric."""
-    for column, width in {**WIDTHS, **{f"metrics.`{m}`": METRIC_WIDTH for m in METRICS}}.items():
-        drag_width(page, page.locator(f'.ag-header-cell[col-id="{column}"]'), width)
-
-
-def set_table_widths(page) -> None:
-    """The artifact view's table: every column of the comparison readable (its default is 150 px)."""
-    for name, width in TABLE_WIDTHS.items():
-        drag_width(page, page.get_by_role("columnheader").filter(has_text=name), width)
-
-
-def expand_sweeps(page) -> None:
-    for parent in page.get_by_text("sweep of ").all():  # expand every sweep: the children are its runs
-        box = parent.bounding_box()
-        page.mouse.click(box["x"] - 32, box["y"] + box["height"] / 2)
-        page.wait_for_timeout(1000)
-    page.mouse.click(5, 880)  # off the grid: no focused cell, no hovered row
-    page.wait_for_timeout(500)
-
-
-def group_by(page, tag: str) -> None:
-    page.get_by_role("button", name="Group by").click()
-    page.wait_for_timeout(800)
-    page.get_by_placeholder("Search").last.fill(tag)
-    page.wait_for_timeout(500)
-    page.get_by_text(tag, exact=True).first.click()  # under "Tags"
-    page.wait_for_timeout(1500)
-    page.keyboard.press("Escape")
-    page.mouse.move(5, 880)  # no tooltip of a hovered header
-    page.wait_for_timeout(1000)
+def show_more(page) -> None:
+    more = page.get_by_text("Show more", exact=True)
+    if more.count():
+        more.first.click()
+        page.wait_for_timeout(2000)
 
 
 def save(png: bytes, out: Path, height: int, max_kb: int) -> None:
-    """Crop to the top ``height`` CSS pixels (the screenshots are taken at device scale 1) and
-    shrink until the file is under ``max_kb``."""
+    """Crop to the top ``height`` pixels and shrink until the file is under ``max_kb``."""
     from PIL import Image
 
     image = Image.open(io.BytesIO(png)).convert("RGB")
@@ -173,75 +86,63 @@ def save(png: bytes, out: Path, height: int, max_kb: int) -> None:
     print(f"wrote {out} ({image.width}x{image.height}, {buffer.tell() // 1024} KB)")
 
 
-def bottom_of(page, selector: str, margin: int = 40) -> int:
-    boxes = [box for box in (item.bounding_box() for item in page.locator(selector).all()) if box]
-    return int(max(box["y"] + box["height"] for box in boxes) + margin) if boxes else 900
-
-
-def main() -> None:
+def main() -> int:
     from playwright.sync_api import sync_playwright
 
+    from dlcomm.tracking.ui import run_page
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="http://127.0.0.1:5055")
+    parser.add_argument("--url", default="http://127.0.0.1:5000")
     parser.add_argument("--experiment", default="dlcomm")
-    parser.add_argument("--run", default="", help="the sweep parent run for table/figure (default: the newest)")
+    parser.add_argument("--run", default="", help="the sweep's parent run (default: the newest)")
     parser.add_argument("--out-dir", default="docs/img")
     parser.add_argument("--shots", default=",".join(SHOTS), help=f"a comma list of {', '.join(SHOTS)}")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
-    parser.add_argument("--max-kb", type=int, default=380)
+    parser.add_argument(
+        "--width", type=int, default=1920, help="the browser's width (the table's columns side by side)"
+    )
+    parser.add_argument("--height", type=int, default=1000)
+    parser.add_argument("--max-kb", type=int, default=400)
     args = parser.parse_args()
     shots = [shot for shot in args.shots.split(",") if shot]
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    experiment = experiment_id(args.url, args.experiment)
-    runs_url = f"{args.url}/#/experiments/{experiment}/runs"
-
+    query = urllib.parse.urlencode({"experiment_name": args.experiment})
+    experiment = api(args.url, f"experiments/get-by-name?{query}")["experiment"]["experiment_id"]
+    parent = args.run or search(args.url, experiment, "tags.sweep = 'true'")["info"]["run_id"]
+    child = search(args.url, experiment, f"tags.mlflow.parentRunId = '{parent}'")["info"]["run_id"]
+    sweep_page = run_page(args.url, experiment, parent)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
-        context = browser.new_context(viewport={"width": 1600, "height": 900})
-        page = context.new_page()
-        # MLflow 3 opens on its GenAI side (runs filed as "Evaluation runs"); its "Model training"
-        # toggle, remembered by the browser, files them as the "Runs" of a training experiment
-        page.goto(runs_url)
-        page.wait_for_timeout(6000)
-        close_assistant(page)
-        page.get_by_role("button", name="Model training").click()
-        page.wait_for_timeout(3000)
-        if {"runs", "grouped"} & set(shots):
-            page.get_by_role("button", name="Toggle sidebar").click()  # MLflow's navigation: room for the columns
-            tick_columns(page, HIDDEN + METRICS)
-            set_widths(page)
-            if "runs" in shots:
-                expand_sweeps(page)
-                save(page.screenshot(), out_dir / FILES["runs"], bottom_of(page, ".ag-row"), args.max_kb)
-            if "grouped" in shots:
-                group_by(page, "algo")
-                save(page.screenshot(), out_dir / FILES["grouped"], bottom_of(page, ".ag-row"), args.max_kb)
-        page.close()
-        if {"table", "figure"} & set(shots):
-            run = args.run or last_sweep(args.url, experiment)
-            page = context.new_page()
-            page.set_viewport_size({"width": 1920, "height": 900})  # the table's nine columns side by side
-            page.goto(f"{args.url}/#/experiments/{experiment}/runs/{run}/artifacts")
+        page = browser.new_context(viewport={"width": args.width, "height": args.height}).new_page()
+
+        def visit(address: str) -> float:
+            began = time.monotonic()
+            page.goto(address)
             page.wait_for_timeout(5000)
             close_assistant(page)
-            page.get_by_role("button", name="Toggle sidebar").click()  # MLflow's navigation: room for the table
-            page.get_by_text("comparison", exact=True).first.click()  # open the folder
-            page.wait_for_timeout(1000)
-            if "table" in shots:
-                page.get_by_text("table.json", exact=True).first.click()
-                page.wait_for_timeout(2500)
-                set_table_widths(page)
-                page.mouse.move(5, 880)
-                save(page.screenshot(), out_dir / FILES["table"], 420, args.max_kb)
-            if "figure" in shots:
-                page.get_by_text("time_per_iteration.png", exact=True).first.click()
-                page.wait_for_timeout(3000)
-                save(page.screenshot(), out_dir / FILES["figure"], 720, args.max_kb)
-            page.close()
-        context.close()
+            return time.monotonic() - began
+
+        if "sweep" in shots or "grouped" in shots:
+            visit(sweep_page)
+            show_more(page)
+            if "sweep" in shots:
+                save(page.screenshot(), out_dir / FILES["sweep"], args.height, args.max_kb)
+            if "grouped" in shots:
+                page.get_by_role("link", name="grouped by method").first.click()  # the description's link
+                page.wait_for_timeout(5000)
+                close_assistant(page)
+                save(page.screenshot(), out_dir / FILES["grouped"], args.height, args.max_kb)
+        if "run" in shots:
+            visit(run_page(args.url, experiment, child))
+            show_more(page)
+            save(page.screenshot(), out_dir / FILES["run"], args.height, args.max_kb)
+        if "bare" in shots:
+            visit(f"{args.url}/#/experiments/{experiment}")
+            save(page.screenshot(), out_dir / FILES["bare"], args.height, args.max_kb)
         browser.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -111,6 +111,14 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     assert [point.step for point in client.get_metric_history(result.run_id, "warmup/time_s")] == [0]
     assert "done: test accuracy" in result.stdout
     assert not any(key.startswith(("iter/sim_", "final/sim_")) for key in metrics)  # network=off models nothing
+    # the MLflow UI: the experiment opens on its runs, the run's page shows its result, its address is printed
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    description = tags["mlflow.note.content"]
+    assert description.startswith(f"**{run.info.run_name}**: `dlcomm train ") and "- test accuracy " in description
+    page = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
+    assert f"MLflow UI: {page}\n" in result.stdout
+    assert f"ui --backend-store-uri {result.tracking_uri} --port 5000" in result.stdout
 
 
 def test_simulated_network_run(home, cli_here) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -132,6 +134,22 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
             assert m["summary/speedup"] == 1.0
     logged = {run.info.run_id: run.data.metrics for run in runs}
     _group_rows_read_as_the_table(table, logged, "wall")
+    # in the MLflow UI: the parent's page shows the table and its figures, links the grouped children
+    # (a shared view of the runs list), lists the headline figures; the sweep prints the page's address
+    parent_run = client.get_run(parent)
+    description = parent_run.data.tags["mlflow.note.content"]
+    assert "| method " in description and "speedup" in description
+    assert f"(get-artifact?path=comparison%2Ftime_per_iteration.png&run_uuid={parent})" in description
+    key = re.search(
+        r"\[grouped by method\]\(#/experiments/\d+/runs\?workflowType=machine_learning&viewStateShareKey=(\w+)\)",
+        description,
+    ).group(1)
+    view = json.loads(client.get_experiment(parent_run.info.experiment_id).tags[f"mlflow.sharedViewState.{key}"])
+    assert view["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent}'"
+    speedups = dict(zip(table["method"], table["speedup"]))
+    assert parent_run.data.metrics["local_sgd/speedup"] == pytest.approx(speedups["local_sgd"], abs=5e-4)
+    assert parent_run.data.metrics["allreduce/speedup"] == 1.0
+    assert f"/runs/{parent}?workflowType=machine_learning" in result.stdout.split("sweep comparison:")[1]
 
     # reported again, by `sweep=last`: the same table, and the parent keeps one MLflow table (no rows appended)
     again = cli_here(home, "report", "sweep=last", f"out={home / 'again'}")

@@ -32,12 +32,23 @@ baseline's runs' ``T_baseline / t`` average above 1 whenever their times differ)
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from dlcomm.metrics import names
+from dlcomm.tracking.ui import (
+    DESCRIPTION_TAG,
+    experiment_of,
+    run_page,
+    runs_view,
+    share_view,
+    sweep_view_state,
+    ui_lines,
+)
 
 SUMMARY = "summary/"
 FOLDER = "comparison"  # the parent run's artifact folder
@@ -109,8 +120,49 @@ def children_summaries(table: pd.DataFrame, runs: pd.DataFrame) -> dict[str, dic
     return out
 
 
-def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFrame, files: list[Path]) -> None:
-    """The comparison onto the parent run (artifacts, the MLflow table) and each child's summary metrics."""
+def _metric_name(text: str) -> str:
+    """``text`` in the characters MLflow allows in a metric name (others become ``_``)."""
+    return re.sub(r"[^A-Za-z0-9_\-. /:]", "_", text).strip("_")
+
+
+def parent_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """The table's headline figures as the parent run's metrics (its page lists them):
+    ``<method>/speedup``, ``<method>/ms_per_iter`` (on the speedup's clock) and
+    ``<method>/test_acc_pct``, prefixed by ``<setting>/`` when the sweep has several settings."""
+    several = table["setting"].nunique() > 1
+    out: dict[str, float] = {}
+    for _, row in table.iterrows():
+        prefix = _metric_name(f"{row['setting']}/{row['method']}" if several else str(row["method"])) + "/"
+        ms = row["sim_ms_per_iter" if _on_simulated_clock(row) else "wall_ms_per_iter"]
+        figures = {"speedup": row.get("speedup", math.nan), "ms_per_iter": ms, "test_acc_pct": row["final_acc_mean"]}
+        out.update({prefix + key: round(float(value), 3) for key, value in figures.items() if not pd.isna(value)})
+    return out
+
+
+def parent_description(parent: pd.Series | Any, table: pd.DataFrame, figures: list[Path], view: str) -> str:
+    """The sweep's comparison as its parent run's description (markdown on the run's page): the
+    table with every column, the clock it is on, its figures as images (from the parent's
+    artifacts), and a link to the runs list ``view`` (its children grouped by method)."""
+    from dlcomm.report.build import _clock_sentence as clock_sentence
+    from dlcomm.report.table import presentable
+    from dlcomm.tracking.ui import artifact_image, fit_description
+
+    lines = [
+        f"**{parent.data.tags.get('mlflow.runName', 'sweep')}**: its runs [grouped by method]({view}); "
+        f"the files under Artifacts, `{FOLDER}/`.",
+        "",
+        clock_sentence(table),
+        "",
+        presentable(table).to_markdown(index=False),
+        "",
+    ]
+    lines += [artifact_image(parent.info.run_id, f"{FOLDER}/{figure.name}", figure.stem) for figure in figures]
+    return fit_description("\n".join(lines))
+
+
+def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFrame, files: list[Path]) -> str:
+    """The comparison onto the parent run (artifacts, the MLflow table, its description) and each
+    child's summary metrics; the experiment's id."""
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -134,6 +186,19 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
         retrying(client.log_table, parent, presentable(table), f"{FOLDER}/table.json")
     for path in files:
         retrying(client.log_artifact, parent, str(path), FOLDER)
+    run = retrying(client.get_run, parent)
+    experiment_id = run.info.experiment_id
+    key = share_view(client, experiment_id, sweep_view_state(parent))
+    view = runs_view(experiment_id, key)
+    retrying(
+        client.log_batch, parent, metrics=[Metric(key, value, now, 0) for key, value in parent_metrics(table).items()]
+    )
+    # the time per iteration first: what a sweep of communication schemes is about
+    figures = sorted(
+        (path for path in files if path.suffix == ".png"), key=lambda path: path.stem != "time_per_iteration"
+    )
+    retrying(client.set_tag, parent, DESCRIPTION_TAG, parent_description(run, table, figures, view))
+    return experiment_id
 
 
 def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
@@ -174,3 +239,4 @@ def compare_sweep(uri: str, parent: str) -> None:
         )
         return
     print(f"sweep comparison: {written[0].parent}/table.md (also artifacts of the parent run, comparison/)", flush=True)
+    print(ui_lines(run_page(uri, experiment_of(uri, parent), parent), uri), flush=True)

@@ -31,6 +31,9 @@ _RETRY_FOR_S = 300
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
+_TAG_LIMIT = 8000  # MLflow's longest tag value
+
+
 def _locked(error: BaseException) -> bool:
     text = str(error).lower()
     return "database is locked" in text or "database table is locked" in text
@@ -97,15 +100,26 @@ def _artifact_location(uri: str) -> str | None:
 
 
 def _experiment_id(client: Any, name: str, uri: str) -> str:
+    """The experiment's id, created if need be; it is marked a model-training experiment, which
+    the MLflow UI opens on its runs, not on its GenAI side (:mod:`dlcomm.tracking.ui`)."""
     from mlflow.exceptions import MlflowException
 
+    from dlcomm.tracking.ui import KIND_TAG, MODEL_TRAINING
+
     experiment = retrying(client.get_experiment_by_name, name)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return retrying(client.create_experiment, name, artifact_location=_artifact_location(uri))
-    except MlflowException:  # created meanwhile by a concurrent run
-        return retrying(client.get_experiment_by_name, name).experiment_id
+    if experiment is None:
+        try:
+            return retrying(
+                client.create_experiment,
+                name,
+                artifact_location=_artifact_location(uri),
+                tags={KIND_TAG: MODEL_TRAINING},
+            )
+        except MlflowException:  # created meanwhile by a concurrent run
+            experiment = retrying(client.get_experiment_by_name, name)
+    if KIND_TAG not in experiment.tags:  # made by an older dlcomm, or by hand
+        retrying(client.set_experiment_tag, experiment.experiment_id, KIND_TAG, MODEL_TRAINING)
+    return experiment.experiment_id
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -248,7 +262,7 @@ def open_parent_run(
 def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
     client = _client(uri)
     for key, value in tags.items():
-        retrying(client.set_tag, run_id, key, value[:5000])
+        retrying(client.set_tag, run_id, key, value[:_TAG_LIMIT])
 
 
 def close_run(uri: str, run_id: str, status: str, error: str = "") -> None:
@@ -300,11 +314,18 @@ class RunLogger:
 
     def __init__(self, uri: str, run_id: str) -> None:
         self.client = _client(uri)
+        self.uri = uri
         self.run_id = run_id
+
+    def page(self) -> str:
+        """The run's page in the MLflow UI (:func:`dlcomm.tracking.ui.run_page`)."""
+        from dlcomm.tracking.ui import run_page
+
+        return run_page(self.uri, retrying(self.client.get_run, self.run_id).info.experiment_id, self.run_id)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         for key, value in tags.items():
-            retrying(self.client.set_tag, self.run_id, key, value[:5000])
+            retrying(self.client.set_tag, self.run_id, key, value[:_TAG_LIMIT])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.log_series((key, value, step) for key, value in metrics.items())

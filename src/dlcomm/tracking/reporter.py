@@ -19,6 +19,7 @@ from dlcomm.progress import TRAINING, mark_stage
 from dlcomm.spec import RunSpec
 from dlcomm.tracking.mlflow_run import RunLogger
 from dlcomm.tracking.stream import MetricStream
+from dlcomm.tracking.ui import DESCRIPTION_TAG, fit_description, ui_lines
 
 POSTFIX_EVERY_S = 0.5  # the training bar's redraw interval (tqdm's mininterval below): its postfix no more often
 
@@ -189,7 +190,11 @@ class Rank0Reporter:
         timings = pd.concat(self._timings, ignore_index=True) if self._timings else _table([])
         timings.sort_values(["step", "rank"]).to_csv(timings_path, index=False)
         self.logger.log_artifact(timings_path)
-        print(_summary_line(summary, self.spec, ended_by, self.accuracy_label), flush=True)
+        line = _summary_line(summary, self.spec, ended_by, self.accuracy_label)
+        self.logger.set_tags({DESCRIPTION_TAG: run_description(line, self.spec)})
+        print(line, flush=True)
+        if not self.spec.parent_run_id:  # a sweep's element: the sweep shows its parent's page at its end
+            print(ui_lines(self.logger.page(), self.spec.tracking_uri), flush=True)
         overruns = int(summary.get(names.FINAL_OVERRUNS, 0))
         if overruns:
             print(
@@ -314,6 +319,18 @@ def _epoch_line(
             f" (communication {_pct(m[names.EPOCH_SIM_COMM_SHARE])}), {m[names.EPOCH_SIM_TIME]:.1f} s so far"
         )
     return line
+
+
+def run_description(line: str, spec: RunSpec) -> str:
+    """The run's description in the MLflow UI (markdown, on the run's page): its command line and
+    the done line's parts as a list (the clock each figure is on is named in its part)."""
+    parts = [part for part in line.removeprefix("done: ").split(" | ") if not part.startswith("mlflow run ")]
+    shown = [
+        item for item in spec.overrides if not item.lstrip("+~").startswith("tracking.uri=")
+    ]  # may hold a password
+    command = " ".join(["dlcomm train", *shown])
+    text = "\n".join([f"**{spec.run_name()}**: `{command}`", "", *(f"- {part}" for part in parts)])
+    return fit_description(text)
 
 
 def _summary_line(s: dict[str, float], spec: RunSpec, ended_by: str = "", accuracy_label: str = "test acc") -> str:
