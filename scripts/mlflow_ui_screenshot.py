@@ -129,10 +129,15 @@ def main() -> int:
             if "sweep" in shots:
                 save(page.screenshot(), out_dir / FILES["sweep"], args.height, args.max_kb)
             if "grouped" in shots:
-                page.get_by_role("link", name="grouped by method").first.click()  # the description's link
-                page.wait_for_timeout(5000)
-                close_assistant(page)
-                save(page.screenshot(), out_dir / FILES["grouped"], args.height, args.max_kb)
+                # the description's link; the UI opens a description's links in a new tab
+                with page.context.expect_page() as opened:
+                    page.get_by_role("link", name="grouped by method").first.click()
+                tab = opened.value
+                tab.wait_for_load_state()
+                tab.wait_for_timeout(5000)
+                close_assistant(tab)
+                save(tab.screenshot(), out_dir / FILES["grouped"], args.height, args.max_kb)
+                tab.close()
         if "run" in shots:
             visit(run_page(args.url, experiment, child))
             show_more(page)

@@ -27,7 +27,7 @@ def test_the_ui_address_of_a_store_never_carries_its_password(uri, address) -> N
 def test_a_server_needs_no_command_a_local_store_gets_the_readme_s() -> None:
     assert ui.ui_command("http://127.0.0.1:5001") == ""
     command = ui.ui_command("sqlite:////tmp/x/results/mlflow.db")
-    assert command.startswith("MLFLOW_DISABLE_TELEMETRY=true ")
+    assert command.startswith("MLFLOW_DISABLE_TELEMETRY=true MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false ")
     assert command.endswith(" ui --backend-store-uri sqlite:////tmp/x/results/mlflow.db --port 5000 --workers 1")
 
 

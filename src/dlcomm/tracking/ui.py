@@ -31,6 +31,9 @@ DESCRIPTION_TAG = "mlflow.note.content"
 DESCRIPTION_LIMIT = 8000  # MLflow's longest tag value
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 TRAINING_SIDE = "workflowType=machine_learning"
+# the UI without MLflow's telemetry and its job runner (GenAI jobs: 7 processes, ~1.1 GB):
+# scripts/bench_mlflow_ui.py, docs/benchmarks.md
+LIGHT_ENV = "MLFLOW_DISABLE_TELEMETRY=true MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
 LOCAL_PORT = 5000  # MLflow's default, the README's `mlflow ui` command
 
 SUMMARY_COLUMNS = (  # a sweep's children, in the order the table has them (dlcomm.report.sweep)
@@ -61,10 +64,7 @@ def ui_command(tracking_uri: str) -> str:
         return ""
     beside = Path(sys.executable).with_name("mlflow")  # the environment dlcomm runs in has MLflow
     mlflow = shlex.quote(str(beside)) if beside.exists() else "mlflow"
-    return (
-        f"MLFLOW_DISABLE_TELEMETRY=true {mlflow} ui --backend-store-uri {shlex.quote(tracking_uri)} "
-        f"--port {LOCAL_PORT} --workers 1"
-    )
+    return f"{LIGHT_ENV} {mlflow} ui --backend-store-uri {shlex.quote(tracking_uri)} --port {LOCAL_PORT} --workers 1"
 
 
 def run_page(tracking_uri: str, experiment_id: str, run_id: str) -> str:
