@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Callable
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -146,7 +147,7 @@ def test_accuracy_draws_a_band_for_two_seeds_and_none_for_one() -> None:
     plt.close(figure)
 
 
-@pytest.mark.parametrize("epochs", [1, 3])
+@pytest.mark.parametrize("epochs", [2, 3])
 def test_accuracy_has_integer_epoch_ticks_and_worded_legend(epochs: int) -> None:
     figure, by_epoch = _axes({"allreduce": 2, "local_sgd period=4": 1}, epochs)
     ticks = [label.get_text() for label in by_epoch.get_xticklabels()]
@@ -157,12 +158,17 @@ def test_accuracy_has_integer_epoch_ticks_and_worded_legend(epochs: int) -> None
     plt.close(figure)
 
 
-def test_one_evaluation_per_run_draws_error_bars_and_no_empty_time_panel() -> None:
-    """Runs evaluated once (layer dropping's 100 steps): the spread over seeds is an error bar of
-    ±1 sample std at the point, and a clock that has no curve gets no empty panel."""
-    runs, curves = _accuracy_runs({"allreduce": 2}, epochs=1)
+def test_one_evaluation_beside_curves_draws_error_bars_and_no_empty_time_panel() -> None:
+    """A method evaluated once (a run of a few hundred steps) beside one with a curve: the spread
+    over seeds is an error bar of ±1 sample std at its point, and a clock that has no curve gets
+    no empty panel."""
+    runs, once = _accuracy_runs({"allreduce": 2}, epochs=1)
+    more, curves = _accuracy_runs({"local_sgd": 1}, epochs=3)
+    curves = {**curves, **once}
     figure = plots._accuracy_figure(
-        runs, lambda frame, kind: ("epoch", curves["allreduce"]) if kind == "epoch" else None, "t"
+        pd.concat([runs, more]),
+        lambda frame, kind: ("epoch", curves[frame["method"].iloc[0]]) if kind == "epoch" else None,
+        "t",
     )
     assert len(figure.axes) == 1
     axis = figure.axes[0]
@@ -172,6 +178,133 @@ def test_one_evaluation_per_run_draws_error_bars_and_no_empty_time_panel() -> No
     assert (low, high) == pytest.approx((100 * (0.51 - 0.02 / math.sqrt(2)), 100 * (0.51 + 0.02 / math.sqrt(2))))
     assert "bar: ±1 std over seeds" in axis.get_legend().get_title().get_text()
     plt.close(figure)
+
+
+def _flat_runs(levels: dict[str, list[float]], seeds: int = 1, steps: int = 20) -> tuple[pd.DataFrame, Callable]:
+    """Runs of one setting, one method per key of ``levels`` (its accuracy at epochs 1, 2, ...,
+    0.004 apart per seed), their ``metrics.final/steps`` and a ``curve_of`` for both clocks."""
+    rows, curves = [], {}
+    for method, accuracies in levels.items():
+        per_seed = []
+        for seed in range(seeds):
+            rows.append({"setting": "all", "method": method, "run_id": f"{method}{seed}", "metrics.final/steps": steps})
+            per_seed.append(pd.Series(accuracies, index=range(1, len(accuracies) + 1)) + 0.004 * seed)
+        curves[method] = seed_curves(per_seed)
+    return pd.DataFrame(rows), lambda frame, kind: ("epoch", curves[frame["method"].iloc[0]])
+
+
+def test_runs_evaluated_once_get_a_sentence_instead_of_an_accuracy_figure(tmp_path: Path) -> None:
+    """One point per method (every run evaluated once, at its end) is no curve: no figure (it was
+    the points jittered around one epoch tick), and the sentence the report writes in its place."""
+    runs, curve_of = _flat_runs({"allreduce": [0.85], "sesgd": [0.83]}, seeds=3, steps=117)
+    assert plots.why_no_accuracy(runs, curve_of, 10.0) == (
+        "No accuracy figure: every run was evaluated once, at its end, after 117 steps: one point per method "
+        "is no curve; its accuracy is in the table."
+    )
+    assert plots.accuracy(runs, curve_of, tmp_path / "a.png", "t", 10.0) is None
+    assert not (tmp_path / "a.png").exists()
+    # without the steps, the sentence leaves them out
+    assert plots.why_no_accuracy(runs.drop(columns="metrics.final/steps"), curve_of).startswith(
+        "No accuracy figure: every run was evaluated once, at its end: one point"
+    )
+
+
+def test_runs_at_chance_level_get_a_sentence_instead_of_an_accuracy_figure(tmp_path: Path) -> None:
+    """Every method within 2 points of chance (10% for 10 classes), curves or not: noise, no figure.
+    One method clear of chance, or a chance level the runs cannot tell: the figure is drawn."""
+    at_chance = {"allreduce": [0.094, 0.095, 0.093], "sgp": [0.097, 0.098, 0.096]}
+    runs, curve_of = _flat_runs(at_chance)
+    assert plots.why_no_accuracy(runs, curve_of, 10.0) == (
+        "No accuracy figure: every run's test accuracy is at chance level (10% for 10 classes; best 9.5-9.8%) "
+        "after 20 steps: the differences between them are noise."
+    )
+    assert plots.accuracy(runs, curve_of, tmp_path / "a.png", "t", 10.0) is None
+    single, single_of = _flat_runs({"allreduce": [0.0938], "sgp": [0.0977]})  # crossover_time's: one point each
+    assert "at chance level (10% for 10 classes; best 9.4-9.8%)" in plots.why_no_accuracy(single, single_of, 10.0)
+    # within twice the seeds' std of chance is chance too: 13% ± 2% (seeds at 11, 13 and 15%)
+    wide = seed_curves([pd.Series([0.09, level], index=[1, 2]) for level in (0.11, 0.13, 0.15)])
+    assert "best 13.0-13.0%" in plots.why_no_accuracy(runs.iloc[:1], lambda frame, kind: ("epoch", wide), 10.0)
+    learning, learning_of = _flat_runs({**at_chance, "crossover": [0.10, 0.13, 0.15]})
+    assert plots.why_no_accuracy(learning, learning_of, 10.0) == ""
+    assert plots.accuracy(learning, learning_of, tmp_path / "b.png", "t", 10.0) == tmp_path / "b.png"
+    assert plots.why_no_accuracy(runs, curve_of, None) == ""  # chance unknown: curves are drawn
+
+
+def _span(axis) -> float:
+    low, high = axis.get_ylim()
+    return high - low
+
+
+def test_the_accuracy_axis_shows_chance_and_never_magnifies_the_seeds_noise() -> None:
+    """Curves from chance upwards: a dashed line at chance labelled "chance (10%)". Curves far
+    above it: the axis' label says chance is below it. Curves 0.2 points apart span at least 5
+    points, and at least 4 std over seeds when the seeds are wider apart."""
+    runs, curve_of = _flat_runs({"allreduce": [0.10, 0.4, 0.6], "sgp": [0.10, 0.45, 0.65]})
+    figure = plots._accuracy_figure(runs, curve_of, "t", chance=10.0)
+    for axis in figure.axes:
+        (line,) = [line for line in axis.get_lines() if line.get_linestyle() == "--"]
+        assert list(line.get_ydata()) == [10.0, 10.0]
+        assert "chance (10%)" in [text.get_text() for text in axis.texts]
+    plt.close(figure)
+
+    close, close_of = _flat_runs({"allreduce": [0.80, 0.810], "sgp": [0.80, 0.812]})
+    figure = plots._accuracy_figure(close, close_of, "t", chance=10.0)
+    axis = figure.axes[0]
+    assert _span(axis) == pytest.approx(plots.AXIS_FLOOR_POINTS)  # not 1.2 points blown up to the height
+    assert axis.get_ylabel().endswith("\nchance 10%: below the axis")
+    assert not [line for line in axis.get_lines() if line.get_linestyle() == "--"]
+    plt.close(figure)
+
+    noisy, noisy_of = _flat_runs({"allreduce": [0.80, 0.81], "sgp": [0.80, 0.812]}, seeds=3)
+    std = 100 * 0.004  # the seeds are 0.4 points apart: std 0.4
+    spread = max(plots.AXIS_FLOOR_POINTS, 4 * std)
+    figure = plots._accuracy_figure(noisy, noisy_of, "t", chance=None)
+    assert _span(figure.axes[0]) >= spread - 1e-9
+    assert "chance" not in figure.axes[0].get_ylabel()  # chance unknown: not drawn, not named
+    plt.close(figure)
+    low, high = plots._accuracy_figure(*_flat_runs({"a": [0.99, 0.995]}), "t", chance=10.0).axes[0].get_ylim()
+    assert high <= 100 and high - low == pytest.approx(plots.AXIS_FLOOR_POINTS)  # the floor stays within 0-100
+    plt.close("all")
+
+
+def test_accuracy_against_a_setting_shows_chance_and_a_floor_from_the_seeds_spread() -> None:
+    runs = pd.DataFrame({"setting": ["w=4", "w=16"], "world": [4.0, 16.0]})
+    table = pd.DataFrame(
+        {
+            "setting": ["w=4", "w=16"],
+            "method": ["allreduce", "allreduce"],
+            "final_acc_mean": [80.0, 80.5],
+            "final_acc_std": [2.0, 2.5],
+        }
+    )
+    figure = plots._against_figure(table, runs, "world", "workers", "final_acc_mean", "acc %", "t", chance=10.0)
+    axis = figure.axes[0]
+    assert _span(axis) >= 4 * 2.5 - 1e-9  # 4 std over seeds: the 0.5-point step is not the axis' height
+    assert axis.get_ylabel().endswith("chance 10%: below the axis")
+    plt.close(figure)
+    low = table.assign(final_acc_mean=[10.0, 30.0])
+    figure = plots._against_figure(low, runs, "world", "workers", "final_acc_mean", "acc %", "t", chance=10.0)
+    assert "chance (10%)" in [text.get_text() for text in figure.axes[0].texts]
+    plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    ("params", "chance"),
+    [
+        ({"dataset.name": "fashion_mnist"}, 10.0),
+        ({"dataset.name": "mnist", "dataset.root": "/nowhere"}, 10.0),  # nothing is read
+        ({"dataset.name": "synthetic", "dataset.num_classes": "4", "dataset.shape": "[3, 32, 32]"}, 25.0),
+        ({"dataset.name": "cifar100", "dataset.root": "/nowhere"}, 1.0),
+        ({"dataset.name": "imagefolder", "dataset.root": "/nowhere"}, None),  # only its folders tell
+        ({"dataset.name": "my_own_set"}, None),  # not a data set dlcomm knows
+        ({}, None),  # runs recorded without it
+    ],
+)
+def test_the_chance_level_is_read_from_the_runs_recorded_data_set(params: dict, chance: float | None) -> None:
+    runs = pd.DataFrame([{f"params.{key}": value for key, value in params.items()}] * 2)
+    assert plots.chance_level(runs) == chance
+    mixed = pd.DataFrame([{"params.dataset.name": "fashion_mnist"}, {"params.dataset.name": "cifar100"}])
+    assert plots.chance_level(mixed) is None  # no one chance level
 
 
 def test_accuracy_writes_a_png_or_nothing(tmp_path: Path) -> None:

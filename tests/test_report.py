@@ -266,8 +266,10 @@ def test_report_of_real_runs_writes_tables_and_figures(home, cli_here) -> None:
     assert "| allreduce" in markdown and all(r.run_id in markdown for r in runs)
     assert "± n/a" not in markdown and "± " in markdown  # two seeds each: a spread to show
     assert "\\begin{tabular}" in (folder / "table.tex").read_text()
-    for figure in ("accuracy.png", "time_per_iteration.png"):
-        assert (folder / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (folder / "time_per_iteration.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # 12 steps, evaluated once at the end, at chance level (about 10%): no accuracy figure, and table.md says why
+    assert not (folder / "accuracy.png").exists() and "accuracy.png" not in markdown
+    assert "\nNo accuracy figure: every run's test accuracy is at chance level (10% for 10 classes; " in markdown
 
 
 def test_report_errors_are_one_line(home, cli_here) -> None:
@@ -384,3 +386,33 @@ def test_a_run_s_code_is_its_commit_else_the_installed_version() -> None:
     # an installed package (no checkout): no git_commit tag, the version says which code it was
     assert code_of(pd.Series({"tags.dlcomm_version": "0.3.0"})) == "dlcomm 0.3.0"
     assert code_of(pd.Series({"tags.git_commit": "unknown"})) == "unknown"
+
+
+def test_a_report_says_why_it_draws_no_accuracy_figure(tmp_path) -> None:
+    """Redrawn from committed run data: crossover_time's 12 runs are at chance after 20 steps and
+    sesgd_table2's evaluated once, after one epoch; each table.md says so where the figure's link
+    was, and redrawing a folder in place removes the figure an earlier report drew there."""
+    import shutil
+    from pathlib import Path
+
+    from dlcomm.report.build import report_from
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    expected = {
+        "crossover_time": "No accuracy figure: every run's test accuracy is at chance level (10% for 10 classes; "
+        "best 9.3-9.8%) after 20 steps: the differences between them are noise.",
+        "sesgd_table2": "No accuracy figure: every run was evaluated once, at its end, after 117 steps: one point "
+        "per method is no curve; its accuracy is in the table.",
+    }
+    for experiment, sentence in expected.items():
+        folder = tmp_path / experiment
+        shutil.copytree(results / experiment, folder)
+        (folder / "accuracy.png").write_bytes(b"\x89PNG an earlier report's figure")
+        _, written = report_from(folder)
+        markdown = (folder / "table.md").read_text()
+        assert f"\n{sentence}\n" in markdown and "accuracy.png" not in markdown
+        assert not (folder / "accuracy.png").exists() and "accuracy.png" not in {path.name for path in written}
+        assert (folder / "time_per_iteration.png").exists()
+    _, written = report_from(results / "node_based_table3", tmp_path / "out")  # curves over 10 epochs: drawn
+    markdown = (tmp_path / "out" / "node_based_table3" / "table.md").read_text()
+    assert "![accuracy](accuracy.png)" in markdown and "No accuracy figure" not in markdown

@@ -2,7 +2,7 @@
 
 A subclass names its choice (``name``: ``dataset=<name>``, ``configs/dataset/<name>.yaml``) and
 its schema (``Config``: a dataclass subclassing :class:`~dlcomm.config.schema.DatasetConfig`;
-several names may share one), and answers four questions about the ``cfg`` it is given (the
+several names may share one), and answers these questions about the ``cfg`` it is given (the
 composed ``dataset`` node, or an instance of ``Config``: only attribute access is used):
 
 - :meth:`DataSource.check`: return when the data is where ``cfg`` says, else raise a one-line
@@ -10,6 +10,9 @@ composed ``dataset`` node, or an instance of ``Config``: only attribute access i
 - :meth:`DataSource.shape`: ``((C, H, W), classes)`` without loading the data;
 - :meth:`DataSource.sizes`: ``(training images, test images)`` without loading it, or None when
   that is not cheap to know (the ranks check then);
+- :meth:`DataSource.classes`: the number of classes from ``cfg`` alone, reading nothing, or None
+  (the default) when only the data can tell; a report draws the chance level from it, also from a
+  run's recorded parameters (strings) on a machine without the data;
 - :meth:`DataSource.build`: the :class:`~dlcomm.data.base.ImageClassificationData`, after ``check``.
 
 Sources are registered by name (:mod:`dlcomm.data.registry`): dlcomm's own in
@@ -47,6 +50,12 @@ class DataSource:
     @classmethod
     def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
         """``(training images, test images)`` without loading the data; None when unknown."""
+        return None
+
+    @classmethod
+    def classes(cls, cfg: Any) -> Optional[int]:
+        """The number of classes from ``cfg`` alone, reading no file (``cfg``'s values may be the
+        strings a run recorded); None when only the data can tell (the default)."""
         return None
 
     @classmethod

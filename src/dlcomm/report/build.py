@@ -147,9 +147,16 @@ def _shared_sentence(table: pd.DataFrame) -> str:
 
 
 def _markdown(
-    experiment: str, table: pd.DataFrame, baseline: str, figures: list[Path], command: str, histories: str
+    experiment: str,
+    table: pd.DataFrame,
+    baseline: str,
+    figures: list[Path],
+    command: str,
+    histories: str,
+    notes: tuple[str, ...] = (),
 ) -> str:
-    """The table in markdown. It names no store: a report's folder keeps the run data it was drawn
+    """The table in markdown, its figures, and ``notes``: why a figure is not drawn (a line each,
+    where it would be). It names no store: a report's folder keeps the run data it was drawn
     from, and the same runs give the same text whether read from the store or from the folder."""
     shown = presentable(table)
     lines = [
@@ -165,6 +172,7 @@ def _markdown(
         "",
     ]
     lines += [f"![{figure.stem}]({figure.name})" for figure in figures]
+    lines += [line for note in notes for line in ("", note)]
     lines += ["", "## Source runs", ""]
     for _, row in table.iterrows():
         where = f"{row['setting']} | " if row["setting"] != "all" else ""
@@ -218,7 +226,13 @@ def figure_title(experiment: str, width: int = 80) -> str:
 
 
 def _against_figures(
-    experiment: str, table: pd.DataFrame, runs: pd.DataFrame, axes: list[str], title: str, folder: Path
+    experiment: str,
+    table: pd.DataFrame,
+    runs: pd.DataFrame,
+    axes: list[str],
+    title: str,
+    folder: Path,
+    chance: float | None = None,
 ) -> list[Path | None]:
     """The figures of a number against a swept setting (:func:`dlcomm.report.plots.against`):
     speedup and final accuracy against workers (a line per workers-per-node when that varies
@@ -228,7 +242,7 @@ def _against_figures(
     at one worker count, the workers figures get a line per mini-batch and this one a line per
     worker count: Fig. 9 at 16 and 64 workers), and time per iteration against
     each swept latency on a log axis (the SESGD paper's Fig. 5). The papers' own points are
-    marked where :mod:`dlcomm.report.papers` has them."""
+    marked where :mod:`dlcomm.report.papers` has them; accuracy axes show ``chance`` (in %)."""
     params = {key: "params." + key for key in axes}
     figures: list[Path | None] = []
     workers_swept = "nodes" in params or "workers_per_node" in params
@@ -268,6 +282,7 @@ def _against_figures(
                     log_x=by_factors,
                     split_key=split,
                     paper=marks(experiment, name),
+                    chance=chance,
                 )
             )
     if batch_swept:
@@ -285,6 +300,7 @@ def _against_figures(
                 log_x=True,
                 split_key=split,
                 paper=marks(experiment, "accuracy_vs_batch"),
+                chance=chance,
             )
         )
     time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
@@ -298,7 +314,14 @@ def _against_figures(
         ):
             figures.append(
                 plots.tradeoff(
-                    timed, x, x_label, "final_acc_mean", "final test accuracy %", folder / f"{name}.png", title
+                    timed,
+                    x,
+                    x_label,
+                    "final_acc_mean",
+                    "final test accuracy %",
+                    folder / f"{name}.png",
+                    title,
+                    chance=chance,
                 )
             )
     for key in axes:
@@ -345,14 +368,30 @@ def write_report(
     table = summarise(runs, baseline, lambda frame: histories.curve(frame, "ma"))
     folder.mkdir(parents=True, exist_ok=True)
     title = title or figure_title(experiment)
+    chance = plots.chance_level(runs)
+    # no accuracy figure for runs at chance level, or evaluated once: the report says why instead
+    no_accuracy = plots.why_no_accuracy(runs, histories.curves, chance)
     figures = [
-        plots.accuracy(runs, histories.curves, folder / "accuracy.png", title),
+        None if no_accuracy else plots.accuracy(runs, histories.curves, folder / "accuracy.png", title, chance),
         plots.time_breakdown(table, folder / "time_per_iteration.png", title),
     ]
-    figures += _against_figures(experiment, table, runs, axes, title, folder)
+    figures += _against_figures(experiment, table, runs, axes, title, folder, chance)
     figures = [figure for figure in figures if figure is not None]
+    stale = folder / "accuracy.png"
+    if no_accuracy and stale.exists():  # a figure an earlier report drew: gone with its reason
+        stale.unlink()
     markdown, csv, tex = folder / "table.md", folder / "table.csv", folder / "table.tex"
-    markdown.write_text(_markdown(experiment, table, baseline, figures, command or "dlcomm report", kept[1].name))
+    markdown.write_text(
+        _markdown(
+            experiment,
+            table,
+            baseline,
+            figures,
+            command or "dlcomm report",
+            kept[1].name,
+            (no_accuracy,) if no_accuracy else (),
+        )
+    )
     table.to_csv(csv, index=False, float_format="%.6g")
     tex.write_text(_latex(table))
     return table, [markdown, csv, tex, *figures, *kept]

@@ -163,26 +163,166 @@ def evaluated_workers(runs: pd.DataFrame) -> str:
     return f"mean over up to {evaluated.max()} workers"
 
 
-def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], title: str):
-    """The accuracy figure (see :func:`accuracy`), or None when no method has a curve."""
-    from matplotlib.ticker import MaxNLocator
+# An accuracy within this many points of chance (or within twice the seeds' std) is chance level.
+CHANCE_MARGIN = 2.0
+# An accuracy axis spans at least this many points, and at least this many std over seeds: a
+# difference smaller than the seeds' spread is never blown up to the axis' height.
+AXIS_FLOOR_POINTS = 5.0
+AXIS_FLOOR_SPREADS = 4.0
 
+
+def _recorded(value: object) -> object:
+    """A recorded parameter (MLflow keeps strings) as the value it was: ``"10"`` -> 10,
+    ``"[3, 32, 32]"`` -> [3, 32, 32]; anything YAML does not read as a scalar or list stays as is."""
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(str(value))
+    except yaml.YAMLError:
+        return value
+    return parsed if isinstance(parsed, (int, float, str, bool, list)) else value
+
+
+def classes_of(runs: pd.DataFrame) -> int | None:
+    """The number of classes the runs' data set has, from their recorded ``dataset.*``
+    parameters (:meth:`dlcomm.data.source.DataSource.classes`: nothing is read); None when a run's
+    data set cannot tell without its data, or the runs' data sets differ in it."""
+    from types import SimpleNamespace
+
+    from dlcomm.data.registry import all_sources
+
+    prefix = PARAM + "dataset."
+    if PARAM + "dataset.name" not in runs:
+        return None
+    found = set()
+    for _, row in runs.iterrows():
+        source = all_sources().get(str(row[PARAM + "dataset.name"]))
+        given = {
+            key.removeprefix(prefix): _recorded(v) for key, v in row.items() if key.startswith(prefix) and pd.notna(v)
+        }
+        try:
+            found.add(None if source is None else source.classes(SimpleNamespace(**given)))
+        except Exception:  # noqa: BLE001 - a plugin's classes() on recorded strings: unknown, no chance line
+            found.add(None)
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def chance_level(runs: pd.DataFrame) -> float | None:
+    """Test accuracy in % of guessing: 100 / the classes of the runs' data set (:func:`classes_of`)."""
+    classes = classes_of(runs)
+    return None if not classes else 100.0 / classes
+
+
+def _drawn_curves(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve]) -> dict[str, list[_Drawn]]:
     several = runs["setting"].nunique() > 1
-    style = _line_styles(runs, several)
     drawn: dict[str, list[_Drawn]] = {"epoch": [], "time": []}
     for (setting, method), frame in runs.groupby(["setting", "method"], sort=False):
         for kind in drawn:
             curve = curve_of(frame, kind)
             if curve is not None and not curve[1].empty:
                 drawn[kind].append(_Drawn(_label(setting, method, several), setting, method, *curve))
-    kinds = [kind for kind in drawn if drawn[kind]]
+    return drawn
+
+
+def _steps(runs: pd.DataFrame) -> str:
+    """``20`` (``12-40`` when they differ): the runs' optimizer steps; '' when the runs do not say."""
+    steps = runs.get("metrics.final/steps")
+    if steps is None or steps.empty or steps.isna().any():
+        return ""
+    low, high = int(steps.min()), int(steps.max())
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def _at_chance(entries: list[_Drawn], chance: float) -> bool:
+    """Every curve's best seed mean is within :data:`CHANCE_MARGIN` points of ``chance`` (or below
+    it), or within twice the std over seeds at that point."""
+    for entry in entries:
+        mean, std = 100 * entry.curve["mean"], 100 * entry.curve["std"]
+        best = mean.idxmax()
+        spread = 0.0 if pd.isna(std[best]) else float(std[best])
+        if mean[best] > chance + max(CHANCE_MARGIN, 2 * spread):
+            return False
+    return True
+
+
+def why_no_accuracy(
+    runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], chance: float | None = None
+) -> str:
+    """The sentence a report writes instead of the accuracy figure, '' when it draws one (or when
+    no run has an accuracy curve at all): every run at chance level (``chance``, in %, when known;
+    see :func:`_at_chance`), or every run evaluated once (one point per method is no curve; its
+    accuracy is the table's)."""
+    drawn = _drawn_curves(runs, curve_of)
+    entries = [entry for kind in drawn for entry in drawn[kind]]
+    if not entries:
+        return ""
+    steps = _steps(runs)
+    after = f" after {steps} steps" if steps else ""
+    if chance is not None and _at_chance(entries, chance):
+        best = [100 * entry.curve["mean"].max() for entry in entries]
+        classes = round(100 / chance)
+        return (
+            f"No accuracy figure: every run's test accuracy is at chance level ({chance:g}% for {classes} classes; "
+            f"best {min(best):.1f}-{max(best):.1f}%){after}: the differences between them are noise."
+        )
+    if all(len(entry.curve) < 2 for entry in entries):
+        return (
+            f"No accuracy figure: every run was evaluated once, at its end{',' if after else ''}{after}: one point "
+            "per method is no curve; its accuracy is in the table."
+        )
+    return ""
+
+
+def _accuracy_axis(axis, chance: float | None, spread: float) -> str:
+    """Give an accuracy axis (in %) its chance level and a floor on its span: at least
+    :data:`AXIS_FLOOR_POINTS` points and :data:`AXIS_FLOOR_SPREADS` times ``spread`` (the largest
+    std over seeds on it), within 0-100, so that noise never fills the axis. Chance is a dashed
+    line labelled "chance (10%)" when it falls on the axis; else the note returned (for the axis'
+    label: "chance 10%: below the axis"), '' when it is drawn or unknown."""
+    low, high = axis.get_ylim()
+    floor = max(AXIS_FLOOR_POINTS, AXIS_FLOOR_SPREADS * (0.0 if pd.isna(spread) else spread))
+    if high - low < floor:
+        middle = (low + high) / 2
+        low, high = middle - floor / 2, middle + floor / 2
+        low, high = low - max(0.0, high - 100), high - max(0.0, high - 100)  # not above 100
+        low, high = low - min(0.0, low), high - min(0.0, low)  # nor below 0
+    axis.set_ylim(low, high)  # fixed: the chance line below does not widen it
+    if chance is None:
+        return ""
+    if low <= chance <= high:
+        from matplotlib.transforms import blended_transform_factory
+
+        axis.axhline(chance, color="grey", linestyle="--", linewidth=1, zorder=0.5)
+        where = blended_transform_factory(axis.transAxes, axis.transData)
+        # at the right, where accuracy curves have risen away from it
+        axis.text(
+            0.99, chance, f"chance ({chance:g}%)", transform=where, fontsize=7, color="grey", ha="right", va="bottom"
+        )
+        return ""
+    return f"chance {chance:g}%: {'below' if chance < low else 'above'} the axis"
+
+
+def _accuracy_figure(
+    runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], title: str, chance: float | None = None
+):
+    """The accuracy figure (see :func:`accuracy`), or None when no method has a curve or
+    :func:`why_no_accuracy` says why there is none."""
+    from matplotlib.ticker import MaxNLocator
+
+    if why_no_accuracy(runs, curve_of, chance):
+        return None
+    several = runs["setting"].nunique() > 1
+    style = _line_styles(runs, several)
+    drawn = _drawn_curves(runs, curve_of)
+    # a panel per clock on which some method has a curve (two evaluations or more): runs that
+    # never evaluate on a clock, or evaluate once, get no panel of points
+    kinds = [kind for kind in drawn if any(len(entry.curve) > 1 for entry in drawn[kind])]
     if not kinds:
         return None
     plt = _pyplot()
-    # a panel per clock that has curves (runs that never evaluate on the clock get no empty panel)
     figure, axes = plt.subplots(1, len(kinds), figsize=(14 if len(kinds) == 2 else 9.5, 4.2), squeeze=False)
     panels = dict(zip(kinds, axes[0]))
-    spread_shown = set()
+    spread_shown, off_axis = set(), {}
     for kind, axis in panels.items():
         # curves of one point (runs evaluated once) side by side around their x, not on top of each other
         single = [i for i, entry in enumerate(drawn[kind]) if len(entry.curve) == 1]
@@ -200,13 +340,20 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
                 spread_shown.add("bar")
             axis.set_xlabel(entry.x_name)
         axis.grid(alpha=0.3)
+        spreads = [entry.curve["std"].max() for entry in drawn[kind] if entry.curve["std"].notna().any()]
+        off_axis[kind] = _accuracy_axis(axis, chance, 100 * max(spreads, default=0.0))
     for kind, axis in panels.items():
         axis.set(title={"epoch": "against epochs", "time": "against training time"}[kind])
     if "epoch" in panels:  # one epoch: tick 1, not 0.95-1.05
         panels["epoch"].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     axes[0][0].set(ylabel=f"test accuracy %\n({evaluated_workers(runs)}, mean over seeds)")
+    for index, (kind, axis) in enumerate(panels.items()):  # where chance is off the axis, the figure says so
+        if off_axis[kind] and index == 0:  # in the accuracy axis' label
+            axis.set_ylabel(f"{axis.get_ylabel()}\n{off_axis[kind]}")
+        elif off_axis[kind] and off_axis[kind] != off_axis[kinds[0]]:  # the other panel's: in its title
+            axis.set_title(f"{axis.get_title()} ({off_axis[kind]})")
     spread = {"band": "\nband: ±1 std over seeds", "bar": "\nbar: ±1 std over seeds"}
-    legend_from = max(panels.values(), key=lambda axis: len(axis.lines))
+    legend_from = max(panels.values(), key=lambda axis: len(axis.get_legend_handles_labels()[0]))
     legend_from.legend(
         fontsize=7,
         loc="upper left",
@@ -218,12 +365,20 @@ def _accuracy_figure(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str],
     return figure
 
 
-def accuracy(runs: pd.DataFrame, curve_of: Callable[[pd.DataFrame, str], Curve], path: Path, title: str) -> Path | None:
+def accuracy(
+    runs: pd.DataFrame,
+    curve_of: Callable[[pd.DataFrame, str], Curve],
+    path: Path,
+    title: str,
+    chance: float | None = None,
+) -> Path | None:
     """Test accuracy against epoch (left) and against training time (right): per (setting,
     method) the mean over seeds as a line and, for two or more seeds, a band of ±1 sample
-    standard deviation over seeds. ``curve_of(frame, kind)`` gives a method's curves for
-    ``kind`` "epoch" or "time"."""
-    figure = _accuracy_figure(runs, curve_of, title)
+    standard deviation over seeds; ``chance`` (in %, when known) as a dashed line, and the
+    accuracy axis never narrower than the seeds' spread allows (:func:`_accuracy_axis`).
+    ``curve_of(frame, kind)`` gives a method's curves for ``kind`` "epoch" or "time". None, and
+    no file, when no run has a curve or :func:`why_no_accuracy` has a sentence instead."""
+    figure = _accuracy_figure(runs, curve_of, title, chance)
     return None if figure is None else _save(figure, path)
 
 
@@ -265,6 +420,7 @@ def _against_figure(
     log_x: bool = False,
     split_key: str | None = None,
     paper: PaperMarks | None = None,
+    chance: float | None = None,
 ):
     """The figure of :func:`against`, or None when it has nothing to show."""
     per_setting = runs.drop_duplicates("setting").set_index("setting")
@@ -293,9 +449,14 @@ def _against_figure(
         axis.set_xscale("log")
         axis.set_xticks(swept, [f"{x:g}" for x in swept])
         axis.minorticks_off()
+    chance_note = ""
+    if y.endswith("acc_mean"):  # an accuracy: its chance level, and no magnified noise
+        chance_note = _accuracy_axis(axis, chance, table[spread].max() if spread in table else 0.0)
     axis.set(
         xlabel=x_label,
-        ylabel=y_label + ("\n(mean ± std over seeds)" if spread in table else ""),
+        ylabel=y_label
+        + ("\n(mean ± std over seeds)" if spread in table else "")
+        + (f"\n{chance_note}" if chance_note else ""),
         title=_fitted(title, figure),
     )
     axis.grid(alpha=0.3)
@@ -315,21 +476,33 @@ def against(
     log_x: bool = False,
     split_key: str | None = None,
     paper: PaperMarks | None = None,
+    chance: float | None = None,
 ) -> Path | None:
     """``y`` of every method against the setting parameter ``x_key`` (one line per method, and
     per value of the setting parameter ``split_key`` when given), with error bars of
     ±``<y>_std`` (``<name>_std`` for ``y = <name>_mean``) where the table has that column;
     ``log_x``: a logarithmic x axis ticked at the swept values (for latencies, as the SESGD
     paper's Fig. 5; linear when some x is not positive); ``paper``: the paper's own points,
-    marked beside ours."""
-    figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x, split_key, paper)
+    marked beside ours; ``chance``: for an accuracy ``y`` (``*acc_mean``), its chance level in %
+    (:func:`_accuracy_axis`)."""
+    figure = _against_figure(table, runs, x_key, x_label, y, y_label, title, log_x, split_key, paper, chance)
     return None if figure is None else _save(figure, path)
 
 
-def tradeoff(table: pd.DataFrame, x: str, x_label: str, y: str, y_label: str, path: Path, title: str) -> Path | None:
+def tradeoff(
+    table: pd.DataFrame,
+    x: str,
+    x_label: str,
+    y: str,
+    y_label: str,
+    path: Path,
+    title: str,
+    chance: float | None = None,
+) -> Path | None:
     """One point per (method, setting) of ``y`` against ``x`` (columns of the table), ±``<y>_std``
     error bars: a compressor's accuracy against what it sent or the time it took, beside the
-    uncompressed run's. A colour per method, a marker per setting; None when no point has both."""
+    uncompressed run's. A colour per method, a marker per setting; None when no point has both.
+    ``chance``: for an accuracy ``y``, its chance level in % (:func:`_accuracy_axis`)."""
     points = table[table[x].notna() & table[y].notna()] if x in table and y in table else table.iloc[0:0]
     if points.empty:
         return None
@@ -352,9 +525,16 @@ def tradeoff(table: pd.DataFrame, x: str, x_label: str, y: str, y_label: str, pa
                 [], [], linestyle="", marker=markers[position % len(markers)], color="grey", label=setting_text(setting)
             )
     axis.set_xscale("log")
+    chance_note = (
+        _accuracy_axis(axis, chance, points[spread].max() if spread in points else 0.0)
+        if y.endswith("acc_mean")
+        else ""
+    )
     axis.set(
         xlabel=x_label,
-        ylabel=y_label + ("\n(mean ± std over seeds)" if spread in table else ""),
+        ylabel=y_label
+        + ("\n(mean ± std over seeds)" if spread in table else "")
+        + (f"\n{chance_note}" if chance_note else ""),
         title=_fitted(title, figure),
     )
     axis.grid(alpha=0.3)

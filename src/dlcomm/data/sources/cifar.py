@@ -30,6 +30,12 @@ class CifarData(DataSource):
         return cifar.shape(cifar.SOURCES[cls.name])
 
     @classmethod
+    def classes(cls, cfg: Any) -> int:
+        from dlcomm.data import cifar
+
+        return cifar.SOURCES[cls.name].num_classes
+
+    @classmethod
     def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
         from dlcomm.data import cifar
 

@@ -25,7 +25,11 @@ class IdxData(DataSource):
 
     @classmethod
     def shape(cls, cfg: Any) -> Tuple[Tuple[int, int, int], int]:
-        return (1, 28, 28), 10
+        return (1, 28, 28), cls.classes(cfg)
+
+    @classmethod
+    def classes(cls, cfg: Any) -> int:
+        return 10
 
     @classmethod
     def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:

@@ -38,6 +38,10 @@ class Synthetic(DataSource):
         return shape, num_classes
 
     @classmethod
+    def classes(cls, cfg: Any) -> int:
+        return int(cfg.num_classes)
+
+    @classmethod
     def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
         _, _, train_size, test_size = _args(cfg)
         return train_size, test_size
