@@ -14,6 +14,8 @@ TORCH_INDEX ?=
 # another torch choice is another stamp, so that choosing one installs it into an existing venv
 STAMP := $(VENV)/.dlcomm-installed$(if $(TORCH_INDEX)$(filter-out $(DEFAULT_TORCH),$(TORCH_PINS)),-$(shell printf '%s' '$(TORCH_PINS) $(TORCH_INDEX)' | cksum | cut -d' ' -f1))
 
+HEARTBEAT := python3 scripts/heartbeat.py --show "^(Collecting|Installing collected|Successfully installed|ERROR|error)"
+
 .PHONY: setup train test test-fast lint format data clean-results
 
 setup: $(STAMP) data
@@ -22,10 +24,10 @@ setup: $(STAMP) data
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing dlcomm and its dependencies into $(VENV) (a few minutes the first time)"
-	@$(if $(TORCH_INDEX),$(PIP) install -q $(TORCH_PINS) --index-url $(TORCH_INDEX) || { echo "error: no $(TORCH_PINS) at $(TORCH_INDEX)" >&2; exit 1; })
-	@# a line per package as pip collects and installs it (-q left minutes without a word on a fresh machine)
-	@$(PIP) install --progress-bar off $(TORCH_PINS) -e '.[test]' 2>&1 \
-	  | grep --line-buffered -E "^(Collecting|Installing collected|Successfully installed|ERROR|error)" || true
+	@# a line per package as pip collects and installs it, and one at least every 10 s while it downloads
+	@# or unpacks a large wheel in silence (scripts/heartbeat.py; -q left minutes without a word)
+	@$(if $(TORCH_INDEX),$(HEARTBEAT) -- $(PIP) install --progress-bar off $(TORCH_PINS) --index-url $(TORCH_INDEX) || { echo "error: no $(TORCH_PINS) at $(TORCH_INDEX)" >&2; exit 1; })
+	@$(HEARTBEAT) -- $(PIP) install --progress-bar off $(TORCH_PINS) -e '.[test]' || true
 	@$(PY) -c "import dlcomm, torch, hydra, mlflow" || { echo "error: the install failed; see the pip output above" >&2; exit 1; }
 	@touch $(STAMP)
 
