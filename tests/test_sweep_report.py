@@ -141,6 +141,7 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
     description = parent_run.data.tags["mlflow.note.content"]
     assert "| method " in description and "speedup" in description
     assert f"(get-artifact?path=comparison%2Ftime_per_iteration.png&run_uuid={parent})" in description
+    assert "\nNo accuracy figure: every run was evaluated once" in description  # why no accuracy image
     key = re.search(
         r"\[grouped by method\]\(#/experiments/\d+/runs\?workflowType=machine_learning&viewStateShareKey=(\w+)\)",
         description,

@@ -139,10 +139,13 @@ def parent_metrics(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def parent_description(parent: pd.Series | Any, table: pd.DataFrame, figures: list[Path], view: str) -> str:
+def parent_description(
+    parent: pd.Series | Any, table: pd.DataFrame, figures: list[Path], view: str, notes: list[str] = ()
+) -> str:
     """The sweep's comparison as its parent run's description (markdown on the run's page): the
     table with every column, the clock it is on, its figures as images (from the parent's
-    artifacts), and a link to the runs list ``view`` (its children grouped by method)."""
+    artifacts), why a figure is missing (``notes``: the lines of table.md), and a link to the runs
+    list ``view`` (its children grouped by method)."""
     from dlcomm.report.build import _clock_sentence as clock_sentence
     from dlcomm.report.table import presentable
     from dlcomm.tracking.ui import artifact_image, fit_description
@@ -157,6 +160,7 @@ def parent_description(parent: pd.Series | Any, table: pd.DataFrame, figures: li
         "",
     ]
     lines += [artifact_image(parent.info.run_id, f"{FOLDER}/{figure.name}", figure.stem) for figure in figures]
+    lines += [line for line in notes if line.startswith("No accuracy figure")]  # why a figure is missing
     return fit_description("\n".join(lines))
 
 
@@ -197,7 +201,8 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
     figures = sorted(
         (path for path in files if path.suffix == ".png"), key=lambda path: path.stem != "time_per_iteration"
     )
-    retrying(client.set_tag, parent, DESCRIPTION_TAG, parent_description(run, table, figures, view))
+    notes = next((path.read_text().splitlines() for path in files if path.name == "table.md"), [])
+    retrying(client.set_tag, parent, DESCRIPTION_TAG, parent_description(run, table, figures, view, notes))
     return experiment_id
 
 
