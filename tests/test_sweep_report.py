@@ -36,7 +36,9 @@ def _group_rows_read_as_the_table(table: pd.DataFrame, logged: dict[str, dict[st
             assert mean == pytest.approx(row[cell.format(clock=clock)], abs=rounding), (row["method"], key)
         ms = sum(logged[i]["summary/ms_per_iter"] for i in ids) / len(ids)
         samples = sum(logged[i]["summary/samples_per_s"] for i in ids) / len(ids)
-        assert samples == pytest.approx(2 * 64 * 1e3 / ms, rel=1e-5), row["method"]  # 2 workers x batch 64
+        # 2 workers x batch 64, at the group's time: compared in ms, where the logged figures were rounded
+        # (to 1e-3 ms: a relative error of 2e-5 at 26 ms, more than the rel=1e-5 this once allowed)
+        assert 2 * 64 * 1e3 / samples == pytest.approx(ms, abs=1e-3), row["method"]
 
 
 @pytest.mark.parametrize("simulated", [False, True])
@@ -141,7 +143,7 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
     description = parent_run.data.tags["mlflow.note.content"]
     assert "| method " in description and "speedup" in description
     assert f"(get-artifact?path=comparison%2Ftime_per_iteration.png&run_uuid={parent})" in description
-    assert "\nNo accuracy figure: every run was evaluated once" in description  # why no accuracy image
+    assert "\nNo accuracy figure: every run" in description  # why no accuracy image (at chance after 3 steps)
     key = re.search(
         r"\[grouped by method\]\(#/experiments/\d+/runs\?workflowType=machine_learning&viewStateShareKey=(\w+)\)",
         description,
