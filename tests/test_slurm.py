@@ -55,6 +55,7 @@ def test_a_run_is_one_job_that_returns_at_once(home) -> None:
     job_id = re.search(r"submitted SLURM job (\d+)", result.stdout).group(1)
     assert "logs: " in result.stdout
     assert mlflow_run(result).info.status == "RUNNING"  # the command did not wait for the job
+    assert f"/runs/{result.run_id}?workflowType=machine_learning" in result.stdout  # where to see it (MLflow UI)
     deadline = time.monotonic() + 240
     while mlflow_run(result).info.status == "RUNNING" and time.monotonic() < deadline:
         time.sleep(2)

@@ -28,6 +28,7 @@ from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.launch.job_end import TermWatcher, cancel_job, comm_failure_line, down_hosts
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
+from dlcomm.tracking.ui import experiment_of, run_page, ui_lines
 
 _PORT_BASE, _PORT_SPAN = 20000, 12768  # below Linux's ephemeral ports (32768 and up)
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # submitit's srun line for the job's tasks (docs/slurm.md)
@@ -356,6 +357,9 @@ class SlurmLauncher(Launcher):
             return _withdraw([job.job_id], [run_id], spec.tracking_uri)
         print(f"submitted SLURM job {job.job_id} for mlflow run {run_id}", flush=True)
         print(f"  logs: {job.paths.stdout} and {job.paths.stderr}", flush=True)
+        print(
+            ui_lines(run_page(spec.tracking_uri, experiment_of(spec.tracking_uri, run_id), run_id), spec.tracking_uri)
+        )
         if not spec.config["launcher"]["wait"]:
             return 0
         return cls.wait(job)
@@ -399,6 +403,8 @@ class SlurmLauncher(Launcher):
         if INTERRUPTS.received is not None:
             return _withdraw(array_ids, [spec.run_id for spec in opened] + [parent], specs[0].tracking_uri)
         print(f"  logs: {folder}/<array id>_<element>_<task>_log.out and .err", flush=True)
+        uri = specs[0].tracking_uri  # the comparison appears on the parent's page when the last element ends
+        print(ui_lines(run_page(uri, experiment_of(uri, parent), parent), uri), flush=True)
         return 0
 
     @classmethod
