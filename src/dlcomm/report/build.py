@@ -508,10 +508,12 @@ def _report_from_folder(settings: list[str], every: bool, folder: Path) -> Itera
 def _report_sweep(uri: str, which: str, root: Path) -> Iterator[str]:
     from dlcomm.paths import check_writable
     from dlcomm.report.sweep import report_sweep
+    from dlcomm.tracking.ui import experiment_of, run_page, ui_lines
 
     check_writable(root, str(root), "set DLCOMM_HOME to a folder you can write, or pass out=<folder>")
     parent, written = report_sweep(uri, which, root)
     yield (
         f"sweep {parent}: wrote {', '.join(str(path) for path in written)}; the table and figures are also "
-        "artifacts of its parent run (comparison/), each run's figures its summary/* metrics"
+        "artifacts of its parent run (comparison/) and its description, each run's figures its summary/* metrics"
     )
+    yield ui_lines(run_page(uri, experiment_of(uri, parent), parent), uri)
