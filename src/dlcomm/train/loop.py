@@ -371,7 +371,11 @@ class TrainLoop:
                 reporter.iteration(step, loss_value, time_s)
             if clock_rules and self._check_clock(perf_counter() - epoch_start):
                 break
-            if checkpointing is not None and state.step < total and checkpointing.stop_now(state.step, channel.any_rank):
+            if (
+                checkpointing is not None
+                and state.step < total
+                and checkpointing.stop_now(state.step, channel.any_rank)
+            ):
                 state.epoch_wall_s = perf_counter() - epoch_start
                 self._checkpoint()
                 raise Preempted(state.step)
