@@ -144,7 +144,12 @@ def _loop_run(cluster, channel, container: dict, folder: str | None, stop_at: in
     from dlcomm.train.plan import plan_steps
 
     class Flag:
-        raised = False
+        """The warning signal, arriving while the loop runs step ``stop_at`` (0-based): the check
+        after that step, when ``stop_at + 1`` steps are done, is the first to see it."""
+
+        @property
+        def raised(self) -> bool:
+            return stop_at is not None and loop.state.step > stop_at
 
     cfg = OmegaConf.create(container)
     data, task = build_dataset(cfg.dataset), build_task(cfg)
@@ -158,14 +163,6 @@ def _loop_run(cluster, channel, container: dict, folder: str | None, stop_at: in
     warning = Flag()
     checkpointing = Checkpointing(folder, cluster.rank, torch.device("cpu"), warning, check_every=1) if folder else None
     loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, checkpointing, task)
-    if stop_at is not None:
-        original = loop._maybe_fail
-
-        def maybe_warn() -> None:
-            warning.raised = loop.state.step >= stop_at
-            original()
-
-        loop._maybe_fail = maybe_warn
     try:
         summary = loop.run()
     except Preempted as stopped:
