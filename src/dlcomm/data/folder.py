@@ -16,8 +16,9 @@ def class_names(directory: str) -> List[str]:
 
 def _fix() -> str:
     return (
-        "set dataset.root to a folder holding <dataset.train_dir>/<class>/<image> and "
-        "<dataset.val_dir>/<class>/<image> (torchvision ImageFolder layout)"
+        "set dataset.root (default $DLCOMM_DATA/imagenet) to a folder holding <dataset.train_dir>/<class>/<image> "
+        "and <dataset.val_dir>/<class>/<image> (torchvision ImageFolder layout; ImageNet: ILSVRC2012's train and "
+        "val images, one folder per synset, as docs/datasets.md shows; nothing is downloaded)"
     )
 
 
