@@ -11,17 +11,30 @@ FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 DEFAULT_TORCH := torch==2.14.1 torchvision==0.29.1
 TORCH_PINS ?= $(DEFAULT_TORCH)
 TORCH_INDEX ?=
+# A cluster node (docs/slurm.md, "Installing on a cluster"): TORCH=site builds the venv over the torch
+# that SITE_PYTHON imports (module, container, conda), never installing one; WHEELHOUSE=<folder>
+# installs from that folder alone (no index; `make wheelhouse` writes one where the index is reachable).
+TORCH ?=
+SITE_PYTHON ?= python3
+WHEELHOUSE ?=
+WHEEL_PYTHON ?= $(shell python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 # another torch choice is another stamp, so that choosing one installs it into an existing venv
-STAMP := $(VENV)/.dlcomm-installed$(if $(TORCH_INDEX)$(filter-out $(DEFAULT_TORCH),$(TORCH_PINS)),-$(shell printf '%s' '$(TORCH_PINS) $(TORCH_INDEX)' | cksum | cut -d' ' -f1))
+STAMP := $(VENV)/.dlcomm-installed$(if $(TORCH)$(WHEELHOUSE)$(TORCH_INDEX)$(filter-out $(DEFAULT_TORCH),$(TORCH_PINS)),-$(shell printf '%s' '$(TORCH) $(WHEELHOUSE) $(TORCH_PINS) $(TORCH_INDEX)' | cksum | cut -d' ' -f1))
+INSTALL := python3 scripts/install.py
 
 HEARTBEAT := python3 scripts/heartbeat.py --show "^(Collecting|Installing collected|Successfully installed|ERROR|error)"
 
-.PHONY: setup train test test-fast lint format data clean-results
+.PHONY: setup train test test-fast lint format data clean-results wheelhouse
 
 setup: $(STAMP) data
 
 # Re-installs only when pyproject.toml changes; the project itself is installed editable.
 $(STAMP): pyproject.toml
+ifeq ($(TORCH),site)
+	@$(INSTALL) site --python $(SITE_PYTHON) --venv $(VENV) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))
+else ifneq ($(WHEELHOUSE),)
+	@$(INSTALL) offline --venv $(VENV) --wheelhouse $(WHEELHOUSE) --torch-pins $(TORCH_PINS)
+else
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing dlcomm and its dependencies into $(VENV) (a few minutes the first time)"
 	@# a line per package as pip collects and installs it, and one at least every 10 s while it downloads
@@ -29,10 +42,24 @@ $(STAMP): pyproject.toml
 	@$(if $(TORCH_INDEX),$(HEARTBEAT) -- $(PIP) install --progress-bar off $(TORCH_PINS) --index-url $(TORCH_INDEX) || { echo "error: no $(TORCH_PINS) at $(TORCH_INDEX)" >&2; exit 1; })
 	@$(HEARTBEAT) -- $(PIP) install --progress-bar off $(TORCH_PINS) -e '.[test]' || true
 	@$(PY) -c "import dlcomm, torch, hydra, mlflow" || { echo "error: the install failed; see the pip output above" >&2; exit 1; }
+endif
 	@touch $(STAMP)
 
+# every wheel dlcomm needs but torch's, for CPython WHEEL_PYTHON on x86-64 Linux (sdist-only ones built)
+wheelhouse:
+	@test -n "$(WHEELHOUSE)" || { echo "error: name the folder: make wheelhouse WHEELHOUSE=<folder> [WHEEL_PYTHON=3.12]" >&2; exit 2; }
+	@$(INSTALL) wheelhouse --out $(WHEELHOUSE) --python-version $(WHEEL_PYTHON)
+
+# DATA_FROM=<folder holding the four Fashion-MNIST idx files> copies them where dataset=fashion_mnist
+# reads them (a node without apt or internet); else Debian's package
+DATA_FROM ?=
 data:
-	@if [ ! -f $(FMNIST) ]; then \
+	@if [ -n "$(DATA_FROM)" ]; then \
+	  ls $(DATA_FROM)/*-idx?-ubyte.gz >/dev/null 2>&1 || { echo "error: no *-idx?-ubyte.gz files in DATA_FROM=$(DATA_FROM)" >&2; exit 2; }; \
+	  mkdir -p $(dir $(FMNIST)) 2>/dev/null && cp $(DATA_FROM)/*-idx?-ubyte.gz $(dir $(FMNIST)) \
+	    || { echo "error: cannot write $(dir $(FMNIST)): pass dataset.root=$(DATA_FROM) to dlcomm instead" >&2; exit 2; }; \
+	  echo "data: Fashion-MNIST copied from $(DATA_FROM) to $(dir $(FMNIST))"; \
+	elif [ ! -f $(FMNIST) ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian's dataset-fashion-mnist"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \

@@ -42,6 +42,11 @@
 # extended regex: only the rows whose check matches run, e.g. ONLY='amp|timing'), KEEP_HOME=1
 # (keep the temporary DLCOMM_HOME with every row's log and results). Results never go to the
 # repository's results/: every row gets its own DLCOMM_HOME under a temporary folder.
+# Setup: without .venv the script runs `make setup`, which reads TORCH, SITE_PYTHON and WHEELHOUSE
+# from the environment: on a GPU node with its own PyTorch and no internet (the node dlcomm first ran
+# on), `TORCH=site WHEELHOUSE=<wheels made by make wheelhouse> scripts/gpu_check.sh` builds the venv
+# over the node's torch from the wheels alone (docs/slurm.md, "The site's PyTorch, and a compute
+# node without internet"); dry-run it on a CPU machine with --cpu first.
 # Exit codes: 0 every row ok or skipped, 1 a row failed, 2 no usable GPU without --cpu (or no venv).
 set -u
 
@@ -59,7 +64,7 @@ done
 
 cd "$(dirname "$0")/.." || exit 2
 if [ ! -x .venv/bin/dlcomm ]; then
-    echo "gpu_check: .venv/bin/dlcomm missing: running 'make setup'" >&2
+    echo "gpu_check: .venv/bin/dlcomm missing: running 'make setup'${TORCH:+ TORCH=$TORCH}${WHEELHOUSE:+ WHEELHOUSE=$WHEELHOUSE}" >&2
     make setup || { echo "gpu_check: 'make setup' failed" >&2; exit 2; }
 fi
 PY=$PWD/.venv/bin/python
