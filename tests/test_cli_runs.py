@@ -197,8 +197,19 @@ def test_failed_rank_ends_the_run(home, mode, expected) -> None:
     assert mlflow_run(result).info.status == "FAILED"
 
 
-@pytest.mark.parametrize("launcher", ["local", "threads"])
-def test_ctrl_c_marks_the_run_killed(home, launcher) -> None:
+@pytest.mark.parametrize(
+    ("launcher", "signum"),
+    [
+        ("local", signal.SIGINT),
+        ("threads", signal.SIGINT),
+        # the terminal or ssh session closes; a scheduler's notice: both once killed the driver and left
+        # the run RUNNING (issue 49)
+        ("local", signal.SIGHUP),
+        ("local", signal.SIGUSR1),
+    ],
+    ids=["local-SIGINT", "threads-SIGINT", "local-SIGHUP", "local-SIGUSR1"],
+)
+def test_ctrl_c_marks_the_run_killed(home, launcher, signum) -> None:
     # a shell's background job inherits SIGINT ignored, and Python then installs no Ctrl-C
     # handler: give the driver the default disposition a terminal's foreground job has
     process = subprocess.Popen(
@@ -214,9 +225,10 @@ def test_ctrl_c_marks_the_run_killed(home, launcher) -> None:
     while not list((home / "results" / "runs").glob("*/config.yaml")) and time.monotonic() < deadline:
         time.sleep(0.5)
     time.sleep(2)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
+    assert "marked KILLED" in stderr
     run_id = next((home / "results" / "runs").iterdir()).name
     from mlflow.tracking import MlflowClient
 

@@ -1,10 +1,17 @@
-"""Ctrl-C (SIGINT) and SIGTERM in the process that opens, drives and closes runs (``dlcomm train``).
+"""Ctrl-C (SIGINT), SIGTERM and the other stop signals in the process that opens, drives and closes
+runs (``dlcomm train``).
 
-One pair of handlers for the whole process, installed once, with two states:
+The signals handled (:data:`STOP_SIGNALS`) are the ones a terminal, a shell or a scheduler sends to
+end a process, whose default action would kill the driver and leave its run RUNNING: SIGINT
+(Ctrl-C), SIGTERM (``kill``, a scheduler's cancel), SIGHUP (the terminal or ssh session closed),
+SIGQUIT (Ctrl-\\), SIGUSR1 (a scheduler's notice, e.g. ``scancel --signal=USR1``) and SIGXCPU (a CPU
+time limit). SIGUSR2 is left alone: it is SLURM's time-limit warning, which a SLURM task takes
+itself (:class:`dlcomm.train.checkpoint.WarningSignal`). One handler for the whole process,
+installed once, with two states:
 
 * **released** (the default): the signal raises ``KeyboardInterrupt`` where the main thread is, as
-  Python's own Ctrl-C does; SIGTERM (``kill``, a scheduler's cancel) behaves the same way. The work
-  under way (composing, training, waiting for ranks) stops and is torn down.
+  Python's own Ctrl-C does; the others behave the same way. The work under way (composing,
+  training, waiting for ranks) stops and is torn down.
 * **held** (while a run is being opened or closed, and for good once the last run's outcome is
   recorded): the signal is only recorded (:attr:`Interrupts.received`). The records written then
   are never cut short, so a run is never left RUNNING by its own driver, and after the outcome is
@@ -20,9 +27,15 @@ from __future__ import annotations
 import signal
 import threading
 
+STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGXCPU")
+    if hasattr(signal, name)
+)
+
 
 class Interrupts:
-    """The process's SIGINT/SIGTERM state (see the module docstring)."""
+    """The process's stop-signal state (see the module docstring)."""
 
     def __init__(self) -> None:
         self.held = False
@@ -30,10 +43,11 @@ class Interrupts:
         self._previous: dict[int, object] = {}
 
     def install(self) -> "Interrupts":
-        """Take over SIGINT and SIGTERM (main thread only: signals are delivered there). A signal
-        this process was started ignoring stays ignored (a shell's background job ignores SIGINT)."""
+        """Take over :data:`STOP_SIGNALS` (main thread only: signals are delivered there). A signal
+        this process was started ignoring stays ignored (a shell's background job ignores SIGINT;
+        ``nohup`` ignores SIGHUP: such a run goes on when the terminal closes)."""
         if not self._previous and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in STOP_SIGNALS:
                 if signal.getsignal(signum) is not signal.SIG_IGN:
                     self._previous[signum] = signal.signal(signum, self._on_signal)
         return self
@@ -65,7 +79,7 @@ class Interrupts:
             raise KeyboardInterrupt
 
     def ignore(self) -> None:
-        """The process is about to exit with its code decided: ignore both signals to the end.
+        """The process is about to exit with its code decided: ignore the stop signals to the end.
         (Python gives an ignored signal no handler back when it shuts down; a handled one gets the
         default back, which would kill the process in its last milliseconds with another code.)"""
         self.held = True
