@@ -12,6 +12,7 @@ from typing import NoReturn, Sequence
 from dlcomm import progress
 from dlcomm.errors import EXIT_USAGE, UserError
 from dlcomm.launch.interrupts import INTERRUPTS
+from dlcomm.streams import forgive_streams
 
 _EPILOG = """examples:
   dlcomm train                                   4 workers, AllReduce-SGD, small CNN, Fashion-MNIST
@@ -190,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``dlcomm`` command (``argv`` None: this process's arguments) or a call of it with ``argv``
     from inside another program; the exit code."""
     own_process = argv is None  # the `dlcomm` command itself, not a caller inside its own program
+    if own_process:  # a closed terminal, a full disk or a closed stdout never fails a run (dlcomm.streams)
+        forgive_streams()
     code = _main(list(sys.argv[1:] if argv is None else argv), own_process)
     threads = sys.modules.get("dlcomm.launch.threads")
     if own_process and (INTERRUPTS.received is not None or (threads is not None and threads.RANKS_ABORTED)):

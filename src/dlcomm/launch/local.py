@@ -40,6 +40,7 @@ from dlcomm.launch.procstart import is_alive, rank_processes
 from dlcomm.launch.registry import register
 from dlcomm.launch.store import loopback_store
 from dlcomm.spec import RunSpec
+from dlcomm.streams import forgive_streams
 
 _POLL_S = 0.1
 _SETTLE_S = 1.0  # after a first failure, how long to collect the other ranks' reports
@@ -48,6 +49,7 @@ _CONSEQUENCE_S = 2.0  # a rank that only lost a peer reports this much later tha
 
 def _rank_process(spec: RunSpec, rank: int, port: int, local_ranks: int, errors: Connection, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    forgive_streams()  # the driver's stdout may be gone or full: rank 0's prints must not fail the run
     _lead_own_group()
     _exit_when_orphaned(parent_pid)
     _collectives_on_loopback()
