@@ -98,6 +98,32 @@ def test_census_tells_lost_from_alive_and_says_what_it_cannot_tell() -> None:
     assert {v.run.run_id: v.reason for v in blind.unchecked}["cancelled"] == "no squeue on PATH"
 
 
+def test_a_driver_s_pid_given_to_a_later_process_is_not_taken_for_the_driver() -> None:
+    from dlcomm.launch.base import Launcher
+    from dlcomm.launch.procstart import process_start
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = process_start(process.pid)
+        assert started is not None and started != process_start(os.getpid())
+        same = OpenRun("same", "x", "local", host=HOST, pid=process.pid, started=started)
+        reused = OpenRun("reused", "x", "local", host=HOST, pid=process.pid, started=started.split("/")[0] + "/1")
+        unrecorded = OpenRun("older dlcomm", "x", "local", host=HOST, pid=process.pid)  # no driver_start tag
+        found = census([same, reused, unrecorded], None, HOST)
+    finally:
+        process.kill()
+        process.wait()
+    assert [run.run_id for run in found.alive] == ["same", "older dlcomm"]
+    assert [(v.run.run_id, v.reason) for v in found.lost] == [
+        ("reused", f"its driver process {process.pid} on {HOST} is gone (the pid is now another process's)")
+    ]
+
+    class Driven(Launcher):
+        ended_by = "driver"
+
+    assert Driven.driver_tags() == {"driver_pid": str(os.getpid()), "driver_start": process_start(os.getpid())}
+
+
 def test_the_queue_is_read_once_and_its_failures_are_one_line() -> None:
     assert parse("1234_0 1240\n1234_1 1241\n77 77\n") == {"1234_0", "1240", "1234_1", "1241", "77"}
 

@@ -106,7 +106,12 @@ class Launcher:
     @classmethod
     def driver_tags(cls) -> dict[str, str]:
         """Tags of a run (or parent run) this process will close: ``dlcomm runs reap`` checks it lives."""
-        return {"driver_pid": str(os.getpid())} if cls.ended_by == "driver" else {}
+        if cls.ended_by != "driver":
+            return {}
+        from dlcomm.launch.procstart import process_start
+
+        started = process_start(os.getpid())  # the pid alone may be another process's by then
+        return {"driver_pid": str(os.getpid()), **({"driver_start": started} if started else {})}
 
     @classmethod
     def open_parent(cls, specs: list[RunSpec], overrides: list[str]) -> tuple[str, list[RunSpec]]:

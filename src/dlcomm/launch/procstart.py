@@ -44,3 +44,18 @@ def is_alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started, as a token no later process with the same pid can have: this
+    boot's id and the start time in clock ticks since boot (``/proc/<pid>/stat``, field 22); None
+    where it cannot be read (no /proc, no such process). A run records its driver's
+    (tag ``driver_start``) so that ``dlcomm runs reap`` tells its driver from a process that was
+    given the same pid later."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            ticks = stat.read().rsplit(")", 1)[1].split()[19]  # field 22; the name (field 2) may hold spaces
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            return f"{boot.read().strip()}/{ticks}"
+    except (OSError, IndexError):
+        return None

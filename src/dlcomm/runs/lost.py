@@ -33,6 +33,7 @@ from typing import Callable
 from dlcomm.errors import UserError
 
 JOB_TAG, PID_TAG, HOST_TAG, PARENT_TAG = "slurm_job_id", "driver_pid", "hostname", "mlflow.parentRunId"
+START_TAG = "driver_start"  # when the driver started (dlcomm.launch.procstart.process_start)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class OpenRun:
     job_id: str = ""  # tag slurm_job_id
     host: str = ""  # tag hostname: where the run was opened
     pid: int | None = None  # tag driver_pid
+    started: str = ""  # tag driver_start: tells the driver from a later process given the same pid
     parent_id: str = ""  # tag mlflow.parentRunId
     is_sweep: bool = False  # a sweep's parent run
 
@@ -110,7 +112,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def _verdict(
-    run: OpenRun, live_jobs: set[str] | None, host: str, alive: Callable[[int], bool], no_queue: str
+    run: OpenRun,
+    live_jobs: set[str] | None,
+    host: str,
+    alive: Callable[[int], bool],
+    no_queue: str,
+    started_at: Callable[[int], str | None],
 ) -> tuple[str, str]:
     """("lost" | "unchecked" | "alive", reason) for one run."""
     if run.on_slurm:
@@ -127,9 +134,11 @@ def _verdict(
         return "unchecked", "no driver pid recorded: an older dlcomm"
     if run.host != host:
         return "unchecked", f"its driver ran on host {run.host or '?'}, not on this host {host}"
-    if alive(run.pid):
-        return "alive", ""
-    return "lost", f"its driver process {run.pid} on {run.host} is gone"
+    if not alive(run.pid):
+        return "lost", f"its driver process {run.pid} on {run.host} is gone"
+    if run.started and started_at(run.pid) not in (None, run.started):
+        return "lost", f"its driver process {run.pid} on {run.host} is gone (the pid is now another process's)"
+    return "alive", ""
 
 
 def census(
@@ -138,13 +147,17 @@ def census(
     host: str,
     alive: Callable[[int], bool] = pid_alive,
     no_queue: str = "",
+    started_at: Callable[[int], str | None] | None = None,
 ) -> Census:
     """Split ``runs`` (all RUNNING) into lost, unchecked and alive. ``live_jobs``: the job ids
     SLURM still lists (None: the queue could not be read, ``no_queue`` says why); ``host``: this
-    machine's name; ``alive(pid)``: whether a process exists here."""
+    machine's name; ``alive(pid)``: whether a process exists here; ``started_at(pid)``: when it
+    started (:func:`dlcomm.launch.procstart.process_start`), compared with the run's record."""
+    if started_at is None:
+        from dlcomm.launch.procstart import process_start as started_at
     result = Census()
     for run in runs:
-        kind, reason = _verdict(run, live_jobs, host, alive, no_queue)
+        kind, reason = _verdict(run, live_jobs, host, alive, no_queue, started_at)
         if kind == "lost":
             result.lost.append(Verdict(run, reason))
         elif kind == "unchecked":
@@ -164,6 +177,7 @@ def _open_run(run, experiment: str) -> OpenRun:
         job_id=tags.get(JOB_TAG, ""),
         host=tags.get(HOST_TAG, ""),
         pid=int(pid) if pid.isdigit() else None,
+        started=tags.get(START_TAG, ""),
         parent_id=tags.get(PARENT_TAG, ""),
         is_sweep=tags.get("sweep", "") == "true",
     )
