@@ -15,9 +15,9 @@ from dlcomm.errors import UserError
 
 def experiment_names(uri: str) -> list[str]:
     """Names of the store's experiments that hold at least one finished run."""
-    from mlflow.tracking import MlflowClient
+    from dlcomm.tracking.mlflow_run import store_client
 
-    client = MlflowClient(tracking_uri=uri)
+    client = store_client(uri)
     names = []
     for experiment in client.search_experiments():
         if client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'", max_results=1):
@@ -45,9 +45,10 @@ def find_sweep(uri: str, which: str) -> tuple[str, str]:
     """``(parent run id, experiment name)`` of the sweep ``which``: a parent run's id, or ``last``
     (the sweep parent started most recently in the store)."""
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
+    from dlcomm.tracking.mlflow_run import store_client
+
+    client = store_client(uri)
     if which == "last":
         ids = [experiment.experiment_id for experiment in client.search_experiments()]
         parents = (
@@ -91,9 +92,9 @@ def load_sweep_runs(uri: str, parent: str, experiment: str) -> pd.DataFrame:
 
 def metric_history(uri: str, run_id: str, key: str) -> pd.Series:
     """``key``'s values by MLflow step (the last value logged at each step)."""
-    from mlflow.tracking import MlflowClient
+    from dlcomm.tracking.mlflow_run import store_client
 
-    points = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
+    points = store_client(uri).get_metric_history(run_id, key)
     series = pd.Series(
         {point.step: point.value for point in sorted(points, key=lambda p: (p.step, p.timestamp))}, dtype=float
     )

@@ -168,12 +168,11 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
     """The comparison onto the parent run (artifacts, the MLflow table, its description) and each
     child's summary metrics; the experiment's id."""
     from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
 
     from dlcomm.report.table import presentable
-    from dlcomm.tracking.mlflow_run import retrying
+    from dlcomm.tracking.mlflow_run import retrying, store_client
 
-    client = MlflowClient(tracking_uri=uri)
+    client = store_client(uri)
     # children first, the parent's files last: whoever sees the comparison on the parent (a user, a
     # test polling for comparison/table.md) finds every child's summary already there
     now = int(pd.Timestamp.now().timestamp() * 1000)

@@ -186,11 +186,9 @@ def _open_run(run, experiment: str) -> OpenRun:
 def open_runs(uri: str, experiment: str = "") -> list[OpenRun]:
     """Every RUNNING run of the store (of ``experiment`` only, when named). Reads only: the
     store must exist (:func:`dlcomm.tracking.mlflow_run.check_store`)."""
-    from mlflow.tracking import MlflowClient
+    from dlcomm.tracking.mlflow_run import retrying, store_client
 
-    from dlcomm.tracking.mlflow_run import retrying
-
-    client = MlflowClient(tracking_uri=uri)
+    client = store_client(uri)
     experiments = retrying(client.search_experiments)
     if experiment:
         experiments = [e for e in experiments if e.name == experiment]

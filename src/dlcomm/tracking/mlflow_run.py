@@ -27,6 +27,7 @@ from dlcomm.spec import RunSpec
 
 _PARAMS_PER_BATCH = 100
 _METRICS_PER_BATCH = 1000
+# how long a call waits while another process holds the SQLite store locked (DLCOMM_STORE_WAIT_S)
 _RETRY_FOR_S = 300
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
@@ -39,18 +40,45 @@ def _locked(error: BaseException) -> bool:
     return "database is locked" in text or "database table is locked" in text
 
 
+def _store_wait_s() -> float:
+    import os
+
+    try:
+        return float(os.environ.get("DLCOMM_STORE_WAIT_S", _RETRY_FOR_S))
+    except ValueError:
+        return _RETRY_FOR_S
+
+
 def retrying(call: Any, *args: Any, **kwargs: Any) -> Any:
-    """``call(*args, **kwargs)``, retried with jittered backoff while SQLite says it is locked."""
+    """``call(*args, **kwargs)``, retried with jittered backoff while SQLite says it is locked;
+    still locked after ``_RETRY_FOR_S`` seconds (another process holds the store), one line."""
     from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
-    for attempt in Retrying(
-        retry=retry_if_exception(_locked),
-        stop=stop_after_delay(_RETRY_FOR_S),
-        wait=wait_random_exponential(multiplier=0.05, max=5),
-        reraise=True,
-    ):
-        with attempt:
-            return call(*args, **kwargs)
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception(_locked),
+            stop=stop_after_delay(_store_wait_s()),
+            wait=wait_random_exponential(multiplier=0.05, max=5),
+            reraise=True,
+        ):
+            with attempt:
+                return call(*args, **kwargs)
+    except Exception as error:
+        if not _locked(error):
+            raise
+        raise UserError(
+            f"the MLflow store stayed locked for {_store_wait_s():g} s: another process holds its SQLite file "
+            "(a long transaction, an open sqlite3 shell); end it and run again, or use a server store "
+            "(tracking.uri=http://...)"
+        ) from None
+
+
+def store_client(uri: str) -> Any:
+    """MLflow's client of ``uri``. Making one reads the store (its tables), so it waits like any
+    other call while SQLite is locked (:func:`retrying`)."""
+    from mlflow.tracking import MlflowClient
+
+    return retrying(MlflowClient, tracking_uri=uri)
 
 
 def default_tracking_uri() -> str:
@@ -77,18 +105,17 @@ def _client(uri: str):
     beside the store and renamed into place (:func:`dlcomm.tracking.store.create_sqlite_store`):
     a run killed meanwhile leaves no half-created store."""
     from filelock import FileLock
-    from mlflow.tracking import MlflowClient
 
     from dlcomm.tracking.store import create_sqlite_store, needs_schema
 
     database = sqlite_path(uri)
     if database is None:
-        return MlflowClient(tracking_uri=uri)
+        return store_client(uri)
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock"):
         if needs_schema(database):
             create_sqlite_store(uri, database)
-        client = MlflowClient(tracking_uri=uri)
+        client = store_client(uri)
         retrying(client.search_experiments, max_results=1)
     return client
 

@@ -81,11 +81,9 @@ def ui_lines(page: str, tracking_uri: str) -> str:
 
 def experiment_of(tracking_uri: str, run_id: str) -> str:
     """The experiment id of a run."""
-    from mlflow.tracking import MlflowClient
+    from dlcomm.tracking.mlflow_run import retrying, store_client
 
-    from dlcomm.tracking.mlflow_run import retrying
-
-    return retrying(MlflowClient(tracking_uri=tracking_uri).get_run, run_id).info.experiment_id
+    return retrying(store_client(tracking_uri).get_run, run_id).info.experiment_id
 
 
 def runs_view(experiment_id: str, key: str) -> str:
