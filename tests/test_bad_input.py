@@ -6,6 +6,13 @@ A table of bad inputs across every config group and subcommand, each run through
 of imports per row), then a generated part: random values for the numeric keys never end in
 anything but a run that checks out or a one-line refusal. The real process is checked by the
 subprocess tests at the end.
+
+Classes generated over every optimizer of configs/optim (issue 49 item 2): every value torch (or
+timm) refuses when it builds the optimizer, each numeric knob at -1 and 0 and each flag turned over;
+no optimizer knob takes a negative value (torch checks some; dlcomm declares the others' ranges);
+schedule values torch accepts but that make no sense (gamma 0, a warm-up longer than the run, a
+cosine floor above lr, momentum 1, a zero trust coefficient); a sweep whose second element is one of
+these runs nothing.
 """
 
 from __future__ import annotations
@@ -220,6 +227,20 @@ TRAIN = [
     (["tracking.uri=sqlite:///"], "tracking.uri=sqlite:/// names no file"),
     (["tracking.uri=sqlite:////tmp"], "tracking.uri=sqlite:////tmp is a folder, not a database file"),
     (["tracking.uri=http://"], "tracking.uri=http:// names no host"),
+    # -- issue 49 item 2: what torch refuses, and what it accepts but makes no sense, refused before launch (the
+    # classes, generated over every optimizer, are test_every_value_torch_refuses_... and the tests after it) --
+    (
+        [*J, "optim=adam", "optim.eps=-1"],
+        "optim.eps=-1.0 is invalid: torch.optim.Adam refuses it (Invalid epsilon value: -1.0); pass optim.eps > 0",
+    ),
+    (
+        [*J, "optim.schedule=multistep", "optim.milestones=[1]", "optim.gamma=-1"],
+        "optim.gamma=-1.0 is invalid: the multistep schedule multiplies the learning rate by gamma",
+    ),
+    (
+        [*J, "optim.nesterov=true", "optim.momentum=0"],
+        "optim.nesterov=true is invalid with optim.momentum=0.0: torch.optim.SGD refuses it (Nesterov momentum requires",
+    ),
 ]
 
 SWEEPS = [
@@ -233,6 +254,10 @@ SWEEPS = [
         "sweep element [nodes=0 seed=0]: nodes=0 is invalid",
     ),  # at once, not after 200
     (["-m", "tracking.experiment=🚀"], "quote it: 'tracking.experiment=\"🚀\"' (in a sweep, quote each choice"),
+    (  # issue 49: the first element ran, then the second failed in its rank
+        ["-m", *J, "optim=adam", "optim.eps=1e-8,-1"],
+        "optim.eps=-1]: optim.eps=-1.0 is invalid: torch.optim.Adam refuses it (Invalid epsilon value: -1.0)",
+    ),
 ]
 
 OTHER = [
@@ -330,6 +355,200 @@ def test_every_algorithm_with_buckets_refuses_a_negative_size_with_the_same_line
         assert str(refused.value) == (
             "algo.bucket_mb=-1.0 is invalid: use 0 (one bucket per parameter tensor) or a positive size in MiB"
         ), name
+
+
+# -- issue 49 item 2: what a rank builds from the optim knobs, refused before launch, generated over every optimizer --
+def _optimizer_knobs() -> dict[str, dict[str, object]]:
+    """Every optimizer (configs/optim) -> its numeric knobs (lists of numbers too) and their defaults."""
+    from dlcomm.train.optim import all_optimizers
+
+    found: dict[str, dict[str, object]] = {}
+    for name, optimizer in sorted(all_optimizers().items()):
+        knobs = {}
+        for item in dataclasses.fields(optimizer.Config):
+            default = item.default if item.default is not dataclasses.MISSING else None
+            if item.default_factory is not dataclasses.MISSING:
+                default = item.default_factory()
+            if item.name == "lr" or (isinstance(default, (int, float, list)) and not isinstance(default, bool)):
+                knobs[item.name] = default
+        found[name] = knobs
+    return found
+
+
+OPTIMIZER_KNOBS = _optimizer_knobs()
+
+
+def _flags(name: str) -> list[str]:
+    from dlcomm.train.optim import get_optimizer
+
+    return [item.name for item in dataclasses.fields(get_optimizer(name).Config) if isinstance(item.default, bool)]
+
+
+def _fields(name: str) -> set[str]:
+    from dlcomm.train.optim import get_optimizer
+
+    return {item.name for item in dataclasses.fields(get_optimizer(name).Config)}
+
+
+def _override(knob: str, value: object) -> str:
+    return f"optim.{knob}={value}".replace(" ", "") if isinstance(value, list) else f"optim.{knob}={value}"
+
+
+def _torch_refusals() -> list[tuple[str, dict[str, object], str]]:
+    """``(optimizer, {knob: value}, torch's words)`` for every setting its class refuses when built:
+    each numeric knob at -1 and 0 (each element of a list at -1 and 1.5), alone and with each of the
+    optimizer's flags turned over; built directly with torch (timm), on a stand-in weight and bias."""
+    import torch
+
+    from dlcomm.train.optim import get_optimizer
+
+    found = []
+    for name, knobs in OPTIMIZER_KNOBS.items():
+        optimizer = get_optimizer(name)
+        settings: list[dict[str, object]] = []
+        for knob, default in knobs.items():
+            if isinstance(default, list):
+                values: list[object] = [
+                    [-1.0 if i == at else v for i, v in enumerate(default)] for at in range(len(default))
+                ]
+                values += [[1.5 if i == at else v for i, v in enumerate(default)] for at in range(len(default))]
+            else:
+                values = [-1.0, 0.0]
+            settings += [{knob: value} for value in values]
+            if not isinstance(default, list):
+                settings += [{flag: not getattr(optimizer.Config(), flag), knob: 0.0} for flag in _flags(name)]
+        for setting in settings:
+            cfg = dataclasses.replace(optimizer.Config(), name=name, **setting)
+            try:
+                optimizer.build(
+                    cfg, [{"params": [torch.nn.Parameter(torch.zeros(1, 1)), torch.nn.Parameter(torch.zeros(1))]}]
+                )
+            except (ValueError, TypeError, RuntimeError) as error:
+                found.append((name, setting, " ".join(str(error).split())))
+    return found
+
+
+TORCH_REFUSES = _torch_refusals()
+
+
+def _declared(name: str, knob: str) -> bool:
+    """Whether dlcomm declares ``knob``'s range itself (a schema limit, or a check before the build)."""
+    from dlcomm.train.optim import get_optimizer
+
+    spec = {item.name: item for item in dataclasses.fields(get_optimizer(name).Config)}[knob]
+    return bool(spec.metadata.get("limits")) or knob == "lr"  # validate_run: the learning rate must be positive
+
+
+def test_the_generated_refusals_cover_every_optimizer_and_the_issues_cases() -> None:
+    assert {name for name, _, _ in TORCH_REFUSES} == set(OPTIMIZER_KNOBS) >= {"sgd", "adam", "adamw", "lars"}
+    assert ("adam", {"eps": -1.0}, "Invalid epsilon value: -1.0") in TORCH_REFUSES
+    assert any(name == "sgd" and setting.get("nesterov") for name, setting, _ in TORCH_REFUSES)
+
+
+@pytest.mark.parametrize(
+    "name,setting,words",
+    TORCH_REFUSES,
+    ids=[f"{name} {' '.join(_override(k, v) for k, v in setting.items())}" for name, setting, _ in TORCH_REFUSES],
+)
+def test_every_value_torch_refuses_for_an_optimizer_is_refused_before_launch_naming_the_knob(
+    home, monkeypatch, capsys, name, setting, words
+) -> None:
+    """Those only torch checks (eps, weight_decay, momentum, nesterov with momentum 0) were refused by every rank
+    after the run was recorded: exit 1, a traceback, a FAILED run."""
+    argv = ["train", *J, f"optim={name}", *(_override(knob, value) for knob, value in setting.items())]
+    code, err, seconds = answer(home, monkeypatch, capsys, argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    named = [knob for knob in setting if lines[0].startswith(f"dlcomm: error: optim.{knob}=")]
+    assert named and " is invalid" in lines[0], lines[0]
+    if not _declared(name, named[0]):  # torch's own check answered: its words, and a valid value
+        assert f"refuses it ({words}); pass optim." in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
+
+
+NEGATIVE = [
+    (name, knob, [-1] * max(1, len(default)) if isinstance(default, list) else -1)
+    for name, knobs in OPTIMIZER_KNOBS.items()
+    for knob, default in knobs.items()
+]
+
+
+@pytest.mark.parametrize("name,knob,value", NEGATIVE, ids=[f"{n} {_override(k, v)}" for n, k, v in NEGATIVE])
+def test_no_optimizer_knob_takes_a_negative_value(home, monkeypatch, capsys, name, knob, value) -> None:
+    """Whether torch checks the knob or not (gamma, min_lr, milestones, lars' eps and trust_coefficient,
+    adabelief's weight_decay: torch and timm take them and train on), one line names it."""
+    code, err, _ = answer(home, monkeypatch, capsys, ["train", *J, f"optim={name}", _override(knob, value)])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"dlcomm: error: optim.{knob}=") and " is invalid" in lines[0], lines[0]
+    assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
+
+
+SCHEDULES = [  # values torch accepts whose schedule makes no sense: (overrides, the line)
+    (
+        ["optim.gamma=0", "optim.schedule=multistep", "optim.milestones=[1]"],
+        "optim.gamma=0.0 is invalid: the multistep",
+    ),
+    (
+        ["optim.warmup_epochs=2.5", "train.epochs=2"],
+        "optim.warmup_epochs=2.5 is invalid: the warm-up is longer than the run",
+    ),
+    (
+        ["optim.schedule=cosine", "optim.lr=0.1", "optim.min_lr=0.2"],
+        "optim.min_lr=0.2 is invalid: the cosine schedule's floor",
+    ),
+    (["optim.trust_coefficient=0"], "optim.trust_coefficient=0.0 is invalid"),
+    (["optim.momentum=1.0"], "optim.momentum=1.0 is invalid: must be below 1.0"),
+]
+SCHEDULE_ROWS = [
+    (name, overrides, expected)
+    for name, knobs in OPTIMIZER_KNOBS.items()
+    for overrides, expected in SCHEDULES
+    if all(item.startswith("train.") or item.split("=")[0].split(".")[1] in _fields(name) for item in overrides)
+]
+
+
+@pytest.mark.parametrize(
+    "name,overrides,expected", SCHEDULE_ROWS, ids=[f"{n} {' '.join(o)}" for n, o, _ in SCHEDULE_ROWS]
+)
+def test_schedule_values_torch_accepts_but_that_make_no_sense_are_refused(
+    home, monkeypatch, capsys, name, overrides, expected
+) -> None:
+    code, err, _ = answer(home, monkeypatch, capsys, ["train", *J, f"optim={name}", *overrides])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: ") and expected in lines[0], lines[0]
+    assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
+
+
+SWEPT = [  # one refusal of torch's per optimizer, and one of the schedule's domain, as a sweep's second element
+    next(
+        (name, setting)
+        for optimizer, setting, _ in TORCH_REFUSES
+        if optimizer == name and len(setting) == 1 and not _declared(name, next(iter(setting)))
+    )
+    for name in OPTIMIZER_KNOBS
+] + [("sgd", {"gamma": -1.0})]
+
+
+@pytest.mark.parametrize("name,setting", SWEPT, ids=[f"{n} {_override(*next(iter(s.items())))}" for n, s in SWEPT])
+def test_a_sweep_with_one_element_torch_refuses_runs_none(home, monkeypatch, capsys, name, setting) -> None:
+    """The sweep used to run its first element, then fail in the ranks of the second."""
+    knob, value = next(iter(setting.items()))
+    default = OPTIMIZER_KNOBS[name][knob]
+    swept = f"optim.{knob}={_text_list(default)},{_text_list(value)}"
+    code, err, seconds = answer(home, monkeypatch, capsys, ["train", "-m", *J, f"optim={name}", swept])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: sweep element [") and f"]: optim.{knob}=" in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    assert not (home / "results").exists(), "the sweep recorded or ran something"
+
+
+def _text_list(value: object) -> str:
+    """A sweep's choice: a list in brackets, without spaces (Hydra's grammar)."""
+    return str(value).replace(" ", "")
 
 
 @pytest.mark.parametrize(

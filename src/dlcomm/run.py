@@ -27,17 +27,20 @@ def check_runnable(cfg: RunConfig) -> None:
     check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.train.plan import UNBOUNDED, check_plan
+    from dlcomm.train.prelaunch import check_rank_objects
 
     algorithm = get_algorithm(cfg.algo.name)
     sizes = dataset_sizes(cfg.dataset)
+    plan = None
     if sizes is not None:
         train_size, test_size = sizes
-        per_epoch, total = check_plan(
+        per_epoch, total = plan = check_plan(
             cfg.train, train_size, cfg.nodes * cfg.workers_per_node, test_size, cfg.dataset.name
         )
         algorithm.check_plan(cfg.algo, per_epoch, total)
         for note in algorithm.plan_notes(cfg.algo, per_epoch, total) if total != UNBOUNDED else []:
             progress.say(f"dlcomm: note: algo={cfg.algo.name}: {note}")
+    check_rank_objects(cfg, plan)  # the optimizer, schedule, precision and compressor, as a rank builds them
     roles = algorithm.roles(cfg.algo)
     if roles and _scales_loss_here(cfg.train):
         raise UserError(
@@ -96,6 +99,13 @@ def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list
             composed[position] = compose(elements[position])
             typed[position] = to_run_config(composed[position])
             validate_run(typed[position])
+        except UserError as error:
+            raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
+    from dlcomm.train.prelaunch import check_rank_objects
+
+    for position in order:  # what torch refuses of each element's knobs (imports torch), before any note
+        try:
+            check_rank_objects(typed[position])
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
     added, shared = comparison_clock(overrides, list(typed.values())) if compare_here else ("", "")

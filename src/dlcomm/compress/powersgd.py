@@ -27,12 +27,12 @@ On the wire: the P and Q factors and the uncompressed tensors, three allreduces 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig
+from dlcomm.config.schema import SEED_MAX, CompressConfig, limits
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +50,9 @@ class PowerSGDConfig(CompressConfig):
     min_compression_rate: float = 2.0  # compress a matrix only when n m > (n + m) r times this
     error_feedback: bool = True  # use_error_feedback: add the last step's compression error to the tensor
     warm_start: bool = True  # reuse the last step's Q (orthogonalised again) instead of drawing a new one
-    random_seed: int = 0  # seeds the numpy generator whose draws seed each new Q (the same on every rank)
+    random_seed: int = field(
+        default=0, metadata=limits(low=0, high=SEED_MAX)
+    )  # seeds the numpy generator whose draws seed each new Q (the same on every rank; numpy takes 0 to 2**32 - 1)
 
 
 def should_compress(n: int, m: int, rank: int, min_rate: float) -> bool:

@@ -235,10 +235,10 @@ class OptimConfig:
     lr: float = MISSING  # the rate of the global (all-worker) mean gradient
     weight_decay: float = 0.0
     schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
-    milestones: List[int] = field(default_factory=list)  # epochs, for multistep
+    milestones: List[int] = field(default_factory=list, metadata=limits(low=0))  # epochs, for multistep
     gamma: float = 0.1  # multistep decay factor
     warmup_epochs: float = 0.0  # linear warm-up from 0 to lr over these epochs
-    min_lr: float = 0.0  # cosine floor
+    min_lr: float = field(default=0.0, metadata=limits(low=0.0))  # cosine floor
 
 
 @dataclass
@@ -246,7 +246,7 @@ class SGDConfig(OptimConfig):
     """sgd: SGD with momentum (torch)."""
 
     lr: float = 0.05
-    momentum: float = 0.9
+    momentum: float = field(default=0.9, metadata=limits(below=1.0))  # torch refuses < 0 itself
     nesterov: bool = False
 
 
@@ -261,7 +261,7 @@ class LarsConfig(SGDConfig):
     warmup_epochs: float = 1.0
     trust_coefficient: float = 0.001  # the layer-wise trust coefficient (the Crossover paper: 0.0025)
     exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
-    eps: float = 1e-8  # added to the trust ratio's denominator
+    eps: float = field(default=1e-8, metadata=limits(low=0.0))  # added to the trust ratio's denominator
 
 
 @dataclass
@@ -278,7 +278,7 @@ class AdaBeliefConfig(AdamConfig):
     """adabelief (timm): the AdaBelief authors' CIFAR settings; for ImageNet they use
     decoupled_weight_decay=true weight_decay=1e-2."""
 
-    weight_decay: float = 0.0005
+    weight_decay: float = field(default=0.0005, metadata=limits(low=0.0))  # timm's AdaBelief does not check it
     decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
     rectify: bool = False  # RAdam's variance rectification
 

@@ -183,6 +183,27 @@ def validate_run(cfg: "RunConfig") -> None:
         optim.warmup_epochs,
         "use 0 (no warm-up) or a positive number of epochs",
     )
+    require(
+        optim.warmup_epochs <= train.epochs,
+        "optim.warmup_epochs",
+        optim.warmup_epochs,
+        f"the warm-up is longer than the run (train.epochs={train.epochs}), so the learning rate would never reach "
+        f"optim.lr; pass optim.warmup_epochs={train.epochs} or less (0: no warm-up)",
+    )
+    require(
+        optim.gamma > 0,
+        "optim.gamma",
+        optim.gamma,
+        "the multistep schedule multiplies the learning rate by gamma at each milestone, so it must stay positive "
+        "(torch does not check it); pass a positive factor, e.g. 0.1",
+    )
+    require(
+        optim.schedule != "cosine" or optim.min_lr <= optim.lr,
+        "optim.min_lr",
+        optim.min_lr,
+        f"the cosine schedule's floor is above optim.lr={optim.lr}, so the learning rate would rise; pass "
+        f"optim.min_lr={optim.lr} or less, e.g. 0",
+    )
     tracking = cfg.tracking
     require(
         str(tracking.experiment).strip() != "",
