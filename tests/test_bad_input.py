@@ -467,6 +467,17 @@ def test_every_value_torch_refuses_for_an_optimizer_is_refused_before_launch_nam
     assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
 
 
+def test_a_refusal_that_names_no_knob_names_the_group_and_quotes_torch() -> None:
+    from dlcomm.config.schema import SGDConfig
+    from dlcomm.train.prelaunch import optimizer_refusal
+
+    line = optimizer_refusal(SGDConfig(name="sgd"), ValueError("Invalid\n  foo   value"))
+    assert line == (
+        "optim.* is invalid for optim=sgd: optim=sgd refuses its settings (Invalid foo value); "
+        "see them with `dlcomm config --explain optim optim=sgd`"
+    )
+
+
 NEGATIVE = [
     (name, knob, [-1] * max(1, len(default)) if isinstance(default, list) else -1)
     for name, knobs in OPTIMIZER_KNOBS.items()
