@@ -101,9 +101,10 @@ def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list
             validate_run(typed[position])
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
-    from dlcomm.train.prelaunch import check_rank_objects
+    from dlcomm.train.prelaunch import check_rank_objects, suspects_first
 
-    for position in order:  # what torch refuses of each element's knobs (imports torch), before any note
+    checked = [order[at] for at in suspects_first([typed[position] for position in order])]
+    for position in checked:  # what torch refuses of each element's knobs (imports torch), before any note
         try:
             check_rank_objects(typed[position])
         except UserError as error:

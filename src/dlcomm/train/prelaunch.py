@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
@@ -93,6 +93,28 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
         raise UserError(
             _refusal("compress", cfg.compress, error, f"{compressor.__module__}.{compressor.__name__}")
         ) from None
+
+
+def suspects_first(configs: Sequence[RunConfig]) -> list[int]:
+    """Indices of ``configs`` in the order a sweep checks them with :func:`check_rank_objects`: first
+    those whose optimizer, built over no parameter, raises before torch's own "optimizer got an empty
+    parameter list" (its argument checks come first), then the rest. The first construction that gets
+    past the arguments loads ``torch._dynamo`` (about 1 s here: ``Optimizer.add_param_group``), so a
+    refused element is refused without waiting for it. Only the order changes: every element is
+    still built in full."""
+    from dlcomm.train.optim import build_optimizer
+
+    def suspect(cfg: RunConfig) -> bool:
+        try:
+            build_optimizer(cfg.optim, [])
+        except REFUSALS as error:
+            return "empty parameter list" not in str(error)
+        except Exception:  # noqa: BLE001 - a plugin's optimizer that needs parameters: its full build tells
+            return False
+        return False
+
+    flagged = [suspect(cfg) for cfg in configs]
+    return [i for i, bad in enumerate(flagged) if bad] + [i for i, bad in enumerate(flagged) if not bad]
 
 
 def optimizer_refusal(optim: Any, error: BaseException) -> str:
