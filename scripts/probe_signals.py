@@ -1,4 +1,4 @@
-"""Replay Ctrl-C and SIGTERM at points from start-up to the end of a run, under each launcher, and
+"""Replay Ctrl-C, SIGTERM, SIGHUP and SIGUSR1 at points from start-up to the end of a run, under each launcher, and
 check what every one leaves (issue 34): the exit code agrees with the recorded status, no
 traceback, the store still opens (as dlcomm itself opens it, and with a query), and no process of
 the run is left.
@@ -10,8 +10,9 @@ Each trial is a first run in a fresh folder (the store is created during it, the
 moment): ``dlcomm train dataset=synthetic model=mlp nodes=2 train.max_steps=N launcher=L`` (under
 SLURM ``nodes=1 workers_per_node=2``). One
 unsignalled run per launcher measures its length T; the points are spread from 3% to 97% of T.
-SIGINT goes to the driver's process group (what a terminal's Ctrl-C does), SIGTERM to the driver
-alone (``kill``). Under ``launcher=slurm`` the driver only submits: its job is waited for before the
+SIGINT goes to the driver's process group (what a terminal's Ctrl-C does), SIGHUP too (what a
+closing terminal or ssh session does), SIGTERM and SIGUSR1 to the driver alone (``kill``, a
+scheduler's notice); ``--signals`` picks some. Under ``launcher=slurm`` the driver only submits: its job is waited for before the
 checks. Everything listens on loopback only and every trial is bounded (``--trial-timeout``).
 
 Accepted outcomes: exit 0 with the run FINISHED (the signal came after every rank had ended, or
@@ -39,7 +40,8 @@ import psutil
 
 JOB = ["dataset=synthetic", "model=mlp"]
 SHAPE = {"slurm": ["nodes=1", "workers_per_node=2"]}  # a one-machine SLURM has one node
-SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM}
+SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP, "USR1": signal.SIGUSR1}
+TO_THE_GROUP = {"INT", "HUP"}  # a terminal signals its foreground process group
 SLURM_JOB = re.compile(r"submitted SLURM job (\d+)")
 
 
@@ -180,8 +182,8 @@ def run_trial(
         time.sleep(max(0.0, at_s - (time.monotonic() - started)))
         if driver.poll() is None:
             trial.sent = True
-            if signame == "INT":
-                os.killpg(driver.pid, SIGNALS[signame])  # a terminal's Ctrl-C: the foreground group
+            if signame in TO_THE_GROUP:
+                os.killpg(driver.pid, SIGNALS[signame])  # a terminal's Ctrl-C or hang-up: the foreground group
             else:
                 driver.send_signal(SIGNALS[signame])
     try:
@@ -222,9 +224,12 @@ def _slurm_up() -> bool:
 
 def table(trials: list[Trial], lengths: dict[str, float]) -> str:
     """Markdown: one row per launcher and point, the outcomes of each signal over the repeats."""
+    signames = list(dict.fromkeys(trial.signame for trial in trials))
     lines = [
-        "| launcher | point (s after start) | SIGINT: exit status (count) | SIGTERM: exit status (count) | problems |",
-        "|---|---|---|---|---|",
+        "| launcher | point (s after start) | "
+        + " | ".join(f"SIG{name}: exit status (count)" for name in signames)
+        + " | problems |",
+        "|---|---|" + "---|" * len(signames) + "---|",
     ]
     by_row = collections.defaultdict(list)
     for trial in trials:
@@ -233,12 +238,12 @@ def table(trials: list[Trial], lengths: dict[str, float]) -> str:
         by_row.items(), key=lambda item: (list(lengths).index(item[0][0]), item[0][1])
     ):
         cells = []
-        for signame in SIGNALS:
+        for signame in signames:
             counts = collections.Counter(t.outcome for t in row if t.signame == signame)
             cells.append(", ".join(f"{outcome} ({n})" for outcome, n in sorted(counts.items())) or "-")
         problems = sum(bool(t.problems()) for t in row)
         lines.append(
-            f"| {launcher} | {point + 1}: {row[0].at_s:.1f} of {lengths[launcher]:.1f} | {cells[0]} | {cells[1]} "
+            f"| {launcher} | {point + 1}: {row[0].at_s:.1f} of {lengths[launcher]:.1f} | {' | '.join(cells)} "
             f"| {problems} |"
         )
     return "\n".join(lines)
@@ -254,9 +259,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300, help="train.max_steps of the probed run")
     parser.add_argument("--trial-timeout", type=float, default=180.0)
     parser.add_argument("--out", type=Path, help="also write the table (markdown) here")
+    parser.add_argument("--signals", default=",".join(SIGNALS), help=f"comma-separated, of {', '.join(SIGNALS)}")
     args = parser.parse_args()
     if args.points < 1 or args.repeats < 1:
         parser.error("--points and --repeats must be at least 1")
+    signals = [name for name in args.signals.split(",") if name]
+    if not signals or set(signals) - set(SIGNALS):
+        parser.error(f"--signals takes names of {', '.join(SIGNALS)}")
     launchers = [name for name in args.launchers.split(",") if name]
     if "slurm" in launchers and not _slurm_up():
         print("probe_signals: no SLURM answers (scripts/slurm_local.sh up starts one): slurm skipped", file=sys.stderr)
@@ -270,7 +279,7 @@ def main() -> int:
         lengths[launcher] = _measure(root, launcher, args.steps, args.trial_timeout)
         step = 0.94 / max(1, args.points - 1)
         points = [lengths[launcher] * (0.03 + step * k) for k in range(args.points)]
-        plan = [(signame, k, at) for _ in range(args.repeats) for signame in SIGNALS for k, at in enumerate(points)]
+        plan = [(signame, k, at) for _ in range(args.repeats) for signame in signals for k, at in enumerate(points)]
         for signame, k, at in tqdm(plan, desc=f"launcher={launcher} (T={lengths[launcher]:.1f} s)", file=sys.stderr):
             trial = run_trial(root, launcher, signame, k, at, args.steps, args.trial_timeout)
             trials.append(trial)
@@ -281,7 +290,7 @@ def main() -> int:
     corrupt = sum(t.store.startswith("corrupt") for t in trials)
     left = sum(len(t.left) for t in trials)
     summary = (
-        f"{len(trials)} trials ({', '.join(launchers)}; {args.points} points x 2 signals x {args.repeats} repeats): "
+        f"{len(trials)} trials ({', '.join(launchers)}; {args.points} points x {len(signals)} signals x {args.repeats} repeats): "
         f"{corrupt} corrupt stores, {left} leftover processes, {len(broken)} trials with a problem, "
         f"{sum(not t.sent for t in trials)} signals not sent (the driver had exited)"
     )
