@@ -172,6 +172,8 @@ def test_report_sweep_refuses_what_is_not_a_sweep_in_one_line(home, cli_here) ->
         ([f"sweep={run.run_id}"], "is a run, not a sweep's parent"),
         (["sweep=0123456789abcdef0123456789abcdef"], "is not a run of"),
         (["sweep=last", "experiment=dlcomm"], "reports one sweep: drop experiment= and --all"),
+        # both named: the line says they conflict (it once asked for what was passed)
+        (["experiment=dlcomm", "--all"], "--all reports every experiment: drop experiment=dlcomm (or --all)"),
     ):
         bad = cli_here(home, "report", *settings)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr

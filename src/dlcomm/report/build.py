@@ -462,6 +462,8 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
             raise UserError(f"sweep={known['sweep']} reports one sweep: drop experiment= and --all")
         yield from _report_sweep(uri, known["sweep"], Path(known["out"]) if known["out"] else results_dir())
         return
+    if every and known["experiment"]:
+        raise UserError(f"--all reports every experiment: drop experiment={known['experiment']} (or --all)")
     if every == bool(known["experiment"]):
         raise UserError(
             "name one experiment (experiment=<name>), one sweep (sweep=<parent run id> or sweep=last), or pass --all"
