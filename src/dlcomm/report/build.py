@@ -111,7 +111,7 @@ def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
     return DEFAULT_BASELINE
 
 
-def _clock_sentence(table: pd.DataFrame) -> str:
+def clock_sentence(table: pd.DataFrame) -> str:
     """Which columns repeat: the wall clock's never; the simulated clock's where compute was charged
     from a profile (``sim_clock``)."""
     clocks = set(table.get("sim_clock", pd.Series(dtype=str)).fillna("")) - {""}
@@ -166,7 +166,7 @@ def _markdown(
         f"tags and last metric values; `{histories}`: the curves the figures draw), as exported from MLflow; "
         "`dlcomm report --from <this folder>` redraws it without the store. Mean ± standard deviation over "
         f"seeds (n/a for a single seed); speedup and MA-acceleration against `{baseline}` in the same setting. "
-        + _clock_sentence(table),
+        + clock_sentence(table),
         "",
         shown.to_markdown(index=False),
         "",

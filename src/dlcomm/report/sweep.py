@@ -35,7 +35,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -140,13 +140,13 @@ def parent_metrics(table: pd.DataFrame) -> dict[str, float]:
 
 
 def parent_description(
-    parent: pd.Series | Any, table: pd.DataFrame, figures: list[Path], view: str, notes: list[str] = ()
+    parent: Any, table: pd.DataFrame, figures: list[Path], view: str, notes: Sequence[str] = ()
 ) -> str:
     """The sweep's comparison as its parent run's description (markdown on the run's page): the
     table with every column, the clock it is on, its figures as images (from the parent's
     artifacts), why a figure is missing (``notes``: the lines of table.md), and a link to the runs
     list ``view`` (its children grouped by method)."""
-    from dlcomm.report.build import _clock_sentence as clock_sentence
+    from dlcomm.report.build import clock_sentence
     from dlcomm.report.table import presentable
     from dlcomm.tracking.ui import artifact_image, fit_description
 
