@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 import time
 
 import torch
@@ -899,18 +900,19 @@ def compressed_resume(
     return {"straight": _flat(straight[0]).numpy().copy(), "resumed": _flat(resumed[0]).numpy().copy()}
 
 
-class _SlowToFree:
-    """Holds the thread that frees it for ``seconds`` (while what was freed beside it still waits)."""
+class _FreedAfter:
+    """Holds the thread that frees it until ``event`` is set (10 s at most), while what was freed
+    beside it still waits."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
 
     def __del__(self) -> None:
-        time.sleep(self.seconds)
+        self.event.wait(timeout=10.0)
 
 
-def _callback_holding(group, slow: _SlowToFree):
-    # a tuple's items are freed last first: ``slow`` sleeps while ``group`` is still held
+def _callback_holding(group, slow: _FreedAfter):
+    # a tuple's items are freed last first: ``slow`` waits while ``group`` is still held
     def callback(future, held=(group, slow)):
         return future.value()
 
@@ -919,26 +921,30 @@ def _callback_holding(group, slow: _SlowToFree):
 
 def group_freed_on_a_gloo_thread(cluster, channel, held: bool) -> float:
     """An all-reduce whose ``then`` callback holds the world group, as ``powerSGD_hook``'s do: gloo
-    frees the callback on its worker thread, here 1 s after the chained future is done, by when this
-    rank has returned and its job been closed; the process stays 2 s more on its way out
-    (a multiprocessing exit finalizer). Unless the main thread still holds the group (``held``:
-    the harness's hold; not ``held``: the hold undone on the way out), the worker's reference is the
-    last."""
+    frees the callback on its worker thread, and here that free waits until this rank has returned,
+    its job been closed and its process reached a multiprocessing exit finalizer, which then stays
+    2 s. Unless the main thread still holds the group (``held``: the harness's hold; not ``held``: the
+    hold undone in that finalizer, before it lets the free go on), the worker's reference is the last.
+    The order is made by an event, not by sleeps: timed, a loaded machine once let the free come
+    first (CI at 07667b4: "DID NOT RAISE" with the suite alone)."""
     from multiprocessing import util
 
     import torch.distributed as dist
 
     from dlcomm.launch import harness
 
+    on_its_way_out = threading.Event()
+
     def on_the_way_out() -> None:
         if not held:
             harness._HELD_UNTIL_EXIT.clear()
+        on_its_way_out.set()
         time.sleep(2.0)
 
     util.Finalize(None, on_the_way_out, exitpriority=100)
     total = torch.ones(1)
     work = dist.all_reduce(total, group=dist.group.WORLD, async_op=True)
-    chained = work.get_future().then(_callback_holding(dist.group.WORLD, _SlowToFree(1.0)))
+    chained = work.get_future().then(_callback_holding(dist.group.WORLD, _FreedAfter(on_its_way_out)))
     return float(chained.wait()[0][0])
 
 
