@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import SEED_MAX, CompressConfig, limits
+from dlcomm.config.schema import SEED_MAX, CompressConfig, domain
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +51,7 @@ class PowerSGDConfig(CompressConfig):
     error_feedback: bool = True  # use_error_feedback: add the last step's compression error to the tensor
     warm_start: bool = True  # reuse the last step's Q (orthogonalised again) instead of drawing a new one
     random_seed: int = field(
-        default=0, metadata=limits(low=0, high=SEED_MAX)
+        default=0, metadata=domain(low=0, high=SEED_MAX)
     )  # seeds the numpy generator whose draws seed each new Q (the same on every rank; numpy takes 0 to 2**32 - 1)
 
 

@@ -19,12 +19,41 @@ from omegaconf import MISSING
 SEED_MAX = 2**32 - 1  # a rank seeds torch with seed * 100_003 + 1 + rank, which must stay below 2**64
 
 
-def limits(*, low: Any = None, high: Any = None, below: Any = None, length: Optional[int] = None) -> Dict[str, Any]:
-    """Metadata of a field whose value (each element, for a list) the pass over the composed config
-    checks (:func:`dlcomm.config.validate.check_values`): ``low <= value <= high``, ``value <
-    below``, and for a list ``len(value) == length``. Every float is also checked finite and every
-    integer to fit 64 bits, declared or not."""
-    return {"limits": {"low": low, "high": high, "below": below, "length": length}}
+def domain(
+    *,
+    low: Any = None,
+    high: Any = None,
+    below: Any = None,
+    length: Optional[int] = None,
+    one_of: Optional[Tuple[str, ...]] = None,
+    pattern: Optional[str] = None,
+    max_chars: Optional[int] = None,
+    anything: Optional[str] = None,
+    means: str = "",
+) -> Dict[str, Any]:
+    """Metadata declaring the values a field takes, checked for every run and every element of a
+    sweep while composing (:func:`dlcomm.config.validate.check_values`), before anything runs or
+    is recorded. For a number (each element, for a list): ``low <= value <= high`` and ``value <
+    below``; for a list ``len(value) == length``; for a string: ``value in one_of``, ``value``
+    matching ``pattern`` whole (:func:`re.fullmatch`) and at most ``max_chars`` characters.
+    ``anything`` says why every value of the type is fine (a free label, or checked where it is
+    used, naming where). ``means`` is the field's own words, put before the rule in the refusal
+    (``train.batch_size=0 is invalid: the per-worker batch must be 1 or more, e.g. 64``). Every float
+    is also checked finite and every integer to fit 64 bits, declared or not; ``tests/test_domains.py``
+    walks every schema and fails for a number, string, list or mapping field with no domain."""
+    declared = {
+        "low": low,
+        "high": high,
+        "below": below,
+        "length": length,
+        "one_of": one_of,
+        "pattern": pattern,
+        "max_chars": max_chars,
+        "anything": anything,
+    }
+    if all(value is None for value in declared.values()):
+        raise ValueError("domain() needs a rule or anything='why every value is fine'")
+    return {"limits": {**declared, "means": means}}
 
 
 class Choice(str, Enum):
@@ -144,7 +173,7 @@ class ResNetConfig(ModelConfig):
 class MLPConfig(ModelConfig):
     """mlp: flatten, hidden widths with ReLU, logits."""
 
-    hidden: List[int] = field(default_factory=lambda: [512, 256], metadata=limits(low=1))  # hidden widths
+    hidden: List[int] = field(default_factory=lambda: [512, 256], metadata=domain(low=1))  # hidden widths
     dropout: float = 0.0  # after each hidden ReLU
 
 
@@ -235,10 +264,10 @@ class OptimConfig:
     lr: float = MISSING  # the rate of the global (all-worker) mean gradient
     weight_decay: float = 0.0
     schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
-    milestones: List[int] = field(default_factory=list, metadata=limits(low=0))  # epochs, for multistep
+    milestones: List[int] = field(default_factory=list, metadata=domain(low=0))  # epochs, for multistep
     gamma: float = 0.1  # multistep decay factor
     warmup_epochs: float = 0.0  # linear warm-up from 0 to lr over these epochs
-    min_lr: float = field(default=0.0, metadata=limits(low=0.0))  # cosine floor
+    min_lr: float = field(default=0.0, metadata=domain(low=0.0))  # cosine floor
 
 
 @dataclass
@@ -246,7 +275,7 @@ class SGDConfig(OptimConfig):
     """sgd: SGD with momentum (torch)."""
 
     lr: float = 0.05
-    momentum: float = field(default=0.9, metadata=limits(below=1.0))  # torch refuses < 0 itself
+    momentum: float = field(default=0.9, metadata=domain(below=1.0))  # torch refuses < 0 itself
     nesterov: bool = False
 
 
@@ -261,7 +290,7 @@ class LarsConfig(SGDConfig):
     warmup_epochs: float = 1.0
     trust_coefficient: float = 0.001  # the layer-wise trust coefficient (the Crossover paper: 0.0025)
     exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
-    eps: float = field(default=1e-8, metadata=limits(low=0.0))  # added to the trust ratio's denominator
+    eps: float = field(default=1e-8, metadata=domain(low=0.0))  # added to the trust ratio's denominator
 
 
 @dataclass
@@ -269,7 +298,7 @@ class AdamConfig(OptimConfig):
     """adam, adamw (torch); adamw.yaml sets AdamW's weight decay."""
 
     lr: float = 0.001
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=limits(low=0.0, below=1.0, length=2))
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2))
     eps: float = 1e-8
 
 
@@ -278,7 +307,7 @@ class AdaBeliefConfig(AdamConfig):
     """adabelief (timm): the AdaBelief authors' CIFAR settings; for ImageNet they use
     decoupled_weight_decay=true weight_decay=1e-2."""
 
-    weight_decay: float = field(default=0.0005, metadata=limits(low=0.0))  # timm's AdaBelief does not check it
+    weight_decay: float = field(default=0.0005, metadata=domain(low=0.0))  # timm's AdaBelief does not check it
     decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
     rectify: bool = False  # RAdam's variance rectification
 
@@ -345,20 +374,20 @@ class NetworkConfig:
     compute: ComputeSource = ComputeSource.profile
     compute_profile: str = ""  # a profile file (`dlcomm profile --out F`) to use; "": profiled before training, cached
     compute_ms: float = field(
-        default=0.0, metadata=limits(low=0.0)
+        default=0.0, metadata=domain(low=0.0)
     )  # > 0: a step's compute outright (e.g. a paper's GPU step)
     # stragglers (simulate): a lognormal factor of mean 1 and this coefficient of variation on every
     # rank's step, drawn from (seed, rank, step); 0: every rank computes for the same time
-    compute_jitter: float = field(default=0.0, metadata=limits(low=0.0, high=4.0))
+    compute_jitter: float = field(default=0.0, metadata=domain(low=0.0, high=4.0))
     rank_compute_scale: List[float] = field(
-        default_factory=list, metadata=limits(low=0.0)
+        default_factory=list, metadata=domain(low=0.0)
     )  # one factor per rank; []: all 1
-    straggler_prob: float = field(default=0.0, metadata=limits(low=0.0, high=1.0))  # chance a rank's step is slowed ...
-    straggler_slowdown: float = field(default=1.0, metadata=limits(low=1.0))  # ... by this factor
+    straggler_prob: float = field(default=0.0, metadata=domain(low=0.0, high=1.0))  # chance a rank's step is slowed ...
+    straggler_slowdown: float = field(default=1.0, metadata=domain(low=1.0))  # ... by this factor
     # how collectives are charged: nccl (the algorithm NCCL picks for the size: ring or tree allreduce,
     # pipelined chain for reduce and broadcast, plus a launch overhead) | textbook (closed forms, docs/network.md)
     collectives: Collectives = Collectives.nccl
-    launch_us: float = field(default=0.0, metadata=limits(low=0.0))  # per collective under collectives=nccl; see docs
+    launch_us: float = field(default=0.0, metadata=domain(low=0.0))  # per collective under collectives=nccl; see docs
 
 
 @dataclass
@@ -375,7 +404,7 @@ class ProcessLauncherConfig(LauncherConfig):
     """The launchers whose ranks are processes joined by a gloo or NCCL process group (local, slurm, srun)."""
 
     comm_timeout_s: float = field(
-        default=300.0, metadata=limits(low=1.0)
+        default=300.0, metadata=domain(low=1.0)
     )  # seconds a collective or message may wait before the run fails (a lost host or link)
 
 
@@ -435,7 +464,7 @@ class DebugConfig:
 class RunConfig:
     nodes: int = 4
     workers_per_node: int = 1
-    seed: int = field(default=0, metadata=limits(low=0, high=SEED_MAX))
+    seed: int = field(default=0, metadata=domain(low=0, high=SEED_MAX))
     algo: Any = MISSING
     task: TaskConfig = MISSING
     model: ModelConfig = MISSING

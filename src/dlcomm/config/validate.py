@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 from dlcomm.errors import UserError
@@ -39,9 +40,9 @@ def check_groups(cfg: Any, schema: type) -> None:
 
 def check_values(node: Any, prefix: str = "") -> None:
     """One pass over a composed, resolved config: every float finite, every integer within 64
-    bits, and the ranges and list lengths a schema declares with :func:`dlcomm.config.schema.limits`
-    (each element of a list against its field's range). The first value out is one line: the key,
-    the value, the rule and the schema's default as an example."""
+    bits, and the domain each schema field declares with :func:`dlcomm.config.schema.domain`
+    (each element of a list against its field's domain). The first value out is one line: the key,
+    the value, the field's own words and rule, and the schema's default as an example."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     schema = OmegaConf.get_type(node)
@@ -61,9 +62,9 @@ def check_values(node: Any, prefix: str = "") -> None:
             require(length is None or len(items) == length, name, items, f"give {length} values, e.g. {example}")
             for item in items:
                 if not isinstance(item, (DictConfig, ListConfig)):
-                    _check_number(name, items, item, rules, "each value ", example)
+                    _check_scalar(name, items, item, rules, "each value ", example)
         else:
-            _check_number(name, value, value, rules, "", example)
+            _check_scalar(name, value, value, rules, "", example)
 
 
 def _default(spec: Any) -> Any:
@@ -74,25 +75,61 @@ def _default(spec: Any) -> Any:
     return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None
 
 
+def _check_scalar(name: str, shown: Any, value: Any, rules: Mapping[str, Any], each: str, example: Any) -> None:
+    if isinstance(value, str):
+        _check_text(name, shown, value, rules, each, example)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        _check_number(name, shown, value, rules, each, example)
+
+
+def _subject(rules: Mapping[str, Any], each: str) -> str:
+    """``the per-worker batch `` (the field's own words), ``each value `` for a list's elements."""
+    means = rules.get("means") or ""
+    return f"{means} " if means and not each else f"{each}{'of ' + means + ' ' if means else ''}"
+
+
+def _check_text(name: str, shown: Any, value: str, rules: Mapping[str, Any], each: str, example: Any) -> None:
+    subject = _subject(rules, each)
+    one_of, pattern, max_chars = rules.get("one_of"), rules.get("pattern"), rules.get("max_chars")
+    if one_of is not None:
+        words = list(one_of)
+        listed = ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+        require(value in one_of, name, shown, f"{subject}must be {listed}")
+    if max_chars is not None:
+        require(
+            len(value) <= max_chars,
+            name,
+            _shortened(shown),
+            f"{subject}must be at most {max_chars} characters (it has {len(value)})",
+        )
+    if pattern is not None:
+        hint = f", e.g. {example}" if example not in (None, "") else ""
+        require(re.fullmatch(pattern, value) is not None, name, _shortened(shown), f"{subject}must match {pattern}{hint}")
+
+
+def _shortened(value: Any) -> Any:
+    """A long string shown by its first 40 characters (a refusal stays one readable line)."""
+    return f"{value[:40]}... ({len(value)} characters)" if isinstance(value, str) and len(value) > 60 else value
+
+
 def _check_number(name: str, shown: Any, value: Any, rules: Mapping[str, Any], each: str, example: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
+    subject = _subject(rules, each)
     hint = f", e.g. {example}" if example not in (None, [], "") else ""
     low, high, below = rules.get("low"), rules.get("high"), rules.get("below")
     ok = (low is None or value >= low) and (high is None or value <= high) and (below is None or value < below)
     if not ok:
         if below is not None:
-            rule = f"{each}must be in [{low}, {below})" if low is not None else f"{each}must be below {below}"
+            rule = f"{subject}must be in [{low}, {below})" if low is not None else f"{subject}must be below {below}"
         elif high is not None:
-            rule = f"{each}must be from {low} to {high}" if low is not None else f"{each}must be {high} or less"
+            rule = f"{subject}must be from {low} to {high}" if low is not None else f"{subject}must be {high} or less"
         else:
-            rule = f"{each}must be {low} or more"
+            rule = f"{subject}must be {low} or more"
         require(False, name, shown, rule + hint)
     if isinstance(value, float):
-        require(math.isfinite(value), name, shown, f"{each}must be a finite number (not nan or inf){hint}")
+        require(math.isfinite(value), name, shown, f"{subject}must be a finite number (not nan or inf){hint}")
     else:
         require(
-            -INT64 <= value < INT64, name, shown, f"{each}must be a whole number of at most 64 bits (below 2**63){hint}"
+            -INT64 <= value < INT64, name, shown, f"{subject}must be a whole number of at most 64 bits (below 2**63){hint}"
         )
 
 

@@ -1,0 +1,121 @@
+"""Every knob declares the values it takes (issue 49): a walk over every field of every schema
+(each group's, each choice's, the installed plugins' included) finds none without a domain, and
+each declared domain refuses a value just outside it in one line that names the key.
+
+A domain is declared with :func:`dlcomm.config.schema.domain` (a range, an allowed set, a pattern, a
+length, or ``anything=`` with the reason every value is fine). Booleans and :class:`Choice` enums are
+closed by their type, nested schemas are walked, and a ``name`` field is the choice itself, which
+Hydra's defaults list and the group's registry refuse when unknown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+import typing
+
+import pytest
+from omegaconf import OmegaConf
+
+from dlcomm.compose import all_schemas
+from dlcomm.config.validate import check_values
+from dlcomm.errors import UserError
+
+CLOSED_BY_TYPE = (bool,)
+
+
+def _walk(schema: type, prefix: str, seen: set[type], found: list[tuple[str, type, dataclasses.Field, object]]) -> None:
+    hints = typing.get_type_hints(schema)
+    for item in dataclasses.fields(schema):
+        kind = hints[item.name]
+        if dataclasses.is_dataclass(kind):
+            if kind not in seen:
+                seen.add(kind)
+                _walk(kind, f"{prefix}{item.name}.", seen, found)
+            continue
+        found.append((f"{prefix}{item.name}", schema, item, kind))
+
+
+def _fields() -> list[tuple[str, type, dataclasses.Field, object]]:
+    found: list[tuple[str, type, dataclasses.Field, object]] = []
+    seen: set[type] = set()
+    for group, _, schema in all_schemas():
+        if schema not in seen:
+            seen.add(schema)
+            _walk(schema, f"{group}." if group else "", seen, found)
+    return found
+
+
+FIELDS = _fields()
+
+
+def _needs_a_domain(item: dataclasses.Field, kind: object) -> bool:
+    if item.name == "name" or kind in CLOSED_BY_TYPE:
+        return False
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return False
+    return not (item.name == "algo" and kind is typing.Any)  # RunConfig.algo: a group, walked as each algorithm's Config
+
+
+def test_every_field_of_every_schema_declares_its_domain() -> None:
+    missing = [
+        f"{key} ({schema.__module__}.{schema.__qualname__})"
+        for key, schema, item, kind in FIELDS
+        if _needs_a_domain(item, kind) and "limits" not in item.metadata
+    ]
+    assert len(FIELDS) > 200  # the walk reached every group's schemas
+    assert not missing, f"{len(missing)} fields without a declared domain:\n" + "\n".join(missing)
+
+
+def _outside(rules: dict, kind: object) -> list[object]:
+    """Values of the field's type just outside its declared domain."""
+    element = typing.get_args(kind)[0] if typing.get_origin(kind) in (list, typing.List) else kind
+    values: list[object] = []
+    if element is int:
+        if rules.get("low") is not None:
+            values.append(int(math.ceil(rules["low"])) - 1)
+        if rules.get("high") is not None:
+            values.append(int(math.floor(rules["high"])) + 1)
+        if rules.get("below") is not None:
+            values.append(int(math.ceil(rules["below"])))
+    elif element is float:
+        for bound, step in (("low", -1), ("high", 1)):
+            if rules.get(bound) is not None:
+                values.append(float(rules[bound]) + step * max(1e-3, abs(float(rules[bound])) * 1e-3))
+        if rules.get("below") is not None:
+            values.append(float(rules["below"]))
+    elif element is str:
+        if rules.get("one_of"):
+            values.append("not-" + rules["one_of"][0])
+        if rules.get("max_chars") is not None:
+            values.append("x" * (rules["max_chars"] + 1))
+        if rules.get("pattern"):
+            values += [text for text in ("", " ", "a b", "../up", "x" * 300) if not re.fullmatch(rules["pattern"], text)][:1]
+    return values
+
+
+def _cases() -> list[tuple[str, type, str, object]]:
+    cases = []
+    for key, schema, item, kind in FIELDS:
+        rules = item.metadata.get("limits")
+        if rules:
+            cases += [(key, schema, item.name, value) for value in _outside(rules, kind)]
+    return cases
+
+
+CASES = _cases()
+
+
+def test_the_generated_cases_reach_most_fields() -> None:
+    assert len({key for key, *_ in CASES}) >= 100
+
+
+@pytest.mark.parametrize("key,schema,field_name,value", CASES, ids=[f"{k}={str(v)[:20]}" for k, _, _, v in CASES])
+def test_a_value_just_outside_a_declared_domain_is_refused_naming_the_key(key, schema, field_name, value) -> None:
+    node = OmegaConf.structured(schema)
+    node[field_name] = [value] if OmegaConf.is_list(node[field_name]) else value
+    prefix = key[: -len(field_name)]
+    with pytest.raises(UserError, match=rf"^{re.escape(key)}=.* is invalid: "):
+        check_values(node, prefix)
