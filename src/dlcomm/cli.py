@@ -235,6 +235,10 @@ def _main(argv: list[str], own_process: bool) -> int:
         what = "the sweep" if args.multirun else "the run"
         progress.begin().stage(f"checking {what} ({' '.join(args.overrides) or 'defaults'})")
     try:
+        if hasattr(args, "overrides"):
+            from dlcomm.compose import check_overrides
+
+            check_overrides(args.overrides)
         if args.command == "config":
             return _show_config(args.overrides, args.explain)
         if args.command == "sweep":

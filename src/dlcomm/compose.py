@@ -68,6 +68,36 @@ def register_schemas() -> None:
             _STORED[(group, name)] = node
 
 
+def check_overrides(overrides: list[str]) -> None:
+    """Refuse what the command line says that dlcomm would silently drop: a key given twice (Hydra
+    keeps the last; in a sweep ``seed=1,2 seed=3,4`` would drop the first list) and Hydra's own
+    ``hydra.*`` settings (dlcomm composes with Hydra's compose API, which has no run directory,
+    logging or launcher of its own to set: runs go to results/ and MLflow, the launcher is
+    ``launcher=``). An override Hydra's grammar cannot read is left to :func:`compose` to word."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return
+    given: dict[str, str] = {}
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/"):
+            raise UserError(
+                f"{override.input_line} is a setting of Hydra's own that dlcomm does not use (it composes the "
+                "configuration itself: runs are recorded in MLflow and results/, processes start with launcher=); "
+                "leave it out (see the settings with `dlcomm config`)"
+            )
+        if key in given:
+            raise UserError(
+                f"{key} is given twice ({given[key]} and {override.input_line}); give it once"
+                " (in a sweep, one key=a,b,c lists all its values)"
+            )
+        given[key] = override.input_line
+
+
 def compose(overrides: list[str]) -> DictConfig:
     """The typed, composed run configuration; composition errors become one-line UserErrors."""
     from hydra.errors import HydraException, OverrideParseException

@@ -8,7 +8,7 @@ from dlcomm import progress
 from dlcomm.compose import compose
 from dlcomm.config.schema import RunConfig
 from dlcomm.config.typed import to_run_config
-from dlcomm.config.validate import validate_run
+from dlcomm.config.validate import check_fault_injection, validate_run
 from dlcomm.errors import UserError
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
@@ -42,6 +42,7 @@ def check_runnable(cfg: RunConfig) -> None:
             progress.say(f"dlcomm: note: algo={cfg.algo.name}: {note}")
     check_rank_objects(cfg, plan)  # the optimizer, schedule, precision and compressor, as a rank builds them
     roles = algorithm.roles(cfg.algo)
+    check_fault_injection(cfg, roles, None if plan is None or plan[1] == UNBOUNDED else plan[1])
     if roles and _scales_loss_here(cfg.train):
         raise UserError(
             f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "

@@ -9,6 +9,7 @@ knob the chosen model lacks can name the models that have it (:func:`foreign_kno
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -84,16 +85,29 @@ def schema_of(group: str, choice: str) -> type:
     return choice_schemas(group).get(choice) or BASES[group]
 
 
-def check_knobs(cfg: Any) -> None:
-    """Refuse a key of ``model``/``dataset``/``optim`` that the chosen schema lacks, which Hydra
-    lets in when appended (``+model.embed_dim=8``): one line naming the choices that have it."""
-    for group in CHOICE_GROUPS:
-        node = cfg[group]
-        schema = OmegaConf.get_type(node)
-        own = set(knobs(schema)) if schema is not None and dataclasses.is_dataclass(schema) else set(node)
-        for key in node:
-            if key not in own:
-                raise UserError(
-                    foreign_knob(group, str(key), str(node.name))
-                    or f"{group}.{key} is not a knob of {group}={node.name}: see its knobs with `dlcomm config {group}={node.name}`"
-                )
+def check_knobs(cfg: Any, prefix: str = "") -> None:
+    """Refuse a key that no schema declares, which Hydra lets in when appended (``+model.embed_dim=8``,
+    ``+algo.foo=1``, ``+train.foo=1``, ``+foo=1``): dlcomm would carry it and read nothing. One line:
+    for ``model``/``dataset``/``optim`` the choices that have the knob, elsewhere the key nearest it."""
+    schema = OmegaConf.get_type(cfg)
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return
+    own = knobs(schema)
+    for key in cfg:
+        if str(key) not in own:
+            raise UserError(_unknown_knob(cfg, prefix, str(key), own))
+        if not (OmegaConf.is_missing(cfg, key) or OmegaConf.is_interpolation(cfg, key)) and OmegaConf.is_dict(cfg[key]):
+            check_knobs(cfg[key], f"{prefix}{key}.")
+
+
+def _unknown_knob(node: Any, prefix: str, key: str, own: List[str]) -> str:
+    group = prefix.rstrip(".")
+    if "name" in own and not OmegaConf.is_missing(node, "name"):  # a group's choice: algo=..., model=...
+        choice = node.name
+        return foreign_knob(group, key, str(choice)) or (
+            f"{group}.{key} is not a knob of {group}={choice}: see its knobs with `dlcomm config {group}={choice}`"
+        )
+    near = difflib.get_close_matches(key, own, n=1)
+    where = group or "the configuration"
+    hint = f"did you mean {prefix}{near[0]}? " if near else ""
+    return f"{prefix}{key} is not a dlcomm setting ({where} has no {key}): {hint}see the settings with `dlcomm config`"
