@@ -74,3 +74,26 @@ def check_writable(folder: Path, setting: str, fix: str) -> None:
             pass
     except OSError as error:
         raise UserError(f"{setting} cannot be written: {folder}: {error.strerror or error}; {fix}") from None
+
+
+def entry_name(name: str) -> str:
+    """``name`` as one entry of a folder, never a way out of it: a separator (``/``, ``\\``) or a
+    control character becomes ``_``, and a name that is empty or starts with ``.`` (``..``, a
+    hidden file) gets a leading ``_``. A name that is already safe comes back as it is."""
+    safe = "".join(
+        "_" if character in "/\\" or ord(character) < 32 or character == "\x7f" else character for character in name
+    )
+    return f"_{safe}" if not safe or safe.startswith(".") else safe
+
+
+def inside(folder: Path, path: Path, setting: str) -> Path:
+    """``path`` when it resolves (links followed) under ``folder``; else one line naming
+    ``setting``: every folder dlcomm writes a user-named thing into is checked with this."""
+    from dlcomm.errors import UserError
+
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise UserError(
+            f"{setting} would write to {path.resolve()}, outside {folder.resolve()}; pick a name without "
+            "'/', '\\' or '..' (or remove the link that leads out of the folder)"
+        )
+    return path

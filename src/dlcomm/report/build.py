@@ -439,7 +439,7 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
     its run data instead (``--from results/<experiment>``; then only ``out=`` applies, the root
     the experiment's folder is written under). Yields a line as each experiment is reported,
     after a line naming its lost runs, if any (:func:`loose_ends`)."""
-    from dlcomm.paths import check_writable, home_setting, results_dir
+    from dlcomm.paths import check_writable, entry_name, home_setting, inside, results_dir
     from dlcomm.report.runs import experiment_names
     from dlcomm.settings import parse_settings
     from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
@@ -480,7 +480,8 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
     found = _open_runs(uri, "" if every else known["experiment"])
     for experiment in experiments:
         yield from loose_ends(found, experiment)
-        _, written = write_report(experiment, uri, root / experiment)
+        folder = inside(root, root / entry_name(experiment), f"experiment={experiment}")
+        _, written = write_report(experiment, uri, folder)
         yield f"{experiment}: wrote {', '.join(str(path) for path in written)}"
     for experiment in sorted({v.run.experiment for v in found.lost + found.unchecked} - set(experiments)):
         yield from loose_ends(found, experiment)

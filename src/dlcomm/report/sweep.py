@@ -208,6 +208,7 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
 def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
     """Summarise the sweep ``which`` (a parent run id or ``last``) into ``root/sweeps/<parent>/``
     and log it to the parent run; its parent run id and the files written."""
+    from dlcomm.paths import entry_name
     from dlcomm.report.build import write_report
     from dlcomm.report.groups import assign
     from dlcomm.report.runs import find_sweep, load_sweep_runs
@@ -217,7 +218,7 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
     table, files = write_report(
         experiment,
         uri,
-        root / "sweeps" / parent,
+        root / "sweeps" / entry_name(parent),
         runs=runs,
         command=f"dlcomm report sweep={parent}",
         title=f"sweep {parent[:8]} ({experiment})",
