@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from dlcomm import progress
+from dlcomm import progress, secrets
 from dlcomm.errors import EXIT_USAGE, UserError
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.streams import forgive_streams
@@ -193,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None  # the `dlcomm` command itself, not a caller inside its own program
     if own_process:  # a closed terminal, a full disk or a closed stdout never fails a run (dlcomm.streams)
         forgive_streams()
-    code = _main(list(sys.argv[1:] if argv is None else argv), own_process)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    secrets.remember(" ".join(arguments))  # a tracking URI's password is masked in every line from here on
+    secrets.remember_environment()
+    code = _main(arguments, own_process)
     threads = sys.modules.get("dlcomm.launch.threads")
     if own_process and (INTERRUPTS.received is not None or (threads is not None and threads.RANKS_ABORTED)):
         _end_now(code)
@@ -264,7 +267,7 @@ def _main(argv: list[str], own_process: bool) -> int:
         return _train(args.overrides)
     except UserError as error:
         progress.end()
-        print(f"dlcomm: error: {error}", file=sys.stderr)
+        print(f"dlcomm: error: {secrets.mask(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         progress.end()

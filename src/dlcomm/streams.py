@@ -6,7 +6,7 @@ person watching, and the run and its record must go on without them. :func:`forg
 makes the process's standard streams so: a closed descriptor 0, 1 or 2 is opened on ``/dev/null``
 (else the next file the process opens would take its number and receive the prints), and
 ``sys.stdout``/``sys.stderr`` are wrapped so that a write or flush that fails drops that and every
-later write of the stream instead of raising. Called by the ``dlcomm`` command and by every rank
+later write of the stream instead of raising, and so that credentials are masked (:mod:`dlcomm.secrets`). Called by the ``dlcomm`` command and by every rank
 process it starts (they inherit its descriptors).
 """
 
@@ -16,6 +16,8 @@ import io
 import os
 import sys
 from typing import Any
+
+from dlcomm.secrets import mask
 
 
 class ForgivingStream:
@@ -32,7 +34,8 @@ class ForgivingStream:
     def write(self, text: str) -> int:
         if self._stream is not None:
             try:
-                return self._stream.write(text)
+                self._stream.write(mask(text))  # no credentials of a tracking URI on a terminal or in a log
+                return len(text)
             except (OSError, ValueError):  # ENOSPC, EPIPE, EIO; ValueError: closed
                 self._stream = None
         return len(text)

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from dlcomm.errors import UserError
 from dlcomm.paths import results_dir, sqlite_path
+from dlcomm.secrets import mask
 from dlcomm.spec import RunSpec
 
 _PARAMS_PER_BATCH = 100
@@ -178,7 +179,7 @@ def _user_client(uri: str):
 def _log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
     from mlflow.entities import Param
 
-    items = [Param(k, v) for k, v in params.items()]
+    items = [Param(k, mask(v)) for k, v in params.items()]
     for start in range(0, len(items), _PARAMS_PER_BATCH):
         retrying(client.log_batch, run_id, params=items[start : start + _PARAMS_PER_BATCH])
 
@@ -238,7 +239,9 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
         "network_mode": cfg["network"]["mode"],
         **(extra_tags or {}),
     }
-    run = retrying(client.create_run, experiment_id, run_name=spec.run_name(), tags=tags)
+    run = retrying(
+        client.create_run, experiment_id, run_name=mask(spec.run_name()), tags={k: mask(v) for k, v in tags.items()}
+    )
     _log_params(client, run.info.run_id, flatten(cfg))
     retrying(client.log_inputs, run.info.run_id, [dataset_input(cfg)])
     return run.info.run_id
@@ -280,7 +283,7 @@ def open_parent_run(
         **(extra_tags or {}),
     }
     run = retrying(
-        client.create_run, experiment_id, run_name=f"sweep of {size}: {' '.join(overrides)}"[:250], tags=tags
+        client.create_run, experiment_id, run_name=mask(f"sweep of {size}: {' '.join(overrides)}")[:250], tags=tags
     )
     _log_params(client, run.info.run_id, {"sweep.overrides": " ".join(overrides)[:6000], "sweep.size": str(size)})
     return run.info.run_id
@@ -289,14 +292,14 @@ def open_parent_run(
 def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
     client = _client(uri)
     for key, value in tags.items():
-        retrying(client.set_tag, run_id, key, value[:_TAG_LIMIT])
+        retrying(client.set_tag, run_id, key, mask(value)[:_TAG_LIMIT])
 
 
 def close_run(uri: str, run_id: str, status: str, error: str = "") -> None:
     """End the run with ``status``; a failure's one-line reason goes into the ``error`` tag."""
     client = _client(uri)
     if error:
-        retrying(client.set_tag, run_id, "error", error[:5000])
+        retrying(client.set_tag, run_id, "error", mask(error)[:5000])
     retrying(client.set_terminated, run_id, status=status)
 
 
@@ -352,7 +355,7 @@ class RunLogger:
 
     def set_tags(self, tags: dict[str, str]) -> None:
         for key, value in tags.items():
-            retrying(self.client.set_tag, self.run_id, key, value[:_TAG_LIMIT])
+            retrying(self.client.set_tag, self.run_id, key, mask(value)[:_TAG_LIMIT])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.log_series((key, value, step) for key, value in metrics.items())

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from dlcomm.metrics import names
 from dlcomm.metrics.rows import TIMING_COLUMNS, IterationRow
 from dlcomm.progress import TRAINING, mark_stage
+from dlcomm.secrets import mask
 from dlcomm.spec import RunSpec
 from dlcomm.tracking.mlflow_run import RunLogger
 from dlcomm.tracking.stream import MetricStream
@@ -58,7 +59,7 @@ class Rank0Reporter:
     def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None:
         """``done_steps`` and the finished epochs' ``rows`` are those of a resumed run."""
         config_path = self.run_dir / "config.yaml"
-        config_path.write_text(OmegaConf.to_yaml(self.spec.config))
+        config_path.write_text(mask(OmegaConf.to_yaml(self.spec.config)))  # no credentials of tracking.uri
         self.logger.log_artifact(config_path)
         profile_path = self.run_dir / "compute_profile.json"  # network.compute=profile: what the clocks charged
         if profile_path.exists():

@@ -318,12 +318,15 @@ def _probe_server(uri: str, timeout_s: float) -> None:
         ) from None
     if not parts.hostname:
         raise UserError(f"tracking.uri={uri} names no host; pass http://<host>:<port> of an mlflow server")
-    search = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/api/2.0/mlflow/experiments/search"
+    # urllib reads no user:password@ in a URL (it would look up "user:password@host" as a host name):
+    # the address goes without it, and the pair as basic authentication, as MLflow's client sends it
+    address = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    search = f"{parts.scheme}://{address}{f':{port}' if port else ''}{parts.path.rstrip('/')}/api/2.0/mlflow/experiments/search"
     request = urllib.request.Request(
         search,
         data=b'{"max_results": 1}',
         method="POST",
-        headers={"Content-Type": "application/json", **_credentials()},
+        headers={"Content-Type": "application/json", **_credentials(parts.username, parts.password)},
     )
     deadline = time.monotonic() + timeout_s
     tries, last = 0, ""
@@ -362,10 +365,15 @@ def _tls():
     return None
 
 
-def _credentials() -> dict[str, str]:
-    """The headers MLflow's client would send from its environment variables."""
+def _credentials(username: str | None = None, password: str | None = None) -> dict[str, str]:
+    """The headers MLflow's client would send: for a URI's ``user:password@`` basic authentication
+    (requests, which MLflow uses, takes it from the URL), else from its environment variables."""
     import base64
+    from urllib.parse import unquote
 
+    if username:
+        pair = f"{unquote(username)}:{unquote(password or '')}"
+        return {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
     if os.environ.get("MLFLOW_TRACKING_TOKEN"):
         return {"Authorization": f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"}
     if os.environ.get("MLFLOW_TRACKING_USERNAME"):

@@ -1,0 +1,112 @@
+"""Secrets stay secret (issue 50): credentials in a tracking URI (``user:password@``, a token in the
+query) work as MLflow's client sends them and are masked in every line dlcomm prints, every param,
+tag and run name it records, and the run's config.yaml."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dlcomm import secrets
+from dlcomm.tracking.store import _probe_server
+
+PASSWORD = "s3cretPW"
+J = ["dataset=synthetic", "model=mlp", "nodes=2", "train.max_steps=2", "launcher=threads"]
+
+
+@pytest.mark.parametrize(
+    "text,masked",
+    [
+        (f"http://alice:{PASSWORD}@127.0.0.1:5000/x", "http://alice:***@127.0.0.1:5000/x"),
+        ("https://h/api?token=abc123&x=1", "https://h/api?token=***&x=1"),
+        ("see https://h/p?a=1&SIG=zz9&key=k1 and more", "see https://h/p?a=1&SIG=***&key=*** and more"),
+        ("http://alice@h:1/ (no password)", "http://alice@h:1/ (no password)"),
+        ("sqlite:////tmp/a b.db", "sqlite:////tmp/a b.db"),
+    ],
+)
+def test_credentials_in_a_uri_are_masked_and_nothing_else(text: str, masked: str) -> None:
+    assert secrets.mask(text) == masked
+
+
+def test_a_remembered_secret_is_masked_outside_its_uri_too(monkeypatch) -> None:
+    monkeypatch.setattr(secrets, "_remembered", set())
+    secrets.remember(f"tracking.uri=http://alice:{PASSWORD}@h:1 tracking.uri=http://bob:ab@h:1")
+    assert secrets.mask(f"401 for user alice with password {PASSWORD}") == "401 for user alice with password ***"
+    assert secrets.mask("a cab") == "a cab"  # a secret of under 4 characters only inside URIs
+
+
+class _BasicAuthMlflow(http.server.BaseHTTPRequestHandler):
+    """Answers MLflow's experiments search only with alice's password, 401 otherwise."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        expected = "Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+        ok = self.headers.get("Authorization") == expected
+        body = b'{"experiments": []}' if ok else b""
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def auth_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BasicAuthMlflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_the_store_check_sends_a_uri_s_credentials_as_basic_authentication(auth_server) -> None:
+    """Before: urllib took ``alice:s3cretPW@127.0.0.1`` for a host name (``Name or service not known``)."""
+    _probe_server(f"http://alice:{PASSWORD}@127.0.0.1:{auth_server}", timeout_s=5)
+
+
+@pytest.mark.slow  # a real dlcomm process: its status lines go through the masking streams
+def test_no_printed_line_holds_the_password(tmp_path) -> None:
+    """A server that answers as no MLflow does: refused in one line, the password in no line."""
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        uri = f"http://alice:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "dlcomm"),
+                "train",
+                *J,
+                f"tracking.uri={uri}",
+                "tracking.connect_timeout_s=2",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**__import__("os").environ, "DLCOMM_HOME": str(tmp_path)},
+            timeout=120,
+        )
+        server.shutdown()
+    assert result.returncode == 2, result.stderr
+    assert PASSWORD not in result.stdout + result.stderr
+    assert "alice:***@127.0.0.1" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow  # one short training (threads, in this process)
+def test_no_record_or_file_of_a_run_holds_a_secret(tmp_path, cli_here) -> None:
+    from mlflow.tracking import MlflowClient
+
+    result = cli_here(tmp_path, "train", *J, f'tracking.run_name="see http://bob:{PASSWORD}@host/x?token=tok3n"')
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/results/mlflow.db")
+    [run] = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])
+    recorded = " ".join([run.info.run_name, *run.data.params.values(), *run.data.tags.values()])
+    written = " ".join(path.read_text(errors="replace") for path in (tmp_path / "results").rglob("*.yaml"))
+    for secret in (PASSWORD, "tok3n"):
+        assert secret not in recorded + written  # the printed lines: the test above (a process's streams)
+    assert "bob:***@host" in run.info.run_name and "token=***" in run.data.params["tracking.run_name"]
