@@ -226,9 +226,20 @@ class RankTask:
                 "KILLED", f"{stop} but the job was already requeued {restarts} times (launcher.max_requeue={limit})"
             )
             return
-        set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
         print(f"dlcomm: {stop}; requeueing SLURM job {job_id} ({restarts + 1} of at most {limit})", flush=True)
-        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+        try:
+            subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60, capture_output=True, text=True)
+        except (OSError, subprocess.SubprocessError) as error:  # no scontrol, refused (exit 1), no answer
+            said = getattr(error, "stderr", "") or ""
+            reason = next((line.strip() for line in said.splitlines() if line.strip()), "") or str(error)
+            self._end(
+                "KILLED",
+                f"{stop}, but SLURM did not requeue job {job_id} (scontrol requeue: {reason}); the run ends here, its "
+                f"checkpoint kept in {Path(self.spec.run_dir) / 'checkpoints'}; allow requeues on this cluster "
+                "(or set launcher.max_requeue=0 to end at the time limit without checkpointing)",
+            )
+            return
+        set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
 
     def _end(self, status: str, error: str = "") -> bool:
         """End the run unless another rank ended it first (the first reason is the root cause);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from dlcomm.config.schema import RunConfig
@@ -84,14 +85,55 @@ def run_in_allocation(spec: RunSpec) -> dict[str, float]:
     )
     if env.global_rank == 0:
         marker = runs_dir(spec.tracking_uri) / "slurm-jobs" / env.raw_job_id  # this job's run, across requeues
-        if marker.is_file():
-            run_id = marker.read_text().strip()
-        else:
+        try:
+            run_id = job_run(spec, marker, env.raw_job_id)
+        except UserError as refused:  # the other tasks wait for the run's id: they get the refusal instead
+            store.set("dlcomm/run_id", f"{_REFUSED}{refused}")
+            raise
+        if not run_id:
             run_id = open_run(spec, {"slurm_job_id": env.job_id})
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(run_id + "\n")
         store.set("dlcomm/run_id", run_id)
     run_id = store.get("dlcomm/run_id").decode()
+    if run_id.startswith(_REFUSED):
+        raise UserError(run_id[len(_REFUSED) :])
     run_dir = runs_dir(spec.tracking_uri) / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     return RankTask(spec.with_run(run_id, run_dir))(store if env.global_rank == 0 else None)
+
+
+_REFUSED = "refused: "
+
+
+def job_run(spec: RunSpec, marker: Path, job_id: str) -> str:
+    """The run this SLURM job started before a requeue, to resume into; "" for a new run. A run that
+    has ended (FINISHED, FAILED, KILLED) is never trained again: this start records a new run. A
+    configuration that differs from the recorded one in what the run computes (every key but
+    ``tracking``, ``launcher``, ``debug`` and ``report``: :func:`dlcomm.spec.config_hash`) is refused
+    in one line naming the keys: continuing would record numbers of one configuration under another."""
+    from dlcomm import progress
+    from dlcomm.spec import _NOT_HASHED
+    from dlcomm.tracking.mlflow_run import TERMINAL, flatten, recorded_run
+
+    if not marker.is_file():
+        return ""
+    run_id = marker.read_text(errors="replace").strip()
+    found = recorded_run(spec.tracking_uri, run_id)
+    if found is None or found.info.status in TERMINAL:
+        ended = f"ended {found.info.status}" if found is not None else "is not in the store"
+        progress.say(f"dlcomm: SLURM job {job_id}'s run {run_id[:12]} {ended}; this start records a new run")
+        return ""
+    recorded_hash = found.data.tags.get("config_hash", "")
+    if recorded_hash and recorded_hash != spec.config_hash:
+        now = flatten({key: value for key, value in spec.config.items() if key not in _NOT_HASHED})
+        then = {key: value for key, value in found.data.params.items() if key.split(".")[0] not in _NOT_HASHED}
+        differing = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key))
+        shown = ", ".join(f"{key}={then.get(key, '<unset>')} -> {now.get(key, '<unset>')}" for key in differing[:6])
+        more = f" and {len(differing) - 6} more" if len(differing) > 6 else ""
+        raise UserError(
+            f"SLURM job {job_id} resumes run {run_id[:12]}, whose configuration differs from this start's "
+            f"({shown or 'its config_hash'}{more}): resuming would record these numbers under the old settings; "
+            f"start again with the recorded settings, or submit a new job (sbatch) for a new run"
+        )
+    return run_id

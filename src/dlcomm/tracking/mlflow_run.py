@@ -307,6 +307,16 @@ def run_status(uri: str, run_id: str) -> str:
     return retrying(_client(uri).get_run, run_id).info.status
 
 
+def recorded_run(uri: str, run_id: str) -> Any:
+    """The MLflow run ``run_id`` (its info, params and tags), or None when the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return retrying(_client(uri).get_run, run_id)
+    except MlflowException:
+        return None
+
+
 def children(uri: str, parent_id: str) -> list[Any]:
     """The runs whose ``mlflow.parentRunId`` is ``parent_id``."""
     client = _client(uri)

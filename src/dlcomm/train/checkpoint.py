@@ -56,11 +56,24 @@ class WarningSignal:
         self.raised = True
 
 
+#: How to go on from a checkpoint that cannot be used, for the one-line refusals.
+AFRESH = "remove the run's checkpoints folder ({folder}) and start the job again: the run then trains from step 0"
+
+
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """A checkpoint file's contents, unpickled with weights only (see the module docstring)."""
+    """A checkpoint file's contents, unpickled with weights only (see the module docstring). A file
+    that is missing, cut short or not a checkpoint at all is one line naming it."""
+    afresh = AFRESH.format(folder=path.parent.parent)
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
-            return torch.load(path, map_location=device, weights_only=True)
+            state = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise UserError(
+            f"checkpoint {path} is missing, though {path.parent.parent / 'latest'} names its step as complete; {afresh}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:  # a zip cut short, bytes that are no checkpoint
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        raise UserError(f"checkpoint {path} cannot be read ({first}): it is damaged or cut short; {afresh}") from None
     except pickle.UnpicklingError as error:  # torch's weights-only unpickler refused something
         first = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line), type(error).__name__)
         raise UserError(
@@ -68,6 +81,9 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
             "dlcomm wrote holds nothing else: remove the file, or the run's checkpoints folder, "
             "to start the run afresh"
         ) from None
+    if not isinstance(state, dict):
+        raise UserError(f"checkpoint {path} is not one dlcomm wrote (a {type(state).__name__}, not a state); {afresh}")
+    return state
 
 
 class Checkpointing:
@@ -90,8 +106,19 @@ class Checkpointing:
 
     # ---- files ---------------------------------------------------------------------------
     def latest_step(self) -> int | None:
+        """The step ``latest`` names (None: no checkpoint yet); one line when it names none."""
         marker = self.folder / "latest"
-        return int(marker.read_text().strip()) if marker.is_file() else None
+        if not marker.is_file():
+            return None
+        text = marker.read_text(errors="replace").strip()
+        if not text.isdigit():
+            complete = sorted(entry.name for entry in self.folder.glob("step*") if entry.is_dir())
+            found = f" (the folder holds {', '.join(complete)})" if complete else ""
+            raise UserError(
+                f"checkpoint marker {marker} holds {text[:40]!r}, not the step of a complete checkpoint{found}; "
+                f"write the step number of a complete step<N> folder into it, or {AFRESH.format(folder=self.folder)}"
+            )
+        return int(text)
 
     def load(self) -> dict[str, Any] | None:
         """This rank's part of the newest complete checkpoint, or None."""

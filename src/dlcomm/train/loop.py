@@ -37,12 +37,12 @@ from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import NO_METER, StepMeter
 from dlcomm.config.schema import RunConfig
 from dlcomm.data.partition import epoch_partition
-from dlcomm.errors import Diverged
+from dlcomm.errors import Diverged, UserError
 from dlcomm.metrics import names, stats
 from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, readable, run_metrics, simulated_elapsed
 from dlcomm.metrics.rows import IterationRow
 from dlcomm.tasks import Task
-from dlcomm.train.checkpoint import Checkpointing, Preempted
+from dlcomm.train.checkpoint import AFRESH, Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
 from dlcomm.train.plan import check_plan, ended_by, step_batch
@@ -250,6 +250,18 @@ class TrainLoop:
         if "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
 
+    def _restore(self, saved: dict[str, Any]) -> None:
+        """:meth:`load_state_dict` of a checkpoint; one line when it is of another model or setup."""
+        assert self.checkpointing is not None
+        try:
+            self.load_state_dict(saved)
+        except (RuntimeError, KeyError, ValueError, TypeError) as error:  # size mismatch, missing keys
+            first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+            raise UserError(
+                f"checkpoint {self.checkpointing.folder} is of another model or configuration than this run's "
+                f"({type(error).__name__}: {first[:200]}); {AFRESH.format(folder=self.checkpointing.folder)}"
+            ) from None
+
     def _checkpoint(self) -> None:
         if self.checkpointing is not None:
             self.checkpointing.save(self.state.step, self.state_dict(), self.channel.barrier)
@@ -261,7 +273,7 @@ class TrainLoop:
         per_epoch, total = self.plan if self.plan is not None else check_plan(train, self.data.train_size, world)
         saved = self.checkpointing.load() if self.checkpointing is not None else None
         if saved is not None:
-            self.load_state_dict(saved)
+            self._restore(saved)
         if self.reporter:
             self.reporter.start(total, self.state.step, self.state.rows)
         self.model.train()
