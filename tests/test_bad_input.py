@@ -43,7 +43,11 @@ TRAIN = [
     (["tracking.uri=sqlite:////proc/x.db"], "tracking.uri=sqlite:////proc/x.db cannot be written"),
     ([f"tracking.uri={DEAD_SERVER}"], f"tracking.uri={DEAD_SERVER}: no server answered at 127.0.0.1:9 within 5 s"),
     (["nodes=100000"], "nodes*workers_per_node=100000 is invalid: the 60000 training samples of fashion_mnist"),
-    (["tracking.experiment="], "tracking.experiment= is invalid: an experiment needs a name"),
+    (
+        ["tracking.experiment="],
+        "tracking.experiment= is invalid: the experiment's name, also its folder results/<name>/ (not blank, no / or",
+    ),
+    (["tracking.experiment=../up"], "tracking.experiment=../up is invalid: the experiment's name, also its folder"),
     (["algo=node_based", "algo.k_prime=100", *SIXTEEN], "algo.k_prime=100 is invalid: an epoch has 16 iterations"),
     (
         ["train.batch_size=100000"],
@@ -101,7 +105,10 @@ TRAIN = [
     (["train.eval_every=-1"], "train.eval_every=-1 is invalid"),
     (["train.eval_size=-1"], "train.eval_size=-1 is invalid"),
     (["train.eval_size=20000"], "train.eval_size=20000 is invalid: the test set of fashion_mnist has 10000 images"),
-    (["train.eval_replicas=-1"], "train.eval_replicas=-1 is invalid: pass 0 (every replica)"),
+    (
+        ["train.eval_replicas=-1"],
+        "train.eval_replicas=-1 is invalid: the replicas test_acc_mean samples (0: every replica) must be 0 or more",
+    ),
     (["train.label_smoothing=1.0"], "train.label_smoothing=1.0 is invalid"),
     (["train.target_acc=85"], "train.target_acc=85.0 is invalid"),
     (["train.time_budget_s=-5"], "train.time_budget_s=-5.0 is invalid"),
@@ -125,11 +132,11 @@ TRAIN = [
     (["algo=ps_layerdrop", "algo.ratio=-0.1"], "algo.ratio=-0.1 is invalid"),
     (
         ["network=eth_1g", "network.inter.bandwidth_gbps=-1"],
-        "network.inter.bandwidth_gbps=-1.0 is invalid: a bandwidth must be positive",
+        "network.inter.bandwidth_gbps=-1.0 is invalid: a bandwidth in Gb/s must be 0.0 or more",
     ),
     (
         ["network=eth_1g", "network.intra.latency_ms=-0.5"],
-        "network.intra.latency_ms=-0.5 is invalid: a latency cannot be negative",
+        "network.intra.latency_ms=-0.5 is invalid: a link's latency in milliseconds must be 0.0 or more",
     ),
     (
         ["network=wan_hetero", "nodes=8", "network.wide_workers=9"],
@@ -157,11 +164,11 @@ TRAIN = [
     ([*J, "seed=99999999999999999999"], "seed=99999999999999999999 is invalid: must be from 0 to 4294967295"),
     (
         [*J, "network.inter.latency_ms=inf"],
-        "network.inter.latency_ms=inf is invalid: must be a finite number (not nan or inf)",
+        "network.inter.latency_ms=inf is invalid: a link's latency in milliseconds must be a finite number (not nan",
     ),
     (
         [*J, "network=eth_1g", "network.mode=simulate", "network.compute_scale=inf"],
-        "network.compute_scale=inf is invalid: must be a finite number",
+        "network.compute_scale=inf is invalid: the factor on compute time must be a finite number",
     ),
     ([*J, "model=null"], "model=null is invalid: a run needs a model; pass model=<choice>, one of acgan, densenet121"),
     ([*J, "~tracking"], "~tracking is invalid: a run needs tracking; leave ~tracking out"),
@@ -228,14 +235,19 @@ TRAIN = [
     (["tracking.uri=sqlite:////tmp"], "tracking.uri=sqlite:////tmp is a folder, not a database file"),
     (["tracking.uri=http://"], "tracking.uri=http:// names no host"),
     # -- issue 49 item 2: what torch refuses, and what it accepts but makes no sense, refused before launch (the
-    # classes, generated over every optimizer, are test_every_value_torch_refuses_... and the tests after it) --
+    # classes, generated over every optimizer, are test_every_value_torch_refuses_... and the tests after it);
+    # a knob's declared domain answers before torch's check where it has one (item 1) --
     (
         [*J, "optim=adam", "optim.eps=-1"],
-        "optim.eps=-1.0 is invalid: torch.optim.Adam refuses it (Invalid epsilon value: -1.0); pass optim.eps > 0",
+        "optim.eps=-1.0 is invalid: the denominator's epsilon must be 0.0 or more",
     ),
     (
         [*J, "optim.schedule=multistep", "optim.milestones=[1]", "optim.gamma=-1"],
-        "optim.gamma=-1.0 is invalid: the multistep schedule multiplies the learning rate by gamma",
+        "optim.gamma=-1.0 is invalid: the multistep decay factor must be 0.0 or more",
+    ),
+    (
+        [*J, "optim.schedule=multistep", "optim.milestones=[1]", "optim.gamma=0"],
+        "optim.gamma=0.0 is invalid: the multistep schedule multiplies the learning rate by gamma",
     ),
     (
         [*J, "optim.nesterov=true", "optim.momentum=0"],
@@ -256,7 +268,7 @@ SWEEPS = [
     (["-m", "tracking.experiment=🚀"], "quote it: 'tracking.experiment=\"🚀\"' (in a sweep, quote each choice"),
     (  # issue 49: the first element ran, then the second failed in its rank
         ["-m", *J, "optim=adam", "optim.eps=1e-8,-1"],
-        "optim.eps=-1]: optim.eps=-1.0 is invalid: torch.optim.Adam refuses it (Invalid epsilon value: -1.0)",
+        "optim.eps=-1]: optim.eps=-1.0 is invalid: the denominator's epsilon must be 0.0 or more",
     ),
 ]
 
@@ -533,12 +545,9 @@ def test_schedule_values_torch_accepts_but_that_make_no_sense_are_refused(
     assert not (home / "results" / "mlflow.db").exists(), "a run was recorded for bad input"
 
 
-SWEPT = [  # one refusal of torch's per optimizer, and one of the schedule's domain, as a sweep's second element
-    next(
-        (name, setting)
-        for optimizer, setting, _ in TORCH_REFUSES
-        if optimizer == name and len(setting) == 1 and not _declared(name, next(iter(setting)))
-    )
+SWEPT = [  # per optimizer, one value torch refuses (its declared domain answers first where it has one),
+    # and one of the schedule's domain, as a sweep's second element
+    next((name, setting) for optimizer, setting, _ in TORCH_REFUSES if optimizer == name and len(setting) == 1)
     for name in OPTIMIZER_KNOBS
 ] + [("sgd", {"gamma": -1.0})]
 
@@ -560,6 +569,19 @@ def test_a_sweep_with_one_element_torch_refuses_runs_none(home, monkeypatch, cap
 def _text_list(value: object) -> str:
     """A sweep's choice: a list in brackets, without spaces (Hydra's grammar)."""
     return str(value).replace(" ", "")
+
+
+def test_a_sweep_whose_second_element_only_torch_refuses_runs_none(home, monkeypatch, capsys) -> None:
+    """Every single knob torch checks has a declared domain now; what torch alone refuses is a pair
+    (nesterov with momentum 0), found when the second element's optimizer is built before launch."""
+    argv = ["train", "-m", *J, "optim=sgd", "optim.nesterov=true", "optim.momentum=0.9,0"]
+    code, err, seconds = answer(home, monkeypatch, capsys, argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("dlcomm: error: sweep element [dataset=synthetic"), lines[0]
+    assert "]: optim.nesterov=true is invalid with optim.momentum=0.0: torch.optim.SGD refuses it" in lines[0], lines[0]
+    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    assert not (home / "results").exists(), "the sweep recorded or ran something"
 
 
 @pytest.mark.parametrize(

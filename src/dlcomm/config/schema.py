@@ -4,8 +4,10 @@ Each YAML file under ``configs/<group>/`` lists one of these schemas first in it
 so Hydra checks types and rejects unknown keys while composing. ``model``, ``dataset`` and
 ``optim`` have one schema per family of choices (a small base with the keys all share, and a
 subclass per family), so a choice has only its own knobs; :data:`SCHEMAS` names them all, and
-:mod:`dlcomm.config.choices` tells which choice has which knob. Range checks that types
-cannot express live in :mod:`dlcomm.config.validate`.
+:mod:`dlcomm.config.choices` tells which choice has which knob. Every number, string, list and
+mapping field declares the values it takes with :func:`domain` (checked while composing,
+:func:`dlcomm.config.validate.check_values`); the rules across keys, and a positive value a range
+cannot say apart from 0, are in :func:`dlcomm.config.validate.validate_run`.
 """
 
 from __future__ import annotations
@@ -127,30 +129,63 @@ class Backend(Choice):
     nccl = "nccl"
 
 
+# Every experiment name is a folder under results/ (dlcomm report writes results/<experiment>/):
+# not blank, no path separator, not starting with a dot ("..", hidden folders), no control character.
+EXPERIMENT_PATTERN = r"(?=.*\S)[^./\\\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*"
+ONE_LINE = r"[^\x00-\x1f\x7f]*"  # no control character (newline, tab, NUL, ...): a value that must stay one line
+EXPERIMENT_CHARS = 256  # MLflow's SQL store: experiments.name is String(256)
+RUN_NAME_CHARS_MAX = 250  # MLflow's SQL store: runs.name is String(250)
+SYNTHETIC_MAX = 2**31  # dlcomm.data.synthetic.MAX_SIZE: sample i of a split draws from seed split * 2**31 + i
+
+# Domains that a knob and its redeclarations in subclasses share.
+LR = domain(low=0.0, means="the learning rate")  # > 0: validate_run
+WEIGHT_DECAY = domain(low=0.0, means="the weight decay")
+WARMUP_EPOCHS = domain(low=0.0, means="the warm-up in epochs (0: none)")  # <= train.epochs: validate_run
+EPS = domain(low=0.0, means="the denominator's epsilon")  # torch checks it too
+
+
 @dataclass
 class TrainConfig:
-    epochs: int = 2
-    max_steps: int = -1  # total optimizer steps after which training stops; -1: no cap
-    batch_size: int = 64  # per worker and micro-batch
-    comm_interval: int = 1  # micro-batches accumulated per optimizer step and communication round
-    timing_warmup: int = (
-        1  # first iterations logged but left out of the timing means (start-up skew); not optim.warmup_epochs
-    )
-    eval_every: int = 1  # evaluate every N epochs; the last epoch is always evaluated
-    eval_batch_size: int = 256
-    eval_size: int = 0  # evaluate on the first N test images; 0: the whole test set
-    eval_replicas: int = (
-        16  # test_acc_mean over at most N evenly spaced replicas (exact when workers <= N); 0: every replica
-    )
-    label_smoothing: float = 0.0
+    epochs: int = field(default=2, metadata=domain(low=1, means="the number of epochs"))
+    max_steps: int = field(
+        default=-1, metadata=domain(low=-1, means="the cap on optimizer steps (-1: no cap)")
+    )  # total optimizer steps after which training stops; -1: no cap
+    batch_size: int = field(
+        default=64, metadata=domain(low=1, means="the per-worker batch")
+    )  # per worker and micro-batch
+    comm_interval: int = field(
+        default=1, metadata=domain(low=1, means="the micro-batches accumulated per step")
+    )  # micro-batches accumulated per optimizer step and communication round
+    timing_warmup: int = field(
+        default=1, metadata=domain(low=0, means="the first iterations left out of the timing means")
+    )  # first iterations logged but left out of the timing means (start-up skew); not optim.warmup_epochs
+    eval_every: int = field(
+        default=1, metadata=domain(low=0, means="the epochs between evaluations (0: only at the end)")
+    )  # evaluate every N epochs; the last epoch is always evaluated
+    eval_batch_size: int = field(default=256, metadata=domain(low=1, means="the evaluation batch"))
+    eval_size: int = field(
+        default=0, metadata=domain(low=0, means="the test images evaluated (0: the whole test set)")
+    )  # evaluate on the first N test images; 0: the whole test set
+    eval_replicas: int = field(
+        default=16, metadata=domain(low=0, means="the replicas test_acc_mean samples (0: every replica)")
+    )  # test_acc_mean over at most N evenly spaced replicas (exact when workers <= N); 0: every replica
+    label_smoothing: float = field(default=0.0, metadata=domain(low=0.0, below=1.0, means="the label smoothing"))
     amp: bool = False  # mixed precision: autocast forward, see dlcomm.train.precision
     amp_dtype: AmpDtype = AmpDtype.auto  # auto: bf16 on CPU, fp16 with loss scaling on CUDA
     device: Device = Device.cpu  # auto: cuda when every process of the machine finds a GPU of its own
     deterministic: bool = False  # torch's deterministic algorithms, cuDNN without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8 (dlcomm.train.determinism; what repeats bit for bit: docs/metrics.md)
-    threads_per_rank: int = 0  # torch intra-op threads per rank; 0: cores // local ranks
-    time_budget_s: float = 0.0  # train until any worker's training clock (simulated under network.mode=simulate, else wall) reaches it (epochs then do not end the run; max_steps still does); 0: off
-    eval_every_s: float = 0.0  # also evaluate every this many seconds of that clock (accuracy against time); 0: off
-    target_acc: float = 0.0  # time to accuracy: first evaluation whose mean test accuracy reaches this (0-1); 0: off
+    threads_per_rank: int = field(
+        default=0, metadata=domain(low=0, means="the torch threads per rank (0: automatic)")
+    )  # torch intra-op threads per rank; 0: cores // local ranks
+    time_budget_s: float = field(
+        default=0.0, metadata=domain(low=0.0, means="the training time budget in seconds (0: none)")
+    )  # train until any worker's training clock (simulated under network.mode=simulate, else wall) reaches it (epochs then do not end the run; max_steps still does); 0: off
+    eval_every_s: float = field(
+        default=0.0, metadata=domain(low=0.0, means="the seconds between evaluations (0: off)")
+    )  # also evaluate every this many seconds of that clock (accuracy against time); 0: off
+    target_acc: float = field(
+        default=0.0, metadata=domain(low=0.0, high=1.0, means="the target accuracy, a fraction (0: off)")
+    )  # time to accuracy: first evaluation whose mean test accuracy reaches this (0-1); 0: off
     save_model: bool = False  # write each rank's final state_dict into the run directory
 
 
@@ -174,15 +209,20 @@ class MLPConfig(ModelConfig):
     """mlp: flatten, hidden widths with ReLU, logits."""
 
     hidden: List[int] = field(default_factory=lambda: [512, 256], metadata=domain(low=1))  # hidden widths
-    dropout: float = 0.0  # after each hidden ReLU
+    dropout: float = field(
+        default=0.0, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
+    )  # after each hidden ReLU
 
 
 @dataclass
 class NiNConfig(ModelConfig):
     """nin: Network-in-Network (Lin et al. 2014)."""
 
-    width: float = 1.0  # multiplier of every hidden width (1.0: the paper's)
-    dropout: float = 0.5  # between mlpconv blocks, as in the paper
+    # multiplier of every hidden width (1.0: the paper's); a width never drops below 1 (dlcomm.models.small.build_nin)
+    width: float = field(default=1.0, metadata=domain(low=0.0, means="the multiplier of every hidden width"))
+    dropout: float = field(
+        default=0.5, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
+    )  # between mlpconv blocks, as in the paper
 
 
 @dataclass
@@ -190,25 +230,31 @@ class ViTConfig(ModelConfig):
     """vit_s, vit_b (timm VisionTransformer); the defaults are the node-based paper's ViT-B
     (Table II), configs/model/vit_s.yaml sets ViT-S's sizes."""
 
-    embed_dim: int = 384  # token width D
-    depth: int = 12  # transformer blocks
-    num_heads: int = 12  # attention heads (embed_dim must be a multiple)
-    patch_size: int = 16  # p x p patches; sides not a multiple of p are zero-padded up to one
-    mlp_ratio: float = 4.0  # block MLP hidden width = int(embed_dim * mlp_ratio)
+    embed_dim: int = field(default=384, metadata=domain(low=1))  # token width D
+    depth: int = field(default=12, metadata=domain(low=1))  # transformer blocks
+    num_heads: int = field(default=12, metadata=domain(low=1))  # attention heads (embed_dim must be a multiple)
+    patch_size: int = field(
+        default=16, metadata=domain(low=1)
+    )  # p x p patches; sides not a multiple of p are zero-padded up to one
+    # block MLP hidden width = int(embed_dim * mlp_ratio); 0 is refused when the model is built (dlcomm.models.vit)
+    mlp_ratio: float = field(default=4.0, metadata=domain(low=0.0))
 
 
 @dataclass
 class RecurrentConfig(ModelConfig):
     """rnn, lstm, gru over image rows."""
 
-    hidden_size: int = 128  # units of the recurrent layer
+    hidden_size: int = field(default=128, metadata=domain(low=1))  # units of the recurrent layer
 
 
 @dataclass
 class ACGANConfig(ModelConfig):
     """acgan: the generator and discriminator of task=gan."""
 
-    latent_dim: int = 128  # the generator's noise dimension
+    latent_dim: int = field(default=128, metadata=domain(low=1))  # the generator's noise dimension
+
+
+DATA_ROOT = "a folder, checked before launch by dlcomm.data.check_dataset (it names the missing files or folder)"
 
 
 @dataclass
@@ -222,14 +268,16 @@ class DatasetConfig:
 class IdxDatasetConfig(DatasetConfig):
     """mnist, fashion_mnist: the four idx files."""
 
-    root: str = ""  # folder of the idx files (or root/raw, root/<Folder>/raw)
+    root: str = field(
+        default="", metadata=domain(anything=DATA_ROOT)
+    )  # folder of the idx files (or root/raw, root/<Folder>/raw)
 
 
 @dataclass
 class CifarConfig(DatasetConfig):
     """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
 
-    root: str = ""
+    root: str = field(default="", metadata=domain(anything=DATA_ROOT))
     augment: bool = True  # random crop 32 (padding 4) + horizontal flip
 
 
@@ -237,22 +285,22 @@ class CifarConfig(DatasetConfig):
 class ImageFolderConfig(DatasetConfig):
     """imagefolder: class sub-folders under root/train_dir and root/val_dir (ImageNet's layout)."""
 
-    root: str = "${oc.env:DLCOMM_DATA,/data}/imagenet"
-    train_dir: str = "train"
-    val_dir: str = "val"
-    image_size: int = 224  # side of the square crops
+    root: str = field(default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT))
+    train_dir: str = field(default="train", metadata=domain(anything=DATA_ROOT))
+    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))
+    image_size: int = field(default=224, metadata=domain(low=1))  # side of the square crops
     augment: bool = True  # random resized crop + horizontal flip
-    loader_workers: int = 2  # DataLoader processes decoding images
+    loader_workers: int = field(default=2, metadata=domain(low=0))  # DataLoader processes decoding images
 
 
 @dataclass
 class SyntheticConfig(DatasetConfig):
     """synthetic: learnable data of any shape (labels from a fixed random linear teacher)."""
 
-    shape: List[int] = field(default_factory=lambda: [1, 28, 28])  # C, H, W
-    num_classes: int = 10
-    train_size: int = 4096
-    test_size: int = 1024
+    shape: List[int] = field(default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3))  # C, H, W
+    num_classes: int = field(default=10, metadata=domain(low=2))
+    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))
+    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))
 
 
 @dataclass
@@ -261,12 +309,14 @@ class OptimConfig:
     learning-rate schedule (dlcomm.train.optim), which every optimizer shares."""
 
     name: str = MISSING
-    lr: float = MISSING  # the rate of the global (all-worker) mean gradient
-    weight_decay: float = 0.0
+    lr: float = field(default=MISSING, metadata=LR)  # the rate of the global (all-worker) mean gradient
+    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)
     schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
     milestones: List[int] = field(default_factory=list, metadata=domain(low=0))  # epochs, for multistep
-    gamma: float = 0.1  # multistep decay factor
-    warmup_epochs: float = 0.0  # linear warm-up from 0 to lr over these epochs
+    gamma: float = field(
+        default=0.1, metadata=domain(low=0.0, means="the multistep decay factor")
+    )  # multistep decay factor (> 0: validate_run)
+    warmup_epochs: float = field(default=0.0, metadata=WARMUP_EPOCHS)  # linear warm-up from 0 to lr over these epochs
     min_lr: float = field(default=0.0, metadata=domain(low=0.0))  # cosine floor
 
 
@@ -274,7 +324,7 @@ class OptimConfig:
 class SGDConfig(OptimConfig):
     """sgd: SGD with momentum (torch)."""
 
-    lr: float = 0.05
+    lr: float = field(default=0.05, metadata=LR)
     momentum: float = field(default=0.9, metadata=domain(below=1.0))  # torch refuses < 0 itself
     nesterov: bool = False
 
@@ -284,11 +334,12 @@ class LarsConfig(SGDConfig):
     """lars (timm's Lars): SGD with momentum and a layer-wise trust ratio; large mini-batches
     (the Crossover paper: coefficient 0.0025, warm-up, label smoothing 0.1, train.comm_interval)."""
 
-    lr: float = 1.0
-    weight_decay: float = 0.00005
+    lr: float = field(default=1.0, metadata=LR)
+    weight_decay: float = field(default=0.00005, metadata=WEIGHT_DECAY)
     schedule: Schedule = Schedule.cosine
-    warmup_epochs: float = 1.0
-    trust_coefficient: float = 0.001  # the layer-wise trust coefficient (the Crossover paper: 0.0025)
+    warmup_epochs: float = field(default=1.0, metadata=WARMUP_EPOCHS)
+    # the layer-wise trust coefficient (the Crossover paper: 0.0025); > 0: dlcomm.train.optim.Lars.check
+    trust_coefficient: float = field(default=0.001, metadata=domain(low=0.0, means="the trust coefficient"))
     exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
     eps: float = field(default=1e-8, metadata=domain(low=0.0))  # added to the trust ratio's denominator
 
@@ -297,9 +348,9 @@ class LarsConfig(SGDConfig):
 class AdamConfig(OptimConfig):
     """adam, adamw (torch); adamw.yaml sets AdamW's weight decay."""
 
-    lr: float = 0.001
+    lr: float = field(default=0.001, metadata=LR)
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2))
-    eps: float = 1e-8
+    eps: float = field(default=1e-8, metadata=EPS)
 
 
 @dataclass
@@ -316,7 +367,9 @@ class AdaBeliefConfig(AdamConfig):
 class AngularGradConfig(AdamConfig):
     """angulargrad (dlcomm.train.angulargrad): the authors' defaults (Adam's lr, betas and eps)."""
 
-    method: str = "cos"  # cos | tan (the angular coefficient's function)
+    method: str = field(
+        default="cos", metadata=domain(one_of=("cos", "tan"), means="angulargrad's coefficient")
+    )  # cos | tan (the angular coefficient's function)
 
 
 @dataclass
@@ -342,12 +395,17 @@ class AlgoConfig:
     name: str = MISSING
 
 
+BANDWIDTH = domain(low=0.0, means="a bandwidth in Gb/s")  # > 0: validate_network
+
+
 @dataclass
 class LinkConfig:
     """One link class: ``latency_ms`` per message, ``bandwidth_gbps`` in Gb/s (10^9 bit/s)."""
 
-    latency_ms: float = 0.05  # one-way latency per message, milliseconds; 0: none
-    bandwidth_gbps: float = 10.0  # link bandwidth, Gb/s (10^9 bit/s)
+    latency_ms: float = field(
+        default=0.05, metadata=domain(low=0.0, means="a link's latency in milliseconds")
+    )  # one-way latency per message, milliseconds; 0: none
+    bandwidth_gbps: float = field(default=10.0, metadata=BANDWIDTH)  # link bandwidth, Gb/s (10^9 bit/s)
 
 
 @dataclass
@@ -361,18 +419,24 @@ class NetworkConfig:
     # between ranks of one node: shared memory / NVLink class
     intra: LinkConfig = field(default_factory=lambda: LinkConfig(latency_ms=0.002, bandwidth_gbps=800.0))
     inter: LinkConfig = field(default_factory=LinkConfig)  # between nodes; each worker's own link
-    wide_workers: int = 0  # ranks 0 .. wide_workers-1 have wide_bandwidth_gbps on their inter-node link
-    wide_bandwidth_gbps: float = 10.0  # inter-node bandwidth of the wide_workers, Gb/s (unused while wide_workers is 0)
+    wide_workers: int = field(
+        default=0, metadata=domain(low=0)
+    )  # ranks 0 .. wide_workers-1 have wide_bandwidth_gbps on their inter-node link (at most the world: validate_network)
+    wide_bandwidth_gbps: float = field(
+        default=10.0, metadata=BANDWIDTH
+    )  # inter-node bandwidth of the wide_workers, Gb/s (unused while wide_workers is 0)
     # one Gb/s value per rank for its inter-node link (wins over the above); [] = no per-rank values
-    worker_bandwidth_gbps: List[float] = field(default_factory=list)
+    worker_bandwidth_gbps: List[float] = field(default_factory=list, metadata=BANDWIDTH)
     # simulate: the modelled devices' compute time per rank = the profiled (or measured) one x compute_scale
     # (0.05: devices 20x faster than what runs the job; 1: as profiled)
-    compute_scale: float = 1.0
+    compute_scale: float = field(default=1.0, metadata=domain(low=0.0, means="the factor on compute time"))
     # simulate: where a rank's compute time comes from (docs/network.md, "Compute on the simulated clock").
     # profile: one replica stepped alone before training, the same charge for every rank and run
     # (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)
     compute: ComputeSource = ComputeSource.profile
-    compute_profile: str = ""  # a profile file (`dlcomm profile --out F`) to use; "": profiled before training, cached
+    compute_profile: str = field(
+        default="", metadata=domain(anything="a file, which validate_network checks exists")
+    )  # a profile file (`dlcomm profile --out F`) to use; "": profiled before training, cached
     compute_ms: float = field(
         default=0.0, metadata=domain(low=0.0)
     )  # > 0: a step's compute outright (e.g. a paper's GPU step)
@@ -396,7 +460,9 @@ class LauncherConfig:
     backend: Backend = (
         Backend.auto
     )  # process group: auto (nccl when train.device resolves to cuda, else gloo) | gloo | nccl
-    teardown_grace_s: float = 5.0  # after a rank fails: seconds the others get to stop (processes: SIGTERM, SIGKILL)
+    teardown_grace_s: float = field(
+        default=5.0, metadata=domain(low=0.0)
+    )  # after a rank fails: seconds the others get to stop (processes: SIGTERM, SIGKILL)
 
 
 @dataclass
@@ -413,32 +479,94 @@ class SlurmLauncherConfig(ProcessLauncherConfig):
     """``launcher=slurm``: one SLURM job of ``nodes`` nodes x ``workers_per_node`` tasks, one rank each."""
 
     name: str = "slurm"
-    partition: str = ""  # SLURM partition (--partition); empty: the cluster's default partition
-    account: str = ""  # account the job is charged to (--account); empty: your default account
-    qos: str = ""  # quality of service (--qos); empty: the account's or partition's default
-    time_min: int = 60  # the job's wall-clock limit (--time), minutes
-    gpus_per_node: int = 0  # GPUs per node (--gpus-per-node); 0: none (gloo); >0 with train.device=auto|cuda: nccl
-    cpus_per_task: int = 1  # cores per rank (--cpus-per-task); its torch threads unless train.threads_per_rank is set
-    mem_gb: float = 0.0  # memory per node (--mem), GiB; 0: the partition's default
-    constraint: str = ""  # node features the job needs (--constraint, e.g. "v100"); empty: any node
-    array_parallelism: int = 16  # sweeps: at most this many array elements running at once
-    setup: List[str] = field(default_factory=list)  # shell lines the job runs first, e.g. "module load cuda"; []: none
-    sbatch_args: Dict[str, str] = field(default_factory=dict)  # extra #SBATCH options, e.g. {exclude: node12}; {}: none
+    partition: str = field(
+        default="", metadata=domain(pattern=ONE_LINE, means="the partition (one #SBATCH line, no control character)")
+    )  # SLURM partition (--partition); empty: the cluster's default partition
+    account: str = field(
+        default="", metadata=domain(pattern=ONE_LINE, means="the account (one #SBATCH line, no control character)")
+    )  # account the job is charged to (--account); empty: your default account
+    qos: str = field(
+        default="",
+        metadata=domain(pattern=ONE_LINE, means="the quality of service (one #SBATCH line, no control character)"),
+    )  # quality of service (--qos); empty: the account's or partition's default
+    time_min: int = field(
+        default=60, metadata=domain(low=1, means="the job's time limit in minutes")
+    )  # the job's wall-clock limit (--time), minutes
+    gpus_per_node: int = field(
+        default=0, metadata=domain(low=0)
+    )  # GPUs per node (--gpus-per-node); 0: none (gloo); >0 with train.device=auto|cuda: nccl
+    cpus_per_task: int = field(
+        default=1, metadata=domain(low=1)
+    )  # cores per rank (--cpus-per-task); its torch threads unless train.threads_per_rank is set
+    mem_gb: float = field(
+        default=0.0, metadata=domain(low=0.0)
+    )  # memory per node (--mem), GiB; 0: the partition's default
+    constraint: str = field(
+        default="",
+        metadata=domain(pattern=ONE_LINE, means="the node features (one #SBATCH line, no control character)"),
+    )  # node features the job needs (--constraint, e.g. "v100"); empty: any node
+    array_parallelism: int = field(
+        default=16, metadata=domain(low=1)
+    )  # sweeps: at most this many array elements running at once
+    setup: List[str] = field(
+        default_factory=list,
+        metadata=domain(
+            anything="the user's own shell lines, written as they are into the job script before the ranks start"
+        ),
+    )  # shell lines the job runs first, e.g. "module load cuda"; []: none
+    sbatch_args: Dict[str, str] = field(
+        default_factory=dict,
+        metadata=domain(
+            anything="options sbatch itself checks when the job is submitted; its refusal is one line "
+            "(dlcomm.launch.slurm.SlurmLauncher.launch)"
+        ),
+    )  # extra #SBATCH options, e.g. {exclude: node12}; {}: none
     wait: bool = False  # true: block until the job ends, showing its state; false: return once it is submitted
-    max_requeue: int = 3  # preempted or timed out: checkpoint and requeue up to this many times (0: never)
-    signal_delay_s: int = 90  # seconds before the time limit that SLURM sends its warning signal (USR2)
-    check_every: int = 10  # training iterations between the ranks' checks for SLURM's warning signal (USR2)
-    ifname: str = ""  # network interface between hosts for gloo/nccl (e.g. eth0); empty: the one towards rank 0's host
+    max_requeue: int = field(
+        default=3, metadata=domain(low=0)
+    )  # preempted or timed out: checkpoint and requeue up to this many times (0: never)
+    signal_delay_s: int = field(
+        default=90, metadata=domain(low=0)
+    )  # seconds before the time limit that SLURM sends its warning signal (USR2); below time_min*60: check_slurm_settings
+    check_every: int = field(
+        default=10, metadata=domain(low=1)
+    )  # training iterations between the ranks' checks for SLURM's warning signal (USR2)
+    ifname: str = field(
+        default="",
+        metadata=domain(anything="checked on each host against its interfaces (dlcomm.launch.netif.choose_interface)"),
+    )  # network interface between hosts for gloo/nccl (e.g. eth0); empty: the one towards rank 0's host
 
 
 @dataclass
 class TrackingConfig:
-    uri: str = ""  # empty: sqlite:///<working directory or $DLCOMM_HOME>/results/mlflow.db
-    experiment: str = "dlcomm"
-    run_name: str = ""
-    connect_timeout_s: float = 5.0  # how long an http(s) store may take to answer before the run is refused
-    stream_every_s: float = 5.0  # rank 0's per-iteration loss and time reach MLflow this often while training; 0: off
-    system_metrics_every_s: float = 10.0  # MLflow's system metrics (CPU, memory, disk, network; GPU where present) of the driver's machine, sampled this often; 0: off
+    uri: str = field(
+        default="",
+        metadata=domain(anything="checked before anything is recorded (dlcomm.tracking.store.probe)"),
+    )  # empty: sqlite:///<working directory or $DLCOMM_HOME>/results/mlflow.db
+    experiment: str = field(
+        default="dlcomm",
+        metadata=domain(
+            pattern=EXPERIMENT_PATTERN,
+            max_chars=EXPERIMENT_CHARS,
+            means="the experiment's name, also its folder results/<name>/ (not blank, no / or \\, "
+            "no leading dot, no control character)",
+        ),
+    )
+    run_name: str = field(
+        default="",
+        metadata=domain(
+            pattern=ONE_LINE, max_chars=RUN_NAME_CHARS_MAX, means="the run's name (one line, no control character)"
+        ),
+    )  # empty: named from the algorithm, the world, the network and the overrides (dlcomm.spec.RunSpec.run_name)
+    connect_timeout_s: float = field(
+        default=5.0, metadata=domain(low=0.0, means="the store's answer timeout in seconds")
+    )  # how long an http(s) store may take to answer before the run is refused (> 0: validate_run)
+    stream_every_s: float = field(
+        default=5.0, metadata=domain(low=0.0, means="the seconds between streamed metrics (0: off)")
+    )  # rank 0's per-iteration loss and time reach MLflow this often while training; 0: off
+    system_metrics_every_s: float = field(
+        default=10.0, metadata=domain(low=0.0, means="the seconds between system metric samples (0: off)")
+    )  # MLflow's system metrics (CPU, memory, disk, network; GPU where present) of the driver's machine, sampled this often; 0: off
 
 
 @dataclass
@@ -447,7 +575,13 @@ class ReportConfig:
 
     # The method speedups and MA-acceleration are measured against: an algorithm name, or
     # words that all appear in a method's label ("gossip_pull overlap=none").
-    baseline: str = "allreduce"
+    baseline: str = field(
+        default="allreduce",
+        metadata=domain(
+            anything="words matched against each setting's methods by dlcomm report "
+            "(dlcomm.report.table.summarise); a setting where none matches has no speedup"
+        ),
+    )
 
 
 @dataclass
@@ -455,15 +589,17 @@ class DebugConfig:
     """Fault injection for tests of the launcher: rank ``fail_rank`` fails at ``fail_step`` (a
     service rank, which has no steps: is killed ``fail_step`` seconds after it starts)."""
 
-    fail_rank: int = -1
-    fail_step: int = -1
-    fail_mode: str = "raise"  # raise: an exception | kill: SIGKILL to itself
+    fail_rank: int = field(default=-1, metadata=domain(low=-1, means="the failing rank (-1: none)"))
+    fail_step: int = field(default=-1, metadata=domain(low=-1, means="the step it fails at (-1: never)"))
+    fail_mode: str = field(
+        default="raise", metadata=domain(one_of=("raise", "kill"))
+    )  # raise: an exception | kill: SIGKILL to itself
 
 
 @dataclass
 class RunConfig:
-    nodes: int = 4
-    workers_per_node: int = 1
+    nodes: int = field(default=4, metadata=domain(low=1, means="the number of machines"))
+    workers_per_node: int = field(default=1, metadata=domain(low=1, means="each node's number of workers"))
     seed: int = field(default=0, metadata=domain(low=0, high=SEED_MAX))
     algo: Any = MISSING
     task: TaskConfig = MISSING

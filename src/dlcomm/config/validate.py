@@ -94,7 +94,7 @@ def _check_text(name: str, shown: Any, value: str, rules: Mapping[str, Any], eac
     if one_of is not None:
         words = list(one_of)
         listed = ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
-        require(value in one_of, name, shown, f"{subject}must be {listed}")
+        require(value in one_of, name, _shortened(shown), f"{subject}must be {listed}")
     if max_chars is not None:
         require(
             len(value) <= max_chars,
@@ -104,12 +104,21 @@ def _check_text(name: str, shown: Any, value: str, rules: Mapping[str, Any], eac
         )
     if pattern is not None:
         hint = f", e.g. {example}" if example not in (None, "") else ""
-        require(re.fullmatch(pattern, value) is not None, name, _shortened(shown), f"{subject}must match {pattern}{hint}")
+        require(
+            re.fullmatch(pattern, value) is not None, name, _shortened(shown), f"{subject}must match {pattern}{hint}"
+        )
 
 
 def _shortened(value: Any) -> Any:
-    """A long string shown by its first 40 characters (a refusal stays one readable line)."""
-    return f"{value[:40]}... ({len(value)} characters)" if isinstance(value, str) and len(value) > 60 else value
+    """A long string shown by its first 40 characters, a control character by its escape (``\\n``):
+    a refusal stays one readable line."""
+    if not isinstance(value, str):
+        return value
+    shown = _CONTROL.sub(lambda found: repr(found.group())[1:-1], value)
+    return f"{shown[:40]}... ({len(value)} characters)" if len(shown) > 60 else shown
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _check_number(name: str, shown: Any, value: Any, rules: Mapping[str, Any], each: str, example: Any) -> None:
@@ -129,97 +138,28 @@ def _check_number(name: str, shown: Any, value: Any, rules: Mapping[str, Any], e
         require(math.isfinite(value), name, shown, f"{subject}must be a finite number (not nan or inf){hint}")
     else:
         require(
-            -INT64 <= value < INT64, name, shown, f"{subject}must be a whole number of at most 64 bits (below 2**63){hint}"
+            -INT64 <= value < INT64,
+            name,
+            shown,
+            f"{subject}must be a whole number of at most 64 bits (below 2**63){hint}",
         )
 
 
 def validate_run(cfg: "RunConfig") -> None:
-    """Checks on the keys every run shares; the algorithm checks its own (``check_config``), the
-    launcher its ``launcher.*`` keys (``dlcomm.launch.base.Launcher.check``)."""
-    require(cfg.nodes >= 1, "nodes", cfg.nodes, "the number of machines must be at least 1; pass nodes=1 or more")
-    require(
-        cfg.workers_per_node >= 1,
-        "workers_per_node",
-        cfg.workers_per_node,
-        "each node needs at least one worker; pass workers_per_node=1 or more",
-    )
+    """Checks on the keys every run shares that their declared domains
+    (:func:`dlcomm.config.schema.domain`, checked while composing) cannot say: a value the range
+    leaves in (0 where it must be positive, train.max_steps=0) and rules across keys. The algorithm
+    checks its own (``check_config``), the launcher its ``launcher.*`` keys
+    (``dlcomm.launch.base.Launcher.check``)."""
     train = cfg.train
-    require(
-        train.batch_size >= 1,
-        "train.batch_size",
-        train.batch_size,
-        "the per-worker batch must hold at least one sample; pass train.batch_size=1 or more",
-    )
-    require(
-        train.epochs >= 1, "train.epochs", train.epochs, "train for at least one epoch; pass train.epochs=1 or more"
-    )
     require(
         train.max_steps == -1 or train.max_steps >= 1,
         "train.max_steps",
         train.max_steps,
         "use -1 for no cap or a positive number of steps",
     )
-    require(
-        train.timing_warmup >= 0,
-        "train.timing_warmup",
-        train.timing_warmup,
-        "pass the number of first iterations left out of the timing means, 0 or more (default 1)",
-    )
-    require(
-        train.comm_interval >= 1,
-        "train.comm_interval",
-        train.comm_interval,
-        "pass the number of micro-batches accumulated per step, 1 or more",
-    )
-    require(
-        train.eval_every >= 0,
-        "train.eval_every",
-        train.eval_every,
-        "use 0 (evaluate only at the end) or a positive number of epochs",
-    )
-    require(train.eval_batch_size >= 1, "train.eval_batch_size", train.eval_batch_size, "pass a positive batch size")
-    require(
-        train.eval_size >= 0,
-        "train.eval_size",
-        train.eval_size,
-        "pass 0 (the whole test set) or a number of test images",
-    )
-    require(
-        train.eval_replicas >= 0,
-        "train.eval_replicas",
-        train.eval_replicas,
-        "pass 0 (every replica) or the number of replicas test_acc_mean samples, e.g. 16",
-    )
-    require(0.0 <= train.label_smoothing < 1.0, "train.label_smoothing", train.label_smoothing, "use a value in [0, 1)")
-    require(
-        0.0 <= train.target_acc <= 1.0,
-        "train.target_acc",
-        train.target_acc,
-        "use a fraction in [0, 1], e.g. 0.85; 0 turns it off",
-    )
-    require(
-        train.time_budget_s >= 0,
-        "train.time_budget_s",
-        train.time_budget_s,
-        "use 0 (no budget) or a positive number of seconds",
-    )
-    require(
-        train.eval_every_s >= 0, "train.eval_every_s", train.eval_every_s, "use 0 (off) or a positive number of seconds"
-    )
-    require(
-        train.threads_per_rank >= 0,
-        "train.threads_per_rank",
-        train.threads_per_rank,
-        "use 0 (automatic) or a positive thread count",
-    )
     optim = cfg.optim  # its name is a choice of the optim group: composition refuses an unknown one
     require(optim.lr > 0, "optim.lr", optim.lr, "the learning rate must be positive")
-    require(
-        optim.warmup_epochs >= 0,
-        "optim.warmup_epochs",
-        optim.warmup_epochs,
-        "use 0 (no warm-up) or a positive number of epochs",
-    )
     require(
         optim.warmup_epochs <= train.epochs,
         "optim.warmup_epochs",
@@ -243,37 +183,19 @@ def validate_run(cfg: "RunConfig") -> None:
     )
     tracking = cfg.tracking
     require(
-        str(tracking.experiment).strip() != "",
-        "tracking.experiment",
-        tracking.experiment,
-        "an experiment needs a name; pass tracking.experiment=<name> (default dlcomm)",
-    )
-    require(
         tracking.connect_timeout_s > 0,
         "tracking.connect_timeout_s",
         tracking.connect_timeout_s,
         "pass a positive number of seconds, e.g. 10",
     )
-    require(
-        tracking.stream_every_s >= 0,
-        "tracking.stream_every_s",
-        tracking.stream_every_s,
-        "pass 0 (metrics at epoch ends only) or a positive number of seconds, e.g. 5",
-    )
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
 
 
 def validate_network(network: "NetworkConfig", world: int) -> None:
-    """Mode, positive bandwidths, non-negative latencies, per-worker keys within the world, a
-    positive compute scale that only a simulated clock uses."""
-    for name in ("intra", "inter"):
+    """Mode, positive bandwidths, per-worker keys within the world, a positive compute scale that
+    only a simulated clock uses (a latency's range is declared in its schema)."""
+    for name in ("intra", "inter"):  # a latency's range (0 or more) is declared in LinkConfig
         link = getattr(network, name)
-        require(
-            link.latency_ms >= 0,
-            f"network.{name}.latency_ms",
-            link.latency_ms,
-            "a latency cannot be negative; pass 0 or more milliseconds",
-        )
         require(
             link.bandwidth_gbps > 0,
             f"network.{name}.bandwidth_gbps",
