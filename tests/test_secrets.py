@@ -110,3 +110,8 @@ def test_no_record_or_file_of_a_run_holds_a_secret(tmp_path, cli_here) -> None:
     for secret in (PASSWORD, "tok3n"):
         assert secret not in recorded + written  # the printed lines: the test above (a process's streams)
     assert "bob:***@host" in run.info.run_name and "token=***" in run.data.params["tracking.run_name"]
+
+
+@pytest.mark.parametrize("text", ["tracking.uri=http://[::1", 'tracking.uri="http://[::1]"', "http://h:notaport/x"])
+def test_a_uri_urlsplit_cannot_read_is_left_as_it_is(text: str) -> None:
+    assert secrets.credentials(text) == [] and secrets.mask(text) == text

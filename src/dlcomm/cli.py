@@ -393,16 +393,17 @@ def _runs(settings: list[str], dry_run: bool) -> int:
 
 def _export_sweep(overrides: list[str]) -> int:
     """Print the sweep's elements, one per line, after checking every one's settings as
-    ``dlcomm train`` would (composition, ranges, the shared keys' rules; not the data, store or
-    cluster, which the job checks where it runs)."""
+    ``dlcomm train -m`` would before it runs anything (composition, ranges, the model against the
+    data's shape, the plan, what torch refuses, the launcher's settings); not the data's files, the
+    store or the cluster, which the job checks where it runs."""
     from dlcomm.compose import compose_run
-    from dlcomm.config.validate import validate_run
+    from dlcomm.run import check_runnable
     from dlcomm.sweep import expand, export_lines, screening_order
 
     elements = expand(overrides)
     for element in (elements[position] for position in screening_order(elements)):
         try:
-            validate_run(compose_run(element))
+            check_runnable(compose_run(element), data_here=False)
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
     print("\n".join(export_lines(overrides)))

@@ -14,23 +14,29 @@ from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
 
 
-def check_runnable(cfg: RunConfig) -> None:
-    """Everything that can be known wrong before any process starts or any run is recorded."""
+def check_runnable(cfg: RunConfig, data_here: bool = True) -> None:
+    """Everything that can be known wrong before any process starts or any run is recorded.
+    ``data_here`` False (``dlcomm sweep export``, whose jobs run elsewhere): the data set's files
+    are not looked for, and what depends on them (its shape, its size) is checked where it is
+    known without them."""
     validate_run(cfg)
     from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
     from dlcomm.models import check_model_fits
     from dlcomm.tasks import check_task
 
     check_task(cfg)
-    check_dataset(cfg.dataset)
-    shape, classes = dataset_shape(cfg.dataset)
-    check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
+    if data_here:
+        check_dataset(cfg.dataset)
+    described = _without_files(dataset_shape, cfg.dataset, data_here)
+    if described is not None:
+        shape, classes = described
+        check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.train.plan import UNBOUNDED, check_plan
     from dlcomm.train.prelaunch import check_rank_objects
 
     algorithm = get_algorithm(cfg.algo.name)
-    sizes = dataset_sizes(cfg.dataset)
+    sizes = _without_files(dataset_sizes, cfg.dataset, data_here)
     plan = None
     if sizes is not None:
         train_size, test_size = sizes
@@ -51,6 +57,16 @@ def check_runnable(cfg: RunConfig) -> None:
     from dlcomm.launch.registry import get_launcher
 
     get_launcher(cfg.launcher.name).check(cfg, roles)  # its launcher.* ranges, GPUs, sbatch, service processes
+
+
+def _without_files(describe, dataset, data_here: bool):
+    """``describe(dataset)``; None when the data set's files are not here and need not be."""
+    try:
+        return describe(dataset)
+    except UserError:
+        if data_here:
+            raise
+        return None
 
 
 def _scales_loss_here(train) -> bool:

@@ -48,7 +48,11 @@ def credentials(text: str) -> list[str]:
     """The secrets in the URIs of ``text``: each userinfo's password and each secret query value."""
     found = []
     for uri in _URI.findall(text):
-        parts = urlsplit(uri)
+        try:
+            parts = urlsplit(uri)
+            parts.password  # noqa: B018 - raises for a bracket left open ("http://[::1")
+        except ValueError:
+            continue
         if parts.password:
             found.append(parts.password)
         found += [value for name, value in parse_qsl(parts.query) if name.lower() in SECRET_PARAMETERS and value]
@@ -70,7 +74,11 @@ def remember_environment() -> None:
 
 def _mask_uri(match: re.Match[str]) -> str:
     uri = match.group(0)
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+        parts.password  # noqa: B018 - raises for a bracket left open
+    except ValueError:  # not a URI urlsplit reads: left as it is (its remembered secrets still go)
+        return uri
     if parts.password:
         uri = uri.replace(f":{parts.password}@", f":{MASK}@", 1)
     for name, value in parse_qsl(parts.query):
@@ -82,10 +90,7 @@ def _mask_uri(match: re.Match[str]) -> str:
 def mask(text: str) -> str:
     """``text`` with every credential of its URIs and every remembered secret replaced by ``***``."""
     if "://" in text:
-        try:
-            text = _URI.sub(_mask_uri, text)
-        except ValueError:  # a URI urlsplit cannot read (a bad port): its remembered secrets still go
-            pass
+        text = _URI.sub(_mask_uri, text)
     for secret in _remembered:
         if secret in text:
             text = text.replace(secret, MASK)

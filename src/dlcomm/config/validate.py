@@ -277,3 +277,45 @@ def validate_network(network: "NetworkConfig", world: int) -> None:
             network.compute_profile,
             "no such file; write one with `dlcomm profile <the run's overrides> --out <file>`",
         )
+
+
+def check_fault_injection(cfg: "RunConfig", roles: tuple[str, ...], total_steps: int | None) -> None:
+    """``debug.*`` only where the fault can happen: ``fail_rank`` one of this job's ranks (the
+    workers ``0..W-1``, then the service processes ``roles``), a worker's ``fail_step`` one of the
+    run's steps ``0..total_steps-1`` (``total_steps`` None: not known before the data is read), a
+    service's a number of seconds; ``fail_step``/``fail_mode`` without ``fail_rank`` refused, as
+    they would do nothing."""
+    debug = cfg.debug
+    workers = cfg.nodes * cfg.workers_per_node
+    if debug.fail_rank == -1:
+        for key, value, default in (("fail_step", debug.fail_step, -1), ("fail_mode", debug.fail_mode, "raise")):
+            require(
+                value == default,
+                f"debug.{key}",
+                value,
+                "it takes effect only with debug.fail_rank=<rank> (the rank that fails); pass that too, or leave debug.* out",
+            )
+        return
+    ranks = workers + len(roles)
+    services = f" and {', '.join(roles)} as rank(s) {workers} to {ranks - 1}" if roles else ""
+    require(
+        debug.fail_rank < ranks,
+        "debug.fail_rank",
+        debug.fail_rank,
+        f"this job's ranks are 0 to {ranks - 1} ({workers} workers{services}); pass one of them, or -1 for no fault",
+    )
+    if debug.fail_rank >= workers:
+        require(
+            debug.fail_step >= 0,
+            "debug.fail_step",
+            debug.fail_step,
+            "a service rank dies this many seconds after it starts; pass 0 or more",
+        )
+        return
+    last = f"{total_steps - 1}" if total_steps is not None else "the last step"
+    require(
+        debug.fail_step >= 0 and (total_steps is None or debug.fail_step < total_steps),
+        "debug.fail_step",
+        debug.fail_step,
+        f"worker {debug.fail_rank} fails when it begins this step, and this run's steps are 0 to {last}; pass one of them",
+    )
