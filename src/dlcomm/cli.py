@@ -220,10 +220,24 @@ def _end_now(code: int) -> None:
     os._exit(code)
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, a subcommand's options before or after its settings alike
+    (``runs reap --dry-run tracking.uri=...`` as ``runs --dry-run reap tracking.uri=...``): argparse
+    stops filling a positional list at the first option, so the settings after it are added here."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    listed = next((name for name in ("overrides", "settings") if hasattr(args, name)), None)
+    if extra and listed and not any(token.startswith("-") for token in extra):
+        setattr(args, listed, [*getattr(args, listed), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def _main(argv: list[str], own_process: bool) -> int:
     # -m may sit anywhere among the overrides (argparse would bind it before them only)
     multirun = any(token in ("-m", "--multirun") for token in argv[1:])
-    args = _parser().parse_args(argv[:1] + [token for token in argv[1:] if token not in ("-m", "--multirun")])
+    args = parse(argv[:1] + [token for token in argv[1:] if token not in ("-m", "--multirun")])
     if hasattr(args, "multirun"):
         args.multirun = multirun
     if args.command is None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,6 +28,7 @@ import torch
 
 from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
+from dlcomm.memory import MIB, available_mib
 
 COPIES = 6  # parameters, gradients, momentum (Adam: two moments), algorithm buffers, evaluation copy
 RANK_OVERHEAD_MIB = 16.0  # measured: 256 ranks of the default job took 25 MiB each (6 x 1.6 MiB of parameters + 16)
@@ -37,7 +37,6 @@ PROCESS_OVERHEAD_MIB = (
     450.0  # measured: 16 ranks of the default job summed 8,811 MiB PSS (551 each, less data and model)
 )
 USABLE = 0.9  # of what the kernel reports available (plus what this process holds)
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -162,14 +161,3 @@ def _activation_mib(model: torch.nn.Module, shape: tuple[int, ...], batch: int) 
         for hook in hooks:
             hook.remove()
     return total * batch / MIB
-
-
-def available_mib() -> float:
-    """Memory the kernel can give without swapping (``MemAvailable``), in MiB; inf if unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return math.inf

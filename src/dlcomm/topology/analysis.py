@@ -24,6 +24,26 @@ def parse_arguments(arguments: list[str]) -> dict[str, str]:
     return parse_settings(arguments, known, "topology", f"pass key=value with key one of {', '.join(known)}")
 
 
+#: n x n float64 matrices the analysis holds at once: the product, one step's matrix, the new
+#: product, and the singular value decomposition's copy and workspace.
+MATRICES_HELD = 5
+
+
+def check_fits(n: int) -> None:
+    """Refuse ``nodes=n`` whose dense ``n x n`` matrices would not fit in the memory the kernel can
+    give now (the analysis is exact, not sampled: its memory grows as n**2, its time as n**3)."""
+    from dlcomm.memory import MIB, available_mib
+
+    needed_mib = MATRICES_HELD * n * n * 8 / MIB
+    usable_mib = 0.8 * available_mib()
+    if needed_mib > usable_mib:
+        most = int((usable_mib * MIB / (MATRICES_HELD * 8)) ** 0.5)
+        raise UserError(
+            f"nodes={n} is invalid here: the mixing analysis holds {MATRICES_HELD} dense {n}x{n} matrices, about "
+            f"{needed_mib / 1024:.1f} GiB, and {usable_mib / 1024:.1f} GiB can be used; pass nodes={most} or fewer"
+        )
+
+
 def analyse(settings: dict[str, str]) -> pd.DataFrame:
     names = [name for name in (settings["compare"] or settings["topology"]).split(",") if name]
     for name in names:
@@ -36,6 +56,7 @@ def analyse(settings: dict[str, str]) -> pd.DataFrame:
         raise UserError("nodes, steps, seed and trials must be integers, e.g. nodes=16 steps=20") from None
     if n < 2 or steps < 1 or trials < 1:
         raise UserError(f"nodes={n} steps={steps} trials={trials} is invalid: pass nodes>=2, steps>=1, trials>=1")
+    check_fits(n)
     table = pd.DataFrame({"step": np.arange(1, steps + 1)})
     for name in names:
         seeds = range(seed, seed + trials) if name in RANDOM else [seed]
