@@ -248,6 +248,32 @@ def preset_path(name: str, out: str) -> Path:
     return Path(dlcomm.configs.__file__).parent / "network" / f"{name}.yaml"
 
 
+#: Ranks of this machine beyond which the pairs' timings would measure the scheduler, not a link.
+MOST_LOCAL_RANKS = 64
+
+
+def check_options(ranks: int, max_mib: int, slurm_nodes: int, per_host: int) -> None:
+    """Every option's range, before anything is measured or submitted: one line with the fix."""
+    rules = [
+        (
+            2 <= ranks <= MOST_LOCAL_RANKS,
+            f"--ranks {ranks}",
+            f"a link needs 2 ranks, and more than {MOST_LOCAL_RANKS} "
+            "processes of one machine time its scheduler; pass --ranks 2 to " + str(MOST_LOCAL_RANKS) + " (default 2)",
+        ),
+        (
+            1 <= max_mib <= SIZES[-1] >> 20,
+            f"--max-mib {max_mib}",
+            f"the largest message timed must be 1 to {SIZES[-1] >> 20} MiB (the sizes are 4 KiB to 16 MiB; default 16)",
+        ),
+        (slurm_nodes >= 0, f"--slurm-nodes {slurm_nodes}", "pass the number of hosts, 1 or more (0: this machine)"),
+        (per_host >= 1, f"--tasks-per-host {per_host}", "pass 1 or more ranks per host (default 2)"),
+    ]
+    for ok, given, rule in rules:
+        if not ok:
+            raise UserError(f"{given} is invalid: {rule}")
+
+
 def calibrate(
     name: str,
     out: str,
@@ -265,6 +291,7 @@ def calibrate(
         raise UserError(
             f"--repeats {repeats} is invalid: time at least one message per size and pair; pass --repeats 1 or more (default 5)"
         )
+    check_options(ranks, max_mib, slurm_nodes, per_host)
     target = preset_path(name, out)
     in_srun = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     if target.exists() and not force and os.environ.get("SLURM_PROCID", "0") == "0":
@@ -283,8 +310,6 @@ def calibrate(
     if in_srun:
         fits, where = run_in_srun(sizes, repeats)
     else:
-        if ranks < 2:
-            raise UserError(f"--ranks {ranks} is invalid: a link needs 2 ranks")
         fits, where = run_local(ranks, sizes, repeats), f"this machine ({ranks} ranks)"
     if fits is None:  # not rank 0
         return 0
