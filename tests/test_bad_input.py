@@ -121,13 +121,19 @@ TRAIN = [
     (["algo=local_sgd", "algo.period=0"], "algo.period=0 is invalid"),
     (
         ["algo=sesgd", "algo.bucket_mb=-1"],
-        "algo.bucket_mb=-1.0 is invalid: use 0 (one bucket per parameter tensor) or a positive size in MiB",
+        "algo.bucket_mb=-1.0 is invalid: the bucket size in MiB (0: one bucket per parameter tensor) must be 0 or more",
     ),
-    (["algo=gossip_pull", "algo.period=0"], "algo.period=0 is invalid: T is the number of local steps per window"),
-    (["algo=gossip_pull", "algo.overlap=late"], "algo.overlap=late is invalid: use none, naive or scheduled"),
+    (
+        ["algo=gossip_pull", "algo.period=0"],
+        "algo.period=0 is invalid: T, the number of local steps per window, must be 1 or more",
+    ),
+    (
+        ["algo=gossip_pull", "algo.overlap=late"],
+        "algo.overlap=late is invalid: the overlap of a pull with the window must be none, naive or scheduled",
+    ),
     (
         ["algo=ps_layerdrop", "algo.ratio=1.0"],
-        "algo.ratio=1.0 is invalid: R is the fraction of gradient entries dropped",
+        "algo.ratio=1.0 is invalid: R, the fraction of gradient entries dropped, must be in [0, 1)",
     ),
     (["algo=ps_layerdrop", "algo.ratio=-0.1"], "algo.ratio=-0.1 is invalid"),
     (
@@ -149,10 +155,14 @@ TRAIN = [
         ["network=eth_1g", "network.mode=emulate", "network.compute_scale=0.5"],
         "network.compute_scale=0.5 is invalid: only simulated clocks can scale compute; add network.mode=simulate",
     ),
-    (["launcher=threads", "launcher.compute=fast"], "launcher.compute=fast is invalid"),
+    (
+        ["launcher=threads", "launcher.compute=fast"],
+        "launcher.compute=fast is invalid: the compute mode must be auto, serial or parallel",
+    ),
     (
         ["launcher=threads", "launcher.semantics=mpi"],
-        "launcher.semantics=mpi is invalid; use gloo (gloo's delivery) or nccl",
+        "launcher.semantics=mpi is invalid: the message semantics (gloo: gloo's delivery, nccl: NCCL's ordering "
+        "rules) must be gloo or nccl",
     ),
     (
         ["launcher=threads", "launcher.hang_timeout_s=0"],
@@ -355,18 +365,28 @@ def test_bad_input_is_one_line_exit_2_in_seconds_and_records_nothing(home, monke
 
 
 def test_every_algorithm_with_buckets_refuses_a_negative_size_with_the_same_line() -> None:
+    import re
+
+    from omegaconf import OmegaConf
+
+    from dlcomm.config.validate import check_values
+
     bucketed = {
         name: algorithm
         for name, algorithm in all_algorithms().items()
         if "bucket_mb" in {f.name for f in dataclasses.fields(algorithm.Config)}
     }
     assert {"allreduce", "allreduce_hier", "local_sgd", "node_based", "sesgd"} <= set(bucketed)
-    for name, algorithm in bucketed.items():
+    for name, algorithm in bucketed.items():  # each declares algo.bucket_mb's domain (buckets.BUCKET_MB)
+        node = OmegaConf.structured(algorithm.Config)
+        node.bucket_mb = -1.0
         with pytest.raises(UserError) as refused:
-            algorithm.check_config(algorithm.Config(bucket_mb=-1.0))
-        assert str(refused.value) == (
-            "algo.bucket_mb=-1.0 is invalid: use 0 (one bucket per parameter tensor) or a positive size in MiB"
-        ), name
+            check_values(node, "algo.")
+        assert re.fullmatch(
+            r"algo\.bucket_mb=-1\.0 is invalid: the bucket size in MiB \(0: one bucket per parameter tensor\) "
+            r"must be 0 or more, e\.g\. \d+\.\d+",
+            str(refused.value),
+        ), (name, str(refused.value))
 
 
 # -- issue 49 item 2: what a rank builds from the optim knobs, refused before launch, generated over every optimizer --

@@ -120,11 +120,23 @@ def test_a_failing_service_thread_ends_the_run_naming_it(home) -> None:
     assert mlflow_run(result).info.status == "FAILED"
 
 
+def test_the_declared_semantics_are_the_fabrics() -> None:
+    """launcher.semantics declares its words in dlcomm.launch.threads (composing stays torch-free);
+    the in-process fabric, which imports torch, knows the same ones."""
+    import dataclasses
+
+    from dlcomm.comm.inprocess import SEMANTICS
+    from dlcomm.launch.threads import ThreadsLauncherConfig
+
+    declared = {item.name: item for item in dataclasses.fields(ThreadsLauncherConfig)}["semantics"]
+    assert tuple(declared.metadata["limits"]["one_of"]) == SEMANTICS
+
+
 def test_bad_compute_mode_and_emulation_under_serial_are_refused(home) -> None:
     bad = run_cli(home, "train", *FAST, "launcher=threads", "launcher.compute=fast")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == (
-        "dlcomm: error: launcher.compute=fast is invalid; use one of: auto, serial, parallel"
+        "dlcomm: error: launcher.compute=fast is invalid: the compute mode must be auto, serial or parallel"
     )
     emulate = run_cli(
         home, "train", *FAST, "launcher=threads", "launcher.compute=serial", "network=eth_1g", "network.mode=emulate"

@@ -17,11 +17,11 @@ payload what the network carries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.buckets import Bucket, check_bucket_mb, make_buckets
+from dlcomm.algorithms.buckets import BUCKET_MB, Bucket, make_buckets
 from dlcomm.algorithms.registry import register
 from dlcomm.config.schema import AlgoConfig
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 @dataclass
 class AllreduceConfig(AlgoConfig):
     name: str = "allreduce"
-    bucket_mb: float = 25.0
+    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
     overlap: bool = False
 
 
@@ -45,10 +45,6 @@ class Allreduce(Algorithm):
     Config = AllreduceConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
     compression = ("tensor",)
-
-    @classmethod
-    def check_config(cls, cfg: AllreduceConfig) -> None:
-        check_bucket_mb(cfg.bucket_mb)
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)

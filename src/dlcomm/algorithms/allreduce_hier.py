@@ -15,11 +15,11 @@ With ``compress=<name>`` the slow stage is compressed: the leaders average their
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.buckets import Bucket, check_bucket_mb, make_buckets
+from dlcomm.algorithms.buckets import BUCKET_MB, Bucket, make_buckets
 from dlcomm.algorithms.registry import register
 from dlcomm.config.schema import AlgoConfig
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 @dataclass
 class AllreduceHierConfig(AlgoConfig):
     name: str = "allreduce_hier"
-    bucket_mb: float = 25.0
+    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
 
 
 @register
@@ -40,10 +40,6 @@ class AllreduceHier(Algorithm):
     Config = AllreduceHierConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
     compression = ("tensor",)  # the leaders' stage
-
-    @classmethod
-    def check_config(cls, cfg: AllreduceHierConfig) -> None:
-        check_bucket_mb(cfg.bucket_mb)
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)

@@ -10,18 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dlcomm.config.validate import require
+from dlcomm.config.schema import domain
 
 if TYPE_CHECKING:
     import torch
 
-
-def check_bucket_mb(bucket_mb: float) -> None:
-    """Refuse a negative ``algo.bucket_mb`` (every algorithm that fuses with :func:`make_buckets`
-    checks it here, with one message): 0 is one bucket per parameter tensor, more a size in MiB."""
-    require(
-        bucket_mb >= 0, "algo.bucket_mb", bucket_mb, "use 0 (one bucket per parameter tensor) or a positive size in MiB"
-    )
+# The domain of ``algo.bucket_mb``, declared by every algorithm that fuses with :func:`make_buckets`
+# (``field(default=..., metadata=BUCKET_MB)``), so that each refuses a negative size in the same words.
+BUCKET_MB = domain(low=0, means="the bucket size in MiB (0: one bucket per parameter tensor)")
 
 
 @dataclass

@@ -38,14 +38,14 @@ pair first meets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.config.validate import require
 from dlcomm.topology.graphs import fair_random_sources, random_sources, receivers_of
 
@@ -58,15 +58,14 @@ if TYPE_CHECKING:
 @dataclass
 class CrossoverConfig(AlgoConfig):
     name: str = "crossover"
-    segments: int = 0  # 0: the model's top-level blocks; k: k balanced runs of layers
+    segments: int = field(
+        default=0, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
+    )  # 0: the model's top-level blocks; k: k balanced runs of layers
     segmentwise: bool = True  # false: the whole model is one segment (ablation)
     fair: bool = True  # false: independent uniform destinations (ablation)
-    gamma: float = 1.0  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
-
-
-def check_crossover(cfg: CrossoverConfig) -> None:
-    require(cfg.segments >= 0, "algo.segments", cfg.segments, "use 0 (top-level blocks), 1 (whole model) or a count")
-    require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "CHOCO's consensus step is in (0, 1], e.g. 1 or 0.5")
+    gamma: float = field(
+        default=1.0, metadata=domain(low=0, high=1, means="CHOCO's consensus step")
+    )  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
 
 
 class CrossoverGossip:
@@ -154,7 +153,8 @@ class Crossover(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: CrossoverConfig) -> None:
-        check_crossover(cfg)
+        # (0, 1]: the declared domain is [0, 1] (a range has no open lower end), so 0 is refused here
+        require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "CHOCO's consensus step is in (0, 1], e.g. 1 or 0.5")
 
     @classmethod
     def check_compressor(cls, cfg: CrossoverConfig, compressor: type[Compressor]) -> None:

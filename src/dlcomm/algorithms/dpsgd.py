@@ -23,13 +23,13 @@ compressor's own memory is not used). ``W`` is symmetric: the workers' mean is k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.config.validate import require
 from dlcomm.topology.graphs import ring_neighbours
 
@@ -40,8 +40,12 @@ if TYPE_CHECKING:
 @dataclass
 class DPSGDConfig(AlgoConfig):
     name: str = "dpsgd"
-    segments: int = 1  # 1: the whole model in one message per neighbour
-    gamma: float = 1.0  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
+    segments: int = field(
+        default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
+    )  # 1: the whole model in one message per neighbour
+    gamma: float = field(
+        default=1.0, metadata=domain(low=0, high=1, means="CHOCO's consensus step")
+    )  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
 
 
 @register
@@ -53,9 +57,7 @@ class DPSGD(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: DPSGDConfig) -> None:
-        require(
-            cfg.segments >= 0, "algo.segments", cfg.segments, "use 0 (top-level blocks), 1 (whole model) or a count"
-        )
+        # (0, 1]: the declared domain is [0, 1] (a range has no open lower end), so 0 is refused here
         require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "CHOCO's consensus step is in (0, 1], e.g. 1 or 0.5")
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -51,7 +51,7 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pull_schedule import PullManager, scheduled_start, update_time
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.config.validate import require
 from dlcomm.metrics import names
 from dlcomm.metrics.stats import Count, Mean, Stat
@@ -66,10 +66,19 @@ REQUEST, ASSIGN, RELEASE, CANCEL, CANCELLED, PULL, RESERVE, GRANT, DENY, UNRESER
 @dataclass
 class GossipPullConfig(AlgoConfig):
     name: str = "gossip_pull"
-    period: int = 16  # T: local steps per window (one pull and one averaging per window)
-    overlap: str = "scheduled"  # none | naive | scheduled
-    scheduler: str = "managed"  # managed (a manager process) | autonomous (no single point of failure)
-    theta: float = 0.1  # UPDATE_TIME threshold: a measurement within +-theta of the estimate is averaged in
+    period: int = field(
+        default=16, metadata=domain(low=1, means="T, the number of local steps per window,")
+    )  # T: local steps per window (one pull and one averaging per window)
+    overlap: str = field(
+        default="scheduled",
+        metadata=domain(one_of=("none", "naive", "scheduled"), means="the overlap of a pull with the window"),
+    )  # none | naive | scheduled
+    scheduler: str = field(
+        default="managed", metadata=domain(one_of=("managed", "autonomous"), means="the pull scheduler")
+    )  # managed (a manager process) | autonomous (no single point of failure)
+    theta: float = field(
+        default=0.1, metadata=domain(low=0, below=1, means="the UPDATE_TIME threshold")
+    )  # UPDATE_TIME threshold: a measurement within +-theta of the estimate is averaged in
 
 
 @dataclass
@@ -107,22 +116,6 @@ class GossipPull(Algorithm):
     display_name = "pull-gossip"
     Config = GossipPullConfig
     point_to_point = False  # pulls travel over the CPU control group (gloo); no device tensor point to point
-
-    @classmethod
-    def check_config(cls, cfg: GossipPullConfig) -> None:
-        require(
-            cfg.period >= 1,
-            "algo.period",
-            cfg.period,
-            "T is the number of local steps per window; pass 1 or more, e.g. 16",
-        )
-        require(
-            cfg.overlap in ("none", "naive", "scheduled"), "algo.overlap", cfg.overlap, "use none, naive or scheduled"
-        )
-        require(
-            cfg.scheduler in ("managed", "autonomous"), "algo.scheduler", cfg.scheduler, "use managed or autonomous"
-        )
-        require(0 <= cfg.theta < 1, "algo.theta", cfg.theta, "use a threshold in [0, 1), e.g. 0.1")
 
     @classmethod
     def roles(cls, cfg: GossipPullConfig) -> tuple[str, ...]:

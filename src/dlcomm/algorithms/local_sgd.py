@@ -19,15 +19,14 @@ loss it is the plain average (``a + mean(x_i - a) = mean(x_i)``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.anchored import ChangeAverage
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.buckets import check_bucket_mb, make_buckets
+from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig
-from dlcomm.config.validate import require
+from dlcomm.config.schema import AlgoConfig, domain
 
 if TYPE_CHECKING:
     import torch
@@ -36,8 +35,8 @@ if TYPE_CHECKING:
 @dataclass
 class LocalSGDConfig(AlgoConfig):
     name: str = "local_sgd"
-    period: int = 2
-    bucket_mb: float = 25.0
+    period: int = field(default=2, metadata=domain(low=1, means="H, the number of local steps between averagings,"))
+    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
 
 
 @register
@@ -47,16 +46,6 @@ class LocalSGD(Algorithm):
     Config = LocalSGDConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
     compression = ("tensor",)  # the change since the last averaging
-
-    @classmethod
-    def check_config(cls, cfg: LocalSGDConfig) -> None:
-        require(
-            cfg.period >= 1,
-            "algo.period",
-            cfg.period,
-            "average after at least one local step; pass algo.period=1 or more",
-        )
-        check_bucket_mb(cfg.bucket_mb)
 
     @classmethod
     def plan_notes(cls, cfg: LocalSGDConfig, steps_per_epoch: int, total_steps: int) -> list[str]:

@@ -22,14 +22,14 @@ quantised models. BatchNorm's buffers stay exact. With no loss both are the plai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.anchored import ChangeAverage
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.buckets import Bucket, check_bucket_mb, make_buckets
+from dlcomm.algorithms.buckets import BUCKET_MB, Bucket, make_buckets
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
 
@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 @dataclass
 class NodeBasedConfig(AlgoConfig):
     name: str = "node_based"
-    k_prime: int = -1  # K': iterations between inter-node consensus points within an epoch; -1: once per epoch
-    bucket_mb: float = 25.0
+    k_prime: int = field(
+        default=-1, metadata=domain(low=-1, means="K', the iterations between consensus points (-1: once per epoch),")
+    )  # K': iterations between inter-node consensus points within an epoch; -1: once per epoch
+    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
 
 
 @register
@@ -54,13 +56,13 @@ class NodeBased(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: NodeBasedConfig) -> None:
+        # -1 or 1 and more: the declared domain is the widest range (-1 or more), so 0 is refused here
         require(
             cfg.k_prime == -1 or cfg.k_prime >= 1,
             "algo.k_prime",
             cfg.k_prime,
             "pass a positive number of iterations, or -1 for once per epoch",
         )
-        check_bucket_mb(cfg.bucket_mb)
 
     @classmethod
     def check_plan(cls, cfg: NodeBasedConfig, steps_per_epoch: int, total_steps: int) -> None:

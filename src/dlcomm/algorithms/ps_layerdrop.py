@@ -9,13 +9,13 @@ every ``recompute_every`` steps. ``R = 0`` sends everything: exactly ``ps``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.ps import ParameterServer
 from dlcomm.algorithms.registry import register
 from dlcomm.compress import LayerDrop, ResidualMemory
-from dlcomm.compress.layerdrop import check_layerdrop
+from dlcomm.compress.layerdrop import DROP_RATIO, RECOMPUTE_EVERY
 from dlcomm.config.schema import AlgoConfig
 
 if TYPE_CHECKING:
@@ -25,8 +25,12 @@ if TYPE_CHECKING:
 @dataclass
 class PSLayerDropConfig(AlgoConfig):
     name: str = "ps_layerdrop"
-    ratio: float = 0.9  # R: fraction of all gradient entries dropped when the threshold is recomputed
-    recompute_every: int = 100  # steps between threshold recomputations (the paper: 100), first at step 0
+    ratio: float = field(
+        default=0.9, metadata=DROP_RATIO
+    )  # R: fraction of all gradient entries dropped when the threshold is recomputed
+    recompute_every: int = field(
+        default=100, metadata=RECOMPUTE_EVERY
+    )  # steps between threshold recomputations (the paper: 100), first at step 0
 
 
 @register
@@ -36,10 +40,6 @@ class PSLayerDrop(ParameterServer):
     Config = PSLayerDropConfig
 
     compression = ()  # its own layer dropping: the alias of algo=ps compress=layerdrop
-
-    @classmethod
-    def check_config(cls, cfg: PSLayerDropConfig) -> None:
-        check_layerdrop(cfg.ratio, cfg.recompute_every, "algo")
 
     def layer_selector(self) -> LayerDrop:
         return LayerDrop(self.cfg.ratio, self.cfg.recompute_every)

@@ -32,15 +32,15 @@ ring's ``2 (|G| - 1) / |G|`` of the bucket: compression pays when a payload is u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.buckets import check_bucket_mb, make_buckets
+from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
 from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.comm.ring import ring_allreduce
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.config.validate import require
 from dlcomm.topology.graphs import group_of, shuffled_groups
 
@@ -48,19 +48,28 @@ if TYPE_CHECKING:
     import torch
 
 
+PERIOD = domain(low=1, means="the number of local steps between averagings")
+
+
 @dataclass
 class SESGDConfig(AlgoConfig):
     name: str = "sesgd"
-    groups: int = 4  # k: groups per iteration; must divide the world size
-    bucket_mb: float = 0.0  # 0: one message per parameter tensor (layer-wise, as the paper)
-    period: int = 1  # average after every period-th step (local_sesgd; 1 = SESGD)
-    gamma: float = 1.0  # compress=<name>: the consensus step towards the group's copies (unused uncompressed)
+    groups: int = field(
+        default=4, metadata=domain(low=1, means="k, the number of groups per iteration,")
+    )  # k: groups per iteration; must divide the world size
+    bucket_mb: float = field(
+        default=0.0, metadata=BUCKET_MB
+    )  # 0: one message per parameter tensor (layer-wise, as the paper)
+    period: int = field(default=1, metadata=PERIOD)  # average after every period-th step (local_sesgd; 1 = SESGD)
+    gamma: float = field(
+        default=1.0, metadata=domain(low=0, high=1, means="the consensus step")
+    )  # compress=<name>: the consensus step towards the group's copies (unused uncompressed)
 
 
 @dataclass
 class LocalSESGDConfig(SESGDConfig):
     name: str = "local_sesgd"
-    period: int = 2  # H: the paper uses 2
+    period: int = field(default=2, metadata=PERIOD)  # H: the paper uses 2
 
 
 @register
@@ -72,11 +81,12 @@ class SESGD(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: SESGDConfig) -> None:
+        # the declared domain, checked here too: check_world (run before the declared domains are checked)
+        # divides the world size by it
         require(
             cfg.groups >= 1, "algo.groups", cfg.groups, "pass a positive number of groups that divides the world size"
         )
-        check_bucket_mb(cfg.bucket_mb)
-        require(cfg.period >= 1, "algo.period", cfg.period, "average after at least one local step; pass 1 or more")
+        # (0, 1]: the declared domain is [0, 1] (a range has no open lower end), so 0 is refused here
         require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "the consensus step is in (0, 1], e.g. 1 or 0.5")
 
     @classmethod

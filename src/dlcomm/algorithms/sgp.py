@@ -39,15 +39,14 @@ used. ``overlap=true`` adds the copy when the message is consumed, one iteration
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig
-from dlcomm.config.validate import require
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.topology.graphs import EXPONENTIAL_CYCLES, exponential_hop
 
 if TYPE_CHECKING:
@@ -58,7 +57,13 @@ if TYPE_CHECKING:
 class SGPConfig(AlgoConfig):
     name: str = "sgp"
     overlap: bool = False  # consume messages one iteration late (staleness 1)
-    cycle: str = "sgp"  # sgp: SGP's phone book +1 -1 +2 -2 ... as its code runs it (duplicates kept); unique; power2
+    cycle: str = field(
+        default="sgp",
+        metadata=domain(
+            one_of=EXPONENTIAL_CYCLES,
+            means="the cycle of peers (sgp: the reference code's schedule, unique: its hops once each)",
+        ),
+    )  # sgp: SGP's phone book +1 -1 +2 -2 ... as its code runs it (duplicates kept); unique; power2
 
 
 @register
@@ -67,15 +72,6 @@ class SGP(Algorithm):
     display_name = "SGP"
     Config = SGPConfig
     compression = ("payload",)  # the pushed half against a public copy per directed pair
-
-    @classmethod
-    def check_config(cls, cfg: SGPConfig) -> None:
-        require(
-            cfg.cycle in EXPONENTIAL_CYCLES,
-            "algo.cycle",
-            cfg.cycle,
-            "use sgp (the reference code's schedule), unique (its hops once each) or power2",
-        )
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         import torch

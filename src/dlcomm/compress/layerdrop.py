@@ -16,12 +16,12 @@ layer already larger than ``2 R total``) gives ``-1``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig
+from dlcomm.config.schema import CompressConfig, domain
 
 if TYPE_CHECKING:
     import torch
@@ -89,26 +89,20 @@ class LayerDrop:
         self.threshold = state["threshold"]
 
 
+# The layer-dropping knobs' domains, declared by ``compress=layerdrop`` and ``algo=ps_layerdrop`` alike.
+DROP_RATIO = domain(low=0, below=1, means="R, the fraction of gradient entries dropped,")
+RECOMPUTE_EVERY = domain(low=1, means="the number of steps between threshold recomputations")
+
+
 @dataclass
 class LayerDropConfig(CompressConfig):
     name: str = "layerdrop"
-    ratio: float = 0.9  # R: fraction of all gradient entries dropped when the threshold is recomputed
-    recompute_every: int = 100  # steps between threshold recomputations (the paper: 100), first at step 0
-
-
-def check_layerdrop(ratio: float, recompute_every: int, prefix: str) -> None:
-    """One-line errors for the layer-dropping knobs under ``prefix`` (``compress`` or ``algo``)."""
-    from dlcomm.config.validate import require
-
-    require(
-        0 <= ratio < 1,
-        f"{prefix}.ratio",
-        ratio,
-        "R is the fraction of gradient entries dropped; use a value in [0, 1), e.g. 0.9",
-    )
-    require(
-        recompute_every >= 1, f"{prefix}.recompute_every", recompute_every, "pass a positive number of steps, e.g. 100"
-    )
+    ratio: float = field(
+        default=0.9, metadata=DROP_RATIO
+    )  # R: fraction of all gradient entries dropped when the threshold is recomputed
+    recompute_every: int = field(
+        default=100, metadata=RECOMPUTE_EVERY
+    )  # steps between threshold recomputations (the paper: 100), first at step 0
 
 
 @register
@@ -121,10 +115,6 @@ class LayerDropping(Compressor):
     display_name = "layer dropping"
     Config = LayerDropConfig
     kinds = ("layers",)
-
-    @classmethod
-    def check(cls, cfg: LayerDropConfig) -> None:
-        check_layerdrop(cfg.ratio, cfg.recompute_every, "compress")
 
     def selector(self) -> LayerDrop:
         return LayerDrop(self.cfg.ratio, self.cfg.recompute_every)

@@ -43,11 +43,15 @@ if TYPE_CHECKING:
 @dataclass
 class PowerSGDConfig(CompressConfig):
     name: str = "powersgd"
-    rank: int = 1  # matrix_approximation_rank: the rank r of each approximation P Q^T
-    start_iter: int = (
-        10  # start_powerSGD_iter: steps of plain mean before compression begins (> 1 with warm start or error feedback)
-    )
-    min_compression_rate: float = 2.0  # compress a matrix only when n m > (n + m) r times this
+    rank: int = field(
+        default=1, metadata=domain(low=1, means="r, the rank of each approximation,")
+    )  # matrix_approximation_rank: the rank r of each approximation P Q^T
+    start_iter: int = field(
+        default=10, metadata=domain(low=0, means="the number of plain steps before compression begins")
+    )  # start_powerSGD_iter: steps of plain mean before compression begins (> 1 with warm start or error feedback)
+    min_compression_rate: float = field(
+        default=2.0, metadata=domain(low=0, means="the minimum compression rate")
+    )  # compress a matrix only when n m > (n + m) r times this
     error_feedback: bool = True  # use_error_feedback: add the last step's compression error to the tensor
     warm_start: bool = True  # reuse the last step's Q (orthogonalised again) instead of drawing a new one
     random_seed: int = field(
@@ -89,13 +93,13 @@ class PowerSGD(Compressor):
     def check(cls, cfg: PowerSGDConfig) -> None:
         from dlcomm.config.validate import require
 
-        require(cfg.rank >= 1, "compress.rank", cfg.rank, "pass a positive rank, e.g. 1, 2 or 4")
         require(
             cfg.start_iter > 1 or not (cfg.error_feedback or cfg.warm_start),
             "compress.start_iter",
             cfg.start_iter,
             "with error feedback or warm start PowerSGD needs at least 2 plain steps first (torch's rule); pass 2 or more",
         )
+        # positive: the declared domain is 0 or more (a range has no open lower end), so 0 is refused here
         require(
             cfg.min_compression_rate > 0,
             "compress.min_compression_rate",

@@ -15,19 +15,23 @@ per-process global generator gives).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.randomk import draw_seed
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig
+from dlcomm.config.schema import CompressConfig, domain
 
 
 @dataclass
 class QSGDConfig(CompressConfig):
     name: str = "qsgd"
-    levels: int = 127  # s: quantisation levels per sign (GRACE's quantum_num); < 128 sends int8, more float16
-    bucket_size: int = 128  # B: entries sharing one norm
+    levels: int = field(
+        default=127, metadata=domain(low=1, high=32767, means="s, the quantisation levels per sign,")
+    )  # s: quantisation levels per sign (GRACE's quantum_num); < 128 sends int8, more float16
+    bucket_size: int = field(
+        default=128, metadata=domain(low=1, means="B, the number of entries sharing one norm,")
+    )  # B: entries sharing one norm
     error_feedback: bool = False  # QSGD is unbiased: no memory unless asked for
 
 
@@ -36,15 +40,6 @@ class QSGD(Compressor):
     name = "qsgd"
     display_name = "QSGD"
     Config = QSGDConfig
-
-    @classmethod
-    def check(cls, cfg: QSGDConfig) -> None:
-        from dlcomm.config.validate import require
-
-        require(1 <= cfg.levels <= 32767, "compress.levels", cfg.levels, "use 1 to 32767 levels, e.g. 127 (int8)")
-        require(
-            cfg.bucket_size >= 1, "compress.bucket_size", cfg.bucket_size, "pass a positive number of entries, e.g. 128"
-        )
 
     def prepare(self, key, step, rank):
         import torch

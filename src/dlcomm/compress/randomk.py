@@ -14,20 +14,20 @@ are kept and added to the next step's tensor (GRACE's ``ResidualMemory``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.compress.topk import check_ratio, kept
+from dlcomm.compress.topk import SENT_RATIO, check_ratio, kept
 from dlcomm.config.schema import CompressConfig
 
 
 @dataclass
 class RandomKConfig(CompressConfig):
     name: str = "randomk"
-    ratio: float = (
-        0.01  # fraction of the entries sent (k = max(1, floor(d * ratio)) per bucket, drawn with replacement)
-    )
+    ratio: float = field(
+        default=0.01, metadata=SENT_RATIO
+    )  # fraction of the entries sent (k = max(1, floor(d * ratio)) per bucket, drawn with replacement)
     error_feedback: bool = True  # add what was not sent to the next step's tensor (GRACE's ResidualMemory)
 
 

@@ -19,19 +19,21 @@ of its bytes), with the scale as one float32.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable
 
 from dlcomm.compress.base import Compressor, ErrorFeedback
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig
+from dlcomm.config.schema import CompressConfig, domain
 
 
 @dataclass
 class SignConfig(CompressConfig):
     name: str = "sign"
     error_feedback: bool = False  # false: signSGD with majority vote; true: EF-SignSGD (scaled sign + memory)
-    lr: float = 0.1  # EF-SignSGD's step folded into its memory, p = lr * x + e (GRACE's default 0.1)
+    lr: float = field(
+        default=0.1, metadata=domain(low=0, means="EF-SignSGD's step")
+    )  # EF-SignSGD's step folded into its memory, p = lr * x + e (GRACE's default 0.1)
 
 
 def pack_bits(positive):
@@ -80,6 +82,7 @@ class Sign(Compressor):
     def check(cls, cfg: SignConfig) -> None:
         from dlcomm.config.validate import require
 
+        # positive: the declared domain is 0 or more (a range has no open lower end), so 0 is refused here
         require(cfg.lr > 0, "compress.lr", cfg.lr, "EF-SignSGD's step must be positive, e.g. 0.1")
 
     def __init__(self, cfg: SignConfig, seed: int = 0) -> None:

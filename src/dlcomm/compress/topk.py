@@ -12,17 +12,23 @@ step's tensor: ``e <- (x + e) - decompress(payload)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig
+from dlcomm.config.schema import CompressConfig, domain
+
+# ``compress.ratio`` of topk and randomk: (0, 1], declared as [0, 1] (a range has no open lower end), 0 refused by
+# check_ratio.
+SENT_RATIO = domain(low=0, high=1, means="the fraction of entries sent")
 
 
 @dataclass
 class TopKConfig(CompressConfig):
     name: str = "topk"
-    ratio: float = 0.01  # fraction of the entries sent (k = max(1, floor(d * ratio)) per bucket)
+    ratio: float = field(
+        default=0.01, metadata=SENT_RATIO
+    )  # fraction of the entries sent (k = max(1, floor(d * ratio)) per bucket)
     error_feedback: bool = True  # add what was not sent to the next step's tensor (GRACE's ResidualMemory)
 
 

@@ -41,11 +41,11 @@ import threading
 import time
 import traceback
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dlcomm import progress
-from dlcomm.config.schema import LauncherConfig, RunConfig
+from dlcomm.config.schema import LauncherConfig, RunConfig, domain
 from dlcomm.errors import Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.gpus import trains_on_cuda
@@ -53,6 +53,7 @@ from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
 COMPUTE_MODES = ("auto", "serial", "parallel")
+SEMANTICS = ("gloo", "nccl")  # dlcomm.comm.inprocess.SEMANTICS (that module imports torch; a test keeps the two equal)
 _POLL_S = 0.1
 # Set when ranks were stopped mid-operation (a failure or an interrupt): the `dlcomm` command then
 # ends without the interpreter's shutdown (dlcomm.cli.main says why).
@@ -64,9 +65,18 @@ class ThreadsLauncherConfig(LauncherConfig):
     """``launcher=threads``: every rank a thread of this process."""
 
     name: str = "threads"
-    compute: str = "auto"  # parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | auto: parallel unless network.mode=simulate or training draws random numbers
-    semantics: str = "gloo"  # gloo: messages delivered as gloo does | nccl: NCCL's rules (no buffering, one queue per group and rank, batches as one unit), so what hangs on a GPU cluster hangs here
-    hang_timeout_s: float = 10.0  # seconds of all ranks waiting with nothing moving: a deadlock, the run FAILED
+    compute: str = field(
+        default="auto", metadata=domain(one_of=COMPUTE_MODES, means="the compute mode")
+    )  # parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | auto: parallel unless network.mode=simulate or training draws random numbers
+    semantics: str = field(
+        default="gloo",
+        metadata=domain(
+            one_of=SEMANTICS, means="the message semantics (gloo: gloo's delivery, nccl: NCCL's ordering rules)"
+        ),
+    )  # gloo: messages delivered as gloo does | nccl: NCCL's rules (no buffering, one queue per group and rank, batches as one unit), so what hangs on a GPU cluster hangs here
+    hang_timeout_s: float = field(
+        default=10.0, metadata=domain(low=0, means="the seconds of all ranks waiting before the run fails")
+    )  # seconds of all ranks waiting with nothing moving: a deadlock, the run FAILED
 
 
 @register
@@ -89,20 +99,11 @@ class ThreadsLauncher(DriverLauncher):
 
     @classmethod
     def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
-        """Beside the base checks: a known ``launcher.compute``, no wall-clock emulation under
-        serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
-        from dlcomm.comm.inprocess import SEMANTICS
-
+        """Beside the base checks (``launcher.compute`` and ``launcher.semantics`` are checked against
+        their declared words while composing): a positive ``launcher.hang_timeout_s``, no wall-clock
+        emulation under serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
         super().check(cfg, roles)
-        if cfg.launcher.compute not in COMPUTE_MODES:
-            raise UserError(
-                f"launcher.compute={cfg.launcher.compute} is invalid; use one of: {', '.join(COMPUTE_MODES)}"
-            )
-        if cfg.launcher.semantics not in SEMANTICS:
-            raise UserError(
-                f"launcher.semantics={cfg.launcher.semantics} is invalid; use gloo (gloo's delivery) or "
-                "nccl (NCCL's ordering rules: will it hang on GPUs?)"
-            )
+        # positive: the declared domain is 0 or more (a range has no open lower end), so 0 is refused here
         if not cfg.launcher.hang_timeout_s > 0:
             raise UserError(
                 f"launcher.hang_timeout_s={cfg.launcher.hang_timeout_s} is invalid; pass a positive "

@@ -18,10 +18,10 @@ then stepped by its own parameter group (``task.generator_lr``, ``task.discrimin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List
 
-from dlcomm.config.schema import RunConfig, TaskConfig
+from dlcomm.config.schema import RunConfig, TaskConfig, domain
 from dlcomm.errors import UserError
 from dlcomm.tasks.base import Task
 from dlcomm.tasks.registry import register
@@ -35,9 +35,15 @@ class GanTaskConfig(TaskConfig):
     """task=gan: the AC-GAN's two players (model=acgan)."""
 
     name: str = "gan"
-    generator_lr: float = 0.0  # the generator's learning rate; 0: optim.lr
-    discriminator_lr: float = 0.0  # the discriminator's; 0: optim.lr
-    samples_per_class: int = 10  # columns of the logged grid of generated images (one row per class)
+    generator_lr: float = field(
+        default=0.0, metadata=domain(low=0, means="the generator's learning rate (0: optim.lr)")
+    )  # the generator's learning rate; 0: optim.lr
+    discriminator_lr: float = field(
+        default=0.0, metadata=domain(low=0, means="the discriminator's learning rate (0: optim.lr)")
+    )  # the discriminator's; 0: optim.lr
+    samples_per_class: int = field(
+        default=10, metadata=domain(low=1, means="the columns of the grid of generated images")
+    )  # columns of the logged grid of generated images (one row per class)
 
 
 @register
@@ -50,26 +56,11 @@ class GanTask(Task):
 
     @classmethod
     def check(cls, cfg: RunConfig) -> None:
-        from dlcomm.config.validate import require
-
         if cfg.model.name != "acgan":
             raise UserError(
                 f"task=gan trains model=acgan (its generator and discriminator), not model={cfg.model.name}: "
                 "drop the model= override"
             )
-        task = cfg.task
-        require(
-            task.generator_lr >= 0 and task.discriminator_lr >= 0,
-            "task.generator_lr/discriminator_lr",
-            f"{task.generator_lr}/{task.discriminator_lr}",
-            "use 0 (optim.lr) or a positive learning rate",
-        )
-        require(
-            task.samples_per_class >= 1,
-            "task.samples_per_class",
-            task.samples_per_class,
-            "pass a positive number of columns",
-        )
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)

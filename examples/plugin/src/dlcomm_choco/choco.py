@@ -41,12 +41,12 @@ sends and receives to and from both neighbours are one exchange.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, domain
 from dlcomm.config.validate import require
 from dlcomm.topology.graphs import ring_neighbours
 
@@ -57,9 +57,15 @@ if TYPE_CHECKING:  # composing a config imports this module: torch only inside t
 @dataclass
 class ChocoConfig(AlgoConfig):
     name: str = "choco"
-    gamma: float = 0.04  # consensus step size in (0, 1]; the paper's tuned value for top-1% on a ring of 9
-    ratio: float = 0.01  # fraction of each segment's entries a message keeps (top-k by magnitude); 1: no compression
-    segments: int = 1  # 1: the whole model in one message per neighbour; 0: top-level blocks; k: k runs of layers
+    gamma: float = field(
+        default=0.04, metadata=domain(low=0, high=1, means="the consensus step size")
+    )  # consensus step size in (0, 1]; the paper's tuned value for top-1% on a ring of 9
+    ratio: float = field(
+        default=0.01, metadata=domain(low=0, high=1, means="the fraction of entries a message keeps")
+    )  # fraction of each segment's entries a message keeps (top-k by magnitude); 1: no compression
+    segments: int = field(
+        default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
+    )  # 1: the whole model in one message per neighbour; 0: top-level blocks; k: k runs of layers
 
 
 def kept_entries(n: int, ratio: float) -> int:
@@ -75,6 +81,8 @@ class ChocoSGD(Algorithm):
 
     @classmethod
     def check_config(cls, cfg: ChocoConfig) -> None:
+        # Every knob declares its values (dlcomm.config.schema.domain), checked while composing; gamma and
+        # ratio are in (0, 1], and a declared range has no open lower end: they declare [0, 1], 0 is refused here.
         require(
             0.0 < cfg.gamma <= 1.0,
             "algo.gamma",
@@ -86,9 +94,6 @@ class ChocoSGD(Algorithm):
             "algo.ratio",
             cfg.ratio,
             "the fraction of entries a message keeps is in (0, 1]; 1 = no compression, 0.01 = top-1%",
-        )
-        require(
-            cfg.segments >= 0, "algo.segments", cfg.segments, "use 0 (top-level blocks), 1 (whole model) or a count"
         )
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
