@@ -180,7 +180,10 @@ TRAIN = [
         [*J, "network=eth_1g", "network.mode=simulate", "network.compute_scale=inf"],
         "network.compute_scale=inf is invalid: the factor on compute time must be a finite number",
     ),
-    ([*J, "model=null"], "model=null is invalid: a run needs a model; pass model=<choice>, one of acgan, densenet121"),
+    (
+        ["dataset=synthetic", "nodes=2", "model=null"],
+        "model=null is invalid: a run needs a model; pass model=<choice>, one of acgan, densenet121",
+    ),
     ([*J, "~tracking"], "~tracking is invalid: a run needs tracking; leave ~tracking out"),
     # -- issue 34 class 7: values Hydra's override grammar cannot read, with the quoting that fixes them --
     (
@@ -297,17 +300,97 @@ OTHER = [
     (["config", "nodes=four"], "nodes=four"),
     (["topology", "topology=nope"], "topology"),
     (["topology", "nodes=0"], "nodes"),
+    (
+        ["topology", "nodes=100000", "steps=1"],
+        "nodes=100000 is invalid here: the mixing analysis holds 5 dense 100000x100000 matrices",
+    ),
     (["topology", "steps=x"], "steps"),
     (["train", "--frob"], "unrecognized arguments: --frob"),
     (["report", "experiment=x", "out=/proc/x"], "out=/proc/x cannot be written: /proc/x:"),
     (["calibrate", "--out", "/proc/x/y.yaml"], "--out /proc/x/y.yaml cannot be written: /proc/x:"),  # before measuring
     (["calibrate", "--repeats", "0"], "--repeats 0 is invalid: time at least one message per size and pair"),
+    # issue 50: every calibrate option's range, before anything is measured (one per option)
+    (["calibrate", "--ranks", "0"], "--ranks 0 is invalid: a link needs 2 ranks"),
+    (["calibrate", "--ranks", "100000"], "--ranks 100000 is invalid: a link needs 2 ranks, and more than 64"),
+    (["calibrate", "--max-mib", "0"], "--max-mib 0 is invalid: the largest message timed must be 1 to 16 MiB"),
+    (["calibrate", "--tasks-per-host", "0"], "--tasks-per-host 0 is invalid"),
+    (["calibrate", "--slurm-nodes", "-1"], "--slurm-nodes -1 is invalid"),
+    # issue 50: sweep export checks each element as train -m does (the model against the data, torch's refusals)
+    (
+        ["sweep", "export", "-m", "seed=1,2", "model=vgg16"],
+        "sweep element [seed=1 model=vgg16]: model=vgg16 cannot take",
+    ),
+    (["sweep", "export", "-m", "seed=1,2", "optim=adam", "optim.eps=-1"], "optim.eps=-1.0 is invalid"),
+    (
+        ["sweep", "export", "-m", "seed=1,2", "dataset=synthetic", "dataset.shape=[0,28,28]"],
+        "dataset.shape=[0, 28, 28] is invalid",
+    ),
+]
+
+GROUPS = [
+    "algo",
+    "task",
+    "model",
+    "dataset",
+    "optim",
+    "network",
+    "launcher",
+    "compress",
+    "train",
+    "tracking",
+    "report",
+    "debug",
+]
+# issue 49, "nothing silently ignored", by class: a key no schema declares added into any group (or
+# the root, or a nested section); Hydra's own hydra.* settings; a key given twice; debug knobs that
+# cannot take effect in this job. Each class in train, train -m, sweep export and config.
+IGNORED = (
+    [([f"+{group}.frob=1"], f"{group}.frob is not a") for group in GROUPS]
+    + [(["+frob=1"], "frob is not a dlcomm setting (the configuration has no frob)")]
+    + [(["+network.intra.frob=1"], "network.intra.frob is not a dlcomm setting (network.intra has no frob)")]
+    + [(["+train.epoch=3"], "did you mean train.epochs?")]
+    + [
+        ([setting], f"{setting} is a setting of Hydra's own that dlcomm does not use")
+        for setting in ("hydra.verbose=true", "hydra.run.dir=/tmp/x", "+hydra.frob=1", "hydra/launcher=basic")
+    ]
+    + [
+        (["seed=1", "seed=2"], "seed is given twice (seed=1 and seed=2); give it once"),
+        (["algo=sgp", "algo=dpsgd"], "algo is given twice (algo=sgp and algo=dpsgd)"),
+        (["+train.frob=1", "~train.frob"], "train.frob is given twice"),
+    ]
+)
+SWEPT_IGNORED = [
+    (["seed=1,2", "seed=3,4"], "seed is given twice (seed=1,2 and seed=3,4); give it once (in a sweep, one key=a,b,c"),
+    (["seed=1,2", "+algo.frob=1"], "algo.frob is not a knob of algo=allreduce"),
+    (["seed=1,2", "hydra.verbose=true"], "hydra.verbose=true is a setting of Hydra's own"),
+]
+DEBUG = [  # a fault that cannot happen in this job (J: 2 workers, 5 steps)
+    (
+        [*J, "debug.fail_rank=9", "debug.fail_step=1"],
+        "debug.fail_rank=9 is invalid: this job's ranks are 0 to 1 (2 workers)",
+    ),
+    ([*J, "debug.fail_step=3"], "debug.fail_step=3 is invalid: it takes effect only with debug.fail_rank=<rank>"),
+    ([*J, "debug.fail_mode=kill"], "debug.fail_mode=kill is invalid: it takes effect only with debug.fail_rank"),
+    (
+        [*J, "debug.fail_rank=1"],
+        "debug.fail_step=-1 is invalid: worker 1 fails when it begins this step, and this run's steps are 0 to 4",
+    ),
+    ([*J, "debug.fail_rank=1", "debug.fail_step=5"], "debug.fail_step=5 is invalid: worker 1 fails"),
+    (
+        [*J, "algo=ps", "debug.fail_rank=3", "debug.fail_step=0"],
+        "this job's ranks are 0 to 2 (2 workers and server as rank(s) 2 to 2)",
+    ),
 ]
 
 ROWS = (
     [(["train", *row], expected) for row, expected in TRAIN]
     + [(["train", *row], expected) for row, expected in SWEEPS]
     + OTHER
+    + [([command, *row], expected) for row, expected in IGNORED for command in ("train", "config")]
+    + [(["train", "-m", *row], expected) for row, expected in IGNORED[:3] + SWEPT_IGNORED]
+    + [(["sweep", "export", "-m", *row], expected) for row, expected in SWEPT_IGNORED]
+    + [(["train", *row], expected) for row, expected in DEBUG]
+    + [(["train", "-m", "seed=1,2", *row], expected) for row, expected in DEBUG[:2]]
 )
 
 
