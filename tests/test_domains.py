@@ -81,12 +81,15 @@ def _outside(rules: dict, kind: object) -> list[object]:
             values.append(int(math.floor(rules["high"])) + 1)
         if rules.get("below") is not None:
             values.append(int(math.ceil(rules["below"])))
+        if rules.get("above") is not None:
+            values.append(int(math.floor(rules["above"])))
     elif element is float:
         for bound, step in (("low", -1), ("high", 1)):
             if rules.get(bound) is not None:
                 values.append(float(rules[bound]) + step * max(1e-3, abs(float(rules[bound])) * 1e-3))
-        if rules.get("below") is not None:
-            values.append(float(rules["below"]))
+        for bound in ("below", "above"):  # an open bound refuses itself
+            if rules.get(bound) is not None:
+                values.append(float(rules[bound]))
     elif element is str:
         if rules.get("one_of"):
             values.append("not-" + rules["one_of"][0])
@@ -124,3 +127,23 @@ def test_a_value_just_outside_a_declared_domain_is_refused_naming_the_key(key, s
     prefix = key[: -len(field_name)]
     with pytest.raises(UserError, match=rf"^{re.escape(key)}=.* is invalid: "):
         check_values(node, prefix)
+
+
+@pytest.mark.parametrize(
+    "rules,value,words",
+    [
+        ({"low": 0, "high": 1}, 2, "must be from 0 to 1"),
+        ({"low": 0.0, "below": 1.0}, 1.0, "must be in [0.0, 1.0)"),
+        ({"above": 0.0}, 0.0, "must be above 0.0"),
+        ({"above": 0.0, "high": 1.0}, 0.0, "must be in (0.0, 1.0]"),
+        ({"above": 0.0, "high": 1.0, "means": "the step size"}, 1.5, "the step size must be in (0.0, 1.0]"),
+    ],
+)
+def test_each_bound_is_worded_and_an_open_bound_refuses_itself(rules, value, words) -> None:
+    from dlcomm.config.validate import _check_number
+
+    full = {"low": None, "above": None, "high": None, "below": None, **rules}
+    with pytest.raises(UserError, match=rf"^k={re.escape(str(value))} is invalid: {re.escape(words)}$"):
+        _check_number("k", value, value, full, "", None)
+    inside = (full["above"] or full["low"] or 0) + 0.5 if full["above"] is not None else full["low"]
+    _check_number("k", inside, inside, full, "", None)

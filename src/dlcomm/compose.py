@@ -110,8 +110,9 @@ def compose(overrides: list[str]) -> DictConfig:
         cfg = _hydra_compose(overrides)
         check_groups(cfg, RunConfig)
         check_knobs(cfg)
-        check_algorithm(cfg)
         OmegaConf.resolve(cfg)
+        check_values(cfg)  # every declared domain first: the checks below may divide by a knob
+        check_algorithm(cfg)
     except OverrideParseException as error:
         raise UserError(unparsable(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
@@ -123,7 +124,6 @@ def compose(overrides: list[str]) -> DictConfig:
         ) from None
     except ValueError as error:  # Hydra's own for a group set to null (model=null)
         raise UserError(_null_group(overrides) or str(error)) from None
-    check_values(cfg)
     return cfg
 
 

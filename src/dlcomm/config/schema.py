@@ -24,6 +24,7 @@ SEED_MAX = 2**32 - 1  # a rank seeds torch with seed * 100_003 + 1 + rank, which
 def domain(
     *,
     low: Any = None,
+    above: Any = None,
     high: Any = None,
     below: Any = None,
     length: Optional[int] = None,
@@ -35,8 +36,8 @@ def domain(
 ) -> Dict[str, Any]:
     """Metadata declaring the values a field takes, checked for every run and every element of a
     sweep while composing (:func:`dlcomm.config.validate.check_values`), before anything runs or
-    is recorded. For a number (each element, for a list): ``low <= value <= high`` and ``value <
-    below``; for a list ``len(value) == length``; for a string: ``value in one_of``, ``value``
+    is recorded. For a number (each element, for a list): ``low <= value <= high``, ``value >
+    above`` and ``value < below``; for a list ``len(value) == length``; for a string: ``value in one_of``, ``value``
     matching ``pattern`` whole (:func:`re.fullmatch`) and at most ``max_chars`` characters.
     ``anything`` says why every value of the type is fine (a free label, or checked where it is
     used, naming where). ``means`` is the field's own words, put before the rule in the refusal
@@ -45,6 +46,7 @@ def domain(
     walks every schema and fails for a number, string, list or mapping field with no domain."""
     declared = {
         "low": low,
+        "above": above,
         "high": high,
         "below": below,
         "length": length,

@@ -124,13 +124,25 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def _check_number(name: str, shown: Any, value: Any, rules: Mapping[str, Any], each: str, example: Any) -> None:
     subject = _subject(rules, each)
     hint = f", e.g. {example}" if example not in (None, [], "") else ""
-    low, high, below = rules.get("low"), rules.get("high"), rules.get("below")
-    ok = (low is None or value >= low) and (high is None or value <= high) and (below is None or value < below)
+    low, above, high, below = (rules.get(bound) for bound in ("low", "above", "high", "below"))
+    ok = (
+        (low is None or value >= low)
+        and (above is None or value > above)
+        and (high is None or value <= high)
+        and (below is None or value < below)
+    )
     if not ok:
-        if below is not None:
-            rule = f"{subject}must be in [{low}, {below})" if low is not None else f"{subject}must be below {below}"
+        floor = f"[{low}" if low is not None else f"({above}" if above is not None else None
+        if low is not None and high is not None and below is None:
+            rule = f"{subject}must be from {low} to {high}"
+        elif floor is not None and (high is not None or below is not None):
+            rule = f"{subject}must be in {floor}, {high if below is None else below}{']' if below is None else ')'}"
+        elif below is not None:
+            rule = f"{subject}must be below {below}"
         elif high is not None:
-            rule = f"{subject}must be from {low} to {high}" if low is not None else f"{subject}must be {high} or less"
+            rule = f"{subject}must be {high} or less"
+        elif above is not None:
+            rule = f"{subject}must be above {above}"
         else:
             rule = f"{subject}must be {low} or more"
         require(False, name, shown, rule + hint)
