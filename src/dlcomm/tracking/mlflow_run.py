@@ -16,6 +16,7 @@ filesystems whose locking is unreliable, point ``tracking.uri`` at an ``mlflow s
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from pathlib import Path
@@ -39,6 +40,36 @@ _TAG_LIMIT = 8000  # MLflow's longest tag value
 def _locked(error: BaseException) -> bool:
     text = str(error).lower()
     return "database is locked" in text or "database table is locked" in text
+
+
+#: What SQLite (through SQLAlchemy and MLflow) says when the store's file cannot grow: a full disk
+#: (SQLITE_FULL), or a write the kernel refused (SQLITE_IOERR: ENOSPC, EFBIG past a file size limit, EDQUOT).
+_CANNOT_GROW = ("database or disk is full", "disk i/o error", "no space left on device", "file too large", "quota exceeded")
+
+
+# MLflow logs a database error with its whole traceback before it raises it; dlcomm words the raised
+# error in one line (retrying: a full disk, a locked store; the rank's failure otherwise)
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def _cannot_grow(error: BaseException) -> bool:
+    text = str(error).lower()
+    return any(words in text for words in _CANNOT_GROW)
+
+
+def store_full_line(uri: str, error: BaseException) -> str:
+    """One line for a store that could not be written because its disk (or a limit) is full."""
+    from dlcomm.paths import sqlite_path
+
+    database = sqlite_path(uri)
+    reason = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    reason = reason.split(") ", 1)[-1] if reason.startswith("(sqlite3.") else reason
+    where = f"the disk of {database.parent}" if database is not None else "the server's disk"
+    check = f" (df -h {database.parent})" if database is not None else ""
+    return (
+        f"the MLflow store {uri} could not be written ({reason}): {where} is full, or a file size or quota limit "
+        f"was reached; free space there{check} and run again, or pass tracking.uri= a store on another disk"
+    )
 
 
 def _store_wait_s() -> float:
@@ -65,6 +96,10 @@ def retrying(call: Any, *args: Any, **kwargs: Any) -> Any:
             with attempt:
                 return call(*args, **kwargs)
     except Exception as error:
+        if _cannot_grow(error):
+            client = getattr(call, "__self__", None)
+            uri = getattr(getattr(client, "_tracking_client", None), "tracking_uri", "") or "in use"
+            raise UserError(store_full_line(str(uri), error)) from None
         if not _locked(error):
             raise
         raise UserError(
@@ -242,9 +277,26 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     run = retrying(
         client.create_run, experiment_id, run_name=mask(spec.run_name()), tags={k: mask(v) for k, v in tags.items()}
     )
-    _log_params(client, run.info.run_id, flatten(cfg))
-    retrying(client.log_inputs, run.info.run_id, [dataset_input(cfg)])
+    try:
+        _log_params(client, run.info.run_id, flatten(cfg))
+        retrying(client.log_inputs, run.info.run_id, [dataset_input(cfg)])
+    except UserError as error:  # a full disk, a locked store: the run just made must not stay RUNNING
+        _end_unfinished(client, run.info.run_id, str(error))
+        raise
     return run.info.run_id
+
+
+def _end_unfinished(client: Any, run_id: str, error: str) -> None:
+    """Mark a run whose opening failed FAILED with ``error`` (an update, which a full disk usually
+    still allows), else delete it: no RUNNING run is left behind for nothing."""
+    try:
+        client.set_tag(run_id, "error", mask(error)[:5000])
+        client.set_terminated(run_id, status="FAILED")
+    except Exception:  # noqa: BLE001 - the store refuses even that: the run goes
+        try:
+            client.delete_run(run_id)
+        except Exception:  # noqa: BLE001 - nothing more to do here; `dlcomm runs reap` closes it later
+            pass
 
 
 def dataset_input(cfg: dict[str, Any]) -> Any:
