@@ -64,3 +64,26 @@ def test_a_run_cannot_be_recorded_under_an_experiment_named_like_a_path(tmp_path
     assert result.returncode == 2
     assert result.stderr.startswith("dlcomm: error: tracking.experiment=../../escaped is invalid"), result.stderr
     assert not (tmp_path / "results" / "mlflow.db").exists()
+
+
+ESCAPES = ["../../escaped", "/abs/olute", "a/b", "a\\b", ".."]
+WRITERS = [  # every subcommand that writes under a name the user gives: (argv with {name}, what refuses it)
+    (["train", *J, "tracking.experiment={name}"], "tracking.experiment="),
+    (["calibrate", "--name", "{name}", "--repeats", "1"], "--name "),
+    (["report", "sweep={name}"], "sweep="),
+    (["report", "experiment={name}"], "experiment="),
+]
+
+
+@pytest.mark.parametrize("name", ESCAPES)
+@pytest.mark.parametrize("argv,refuser", WRITERS, ids=[argv[0] + " " + refuser for argv, refuser in WRITERS])
+def test_every_writing_subcommand_refuses_or_contains_an_escaping_name(tmp_path, cli_here, argv, refuser, name) -> None:
+    """Refused in one line (no store with such a run, or a name that cannot be a folder), and nothing
+    written outside the home whatever the answer."""
+    home = tmp_path / "home"
+    home.mkdir()
+    result = cli_here(home, *[token.replace("{name}", name) for token in argv])
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dlcomm: error: "), result.stderr
+    assert [path for path in tmp_path.rglob("*") if not path.is_relative_to(home)] == []
