@@ -64,3 +64,40 @@ def test_without_a_usable_cache_every_store_is_built(tmp_path, monkeypatch, cach
         assert store._template_path() is None
     else:
         assert not Path(cache).exists()
+
+
+def _damaged(template: Path) -> None:
+    template.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4096)  # a header, then nothing SQLite can read
+
+
+def _holding_a_run(template: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{template}")
+    client.create_run(client.create_experiment("someone's"))
+
+
+def _other_schema(template: Path) -> None:
+    connection = sqlite3.connect(template)
+    with connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'abc123'")
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    "spoil", [_damaged, _holding_a_run, _other_schema], ids=["damaged", "holds a run", "other schema"]
+)
+def test_a_template_that_is_not_an_empty_store_is_rebuilt_not_copied(tmp_path, monkeypatch, spoil) -> None:
+    """Before: a damaged template broke every new store ("free space there"); one holding a run
+    copied that run into every new store."""
+    monkeypatch.setenv("DLCOMM_CACHE", str(tmp_path / "cache"))
+    built = _create(tmp_path / "first")
+    [template] = (tmp_path / "cache").glob("mlflow-*-store.db")
+    spoil(template)
+    fresh = _create(tmp_path / "second")
+    assert _schema(fresh)[:2] == _schema(built)[:2]
+    assert _schema(fresh)[2] == [(0, "Default", (tmp_path / "second").resolve().as_uri() + "/0")]
+    connection = sqlite3.connect(fresh)
+    assert connection.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    connection.close()
+    assert store._empty_store(template, store._schema_revisions()[0])  # the template was made again

@@ -192,7 +192,7 @@ def _head_revision() -> str:
     """The schema revision this MLflow writes: the cached template's (a read of one row), else
     from MLflow's migration scripts (most of a second to walk)."""
     template = _template_path()
-    if template is not None and template.is_file():
+    if template is not None and template.is_file() and _empty_store(template):
         try:
             connection = sqlite3.connect(f"file:{quote(str(template))}?mode=ro", uri=True)
             try:
@@ -234,9 +234,11 @@ def _build_schema(path: Path) -> None:
 
     template = _template_path()
     if template is not None and template.is_file():
-        shutil.copyfile(template, path)
-        _own_default_experiment(path)
-        return
+        if _empty_store(template, _schema_revisions()[0]):
+            shutil.copyfile(template, path)
+            _own_default_experiment(path)
+            return
+        template.unlink(missing_ok=True)  # damaged, of another schema, or holding runs: rebuilt below
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     uri = f"sqlite:///{path}"
@@ -245,6 +247,25 @@ def _build_schema(path: Path) -> None:
     getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)  # the engine of a file about to be renamed
     if template is not None:
         _keep_template(path, template)
+
+
+def _empty_store(template: Path, head: str | None = None) -> bool:
+    """Whether the cached ``template`` is what it stands for: an intact SQLite file (``quick_check``)
+    of MLflow's schema at ``head`` (when given), holding the default experiment alone and no run.
+    A template that is not is never copied: a damaged one would break every new store, one
+    holding a run would copy that run into each."""
+    try:
+        connection = sqlite3.connect(f"file:{quote(str(template))}?mode=ro", uri=True)
+        try:
+            ok = connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            version = connection.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+            runs = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+            experiments = [row[0] for row in connection.execute("SELECT experiment_id FROM experiments")]
+        finally:
+            connection.close()
+    except (sqlite3.Error, TypeError):
+        return False
+    return ok and (head is None or version == head) and runs == 0 and experiments == [0]
 
 
 def _template_path() -> Path | None:
