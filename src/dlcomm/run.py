@@ -15,27 +15,23 @@ from dlcomm.spec import RunSpec
 
 
 def check_runnable(cfg: RunConfig, data_here: bool = True) -> None:
-    """Everything that can be known wrong before any process starts or any run is recorded.
+    """Everything that can be known wrong before any process starts or any run is recorded, the
+    checks that need no torch first (a refusal there comes in about a second).
     ``data_here`` False (``dlcomm sweep export``, whose jobs run elsewhere): the data set's files
     are not looked for, and what depends on them (its shape, its size) is checked where it is
     known without them."""
     validate_run(cfg)
+    from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
-    from dlcomm.models import check_model_fits
     from dlcomm.tasks import check_task
+    from dlcomm.train.plan import UNBOUNDED, check_plan
 
     check_task(cfg)
     if data_here:
         check_dataset(cfg.dataset)
-    described = _without_files(dataset_shape, cfg.dataset, data_here)
-    if described is not None:
-        shape, classes = described
-        check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
-    from dlcomm.algorithms.registry import get_algorithm
-    from dlcomm.train.plan import UNBOUNDED, check_plan
-    from dlcomm.train.prelaunch import check_rank_objects
-
     algorithm = get_algorithm(cfg.algo.name)
+    roles = algorithm.roles(cfg.algo)
+    check_fault_injection(cfg, roles, None, ranks_only=True)  # the steps once the plan is known (imports torch)
     sizes = _without_files(dataset_sizes, cfg.dataset, data_here)
     plan = None
     if sizes is not None:
@@ -44,11 +40,18 @@ def check_runnable(cfg: RunConfig, data_here: bool = True) -> None:
             cfg.train, train_size, cfg.nodes * cfg.workers_per_node, test_size, cfg.dataset.name
         )
         algorithm.check_plan(cfg.algo, per_epoch, total)
-        for note in algorithm.plan_notes(cfg.algo, per_epoch, total) if total != UNBOUNDED else []:
+    check_fault_injection(cfg, roles, None if plan is None or plan[1] == UNBOUNDED else plan[1])
+    from dlcomm.models import check_model_fits  # torch from here on
+    from dlcomm.train.prelaunch import check_rank_objects
+
+    described = _without_files(dataset_shape, cfg.dataset, data_here)
+    if described is not None:
+        shape, classes = described
+        check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
+    if plan is not None and plan[1] != UNBOUNDED:
+        for note in algorithm.plan_notes(cfg.algo, *plan):
             progress.say(f"dlcomm: note: algo={cfg.algo.name}: {note}")
     check_rank_objects(cfg, plan)  # the optimizer, schedule, precision and compressor, as a rank builds them
-    roles = algorithm.roles(cfg.algo)
-    check_fault_injection(cfg, roles, None if plan is None or plan[1] == UNBOUNDED else plan[1])
     if roles and _scales_loss_here(cfg.train):
         raise UserError(
             f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "
