@@ -98,8 +98,8 @@ TRAIN = [
     (["train.epochs=0"], "train.epochs=0 is invalid"),
     (["train.max_steps=0"], "train.max_steps=0 is invalid"),
     (["train.comm_interval=0"], "train.comm_interval=0 is invalid"),
-    (["optim.lr=0"], "optim.lr=0.0 is invalid"),
-    (["optim.lr=-1"], "optim.lr=-1.0 is invalid"),
+    (["optim.lr=0"], "optim.lr=0.0 is invalid: the learning rate must be above 0.0"),
+    (["optim.lr=-1"], "optim.lr=-1.0 is invalid: the learning rate must be above 0.0"),
     (["optim.warmup_epochs=-1"], "optim.warmup_epochs=-1.0 is invalid"),
     (["optim.schedule=linear"], "optim.schedule=linear is invalid"),
     (["train.eval_every=-1"], "train.eval_every=-1 is invalid"),
@@ -116,9 +116,16 @@ TRAIN = [
     (["train.threads_per_rank=-1"], "train.threads_per_rank=-1 is invalid"),
     (["train.amp_dtype=fp8"], "train.amp_dtype=fp8 is invalid"),
     (["launcher.backend=mpi"], "launcher.backend=mpi is invalid"),
-    (["tracking.connect_timeout_s=0"], "tracking.connect_timeout_s=0.0 is invalid"),
+    (
+        ["tracking.connect_timeout_s=0"],
+        "tracking.connect_timeout_s=0.0 is invalid: the store's answer timeout in seconds must be above 0.0",
+    ),
     (["tracking.stream_every_s=-1"], "tracking.stream_every_s=-1.0 is invalid"),
     (["algo=local_sgd", "algo.period=0"], "algo.period=0 is invalid"),
+    (
+        ["algo=sesgd", "algo.groups=0"],
+        "algo.groups=0 is invalid: k, the number of groups per iteration, must be 1 or more",
+    ),
     (
         ["algo=sesgd", "algo.bucket_mb=-1"],
         "algo.bucket_mb=-1.0 is invalid: the bucket size in MiB (0: one bucket per parameter tensor) must be 0 or more",
@@ -138,7 +145,12 @@ TRAIN = [
     (["algo=ps_layerdrop", "algo.ratio=-0.1"], "algo.ratio=-0.1 is invalid"),
     (
         ["network=eth_1g", "network.inter.bandwidth_gbps=-1"],
-        "network.inter.bandwidth_gbps=-1.0 is invalid: a bandwidth in Gb/s must be 0.0 or more",
+        "network.inter.bandwidth_gbps=-1.0 is invalid: a bandwidth in Gb/s must be above 0.0",
+    ),
+    (
+        ["network=eth_1g", "network.worker_bandwidth_gbps=[10,0,10,10]"],
+        "network.worker_bandwidth_gbps=[10.0, 0.0, 10.0, 10.0] is invalid: each value of a bandwidth in Gb/s must be "
+        "above 0.0",
     ),
     (
         ["network=eth_1g", "network.intra.latency_ms=-0.5"],
@@ -150,7 +162,10 @@ TRAIN = [
     ),
     (["network=eth_1g", "network.worker_bandwidth_gbps=[1,10]"], "give one Gb/s value per worker (4 values"),
     (["network=eth_1g", "network.mode=fast"], "network.mode=fast is invalid: use off, emulate or simulate"),
-    (["network=eth_1g", "network.compute_scale=0"], "network.compute_scale=0.0 is invalid: pass a positive factor"),
+    (
+        ["network=eth_1g", "network.compute_scale=0"],
+        "network.compute_scale=0.0 is invalid: the factor on compute time must be above 0.0",
+    ),
     (
         ["network=eth_1g", "network.mode=emulate", "network.compute_scale=0.5"],
         "network.compute_scale=0.5 is invalid: only simulated clocks can scale compute; add network.mode=simulate",
@@ -166,7 +181,7 @@ TRAIN = [
     ),
     (
         ["launcher=threads", "launcher.hang_timeout_s=0"],
-        "launcher.hang_timeout_s=0.0 is invalid; pass a positive number of seconds",
+        "launcher.hang_timeout_s=0.0 is invalid: the seconds of all ranks waiting before the run fails must be above 0",
     ),
     # -- issue 34 class 3: ranges and lengths of every knob, from the schema, before launch --
     ([*J, "optim=adam", "optim.betas=[0.9]"], "optim.betas=[0.9] is invalid: give 2 values, e.g. [0.9, 0.999]"),
@@ -256,11 +271,11 @@ TRAIN = [
     ),
     (
         [*J, "optim.schedule=multistep", "optim.milestones=[1]", "optim.gamma=-1"],
-        "optim.gamma=-1.0 is invalid: the multistep decay factor must be 0.0 or more",
+        "optim.gamma=-1.0 is invalid: the multistep decay factor must be above 0.0",
     ),
     (
         [*J, "optim.schedule=multistep", "optim.milestones=[1]", "optim.gamma=0"],
-        "optim.gamma=0.0 is invalid: the multistep schedule multiplies the learning rate by gamma",
+        "optim.gamma=0.0 is invalid: the multistep decay factor must be above 0.0",
     ),
     (
         [*J, "optim.nesterov=true", "optim.momentum=0"],
@@ -551,7 +566,7 @@ def _declared(name: str, knob: str) -> bool:
     from dlcomm.train.optim import get_optimizer
 
     spec = {item.name: item for item in dataclasses.fields(get_optimizer(name).Config)}[knob]
-    return bool(spec.metadata.get("limits")) or knob == "lr"  # validate_run: the learning rate must be positive
+    return bool(spec.metadata.get("limits"))
 
 
 def test_the_generated_refusals_cover_every_optimizer_and_the_issues_cases() -> None:
@@ -614,7 +629,7 @@ def test_no_optimizer_knob_takes_a_negative_value(home, monkeypatch, capsys, nam
 SCHEDULES = [  # values torch accepts whose schedule makes no sense: (overrides, the line)
     (
         ["optim.gamma=0", "optim.schedule=multistep", "optim.milestones=[1]"],
-        "optim.gamma=0.0 is invalid: the multistep",
+        "optim.gamma=0.0 is invalid: the multistep decay factor must be above 0.0",
     ),
     (
         ["optim.warmup_epochs=2.5", "train.epochs=2"],
@@ -624,7 +639,7 @@ SCHEDULES = [  # values torch accepts whose schedule makes no sense: (overrides,
         ["optim.schedule=cosine", "optim.lr=0.1", "optim.min_lr=0.2"],
         "optim.min_lr=0.2 is invalid: the cosine schedule's floor",
     ),
-    (["optim.trust_coefficient=0"], "optim.trust_coefficient=0.0 is invalid"),
+    (["optim.trust_coefficient=0"], "optim.trust_coefficient=0.0 is invalid: the trust coefficient must be above 0.0"),
     (["optim.momentum=1.0"], "optim.momentum=1.0 is invalid: must be below 1.0"),
 ]
 SCHEDULE_ROWS = [

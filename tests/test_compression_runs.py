@@ -147,7 +147,7 @@ def test_an_algorithm_that_carries_no_compressor_is_refused_in_one_line(home, al
 @pytest.mark.parametrize(
     ("override", "says"),
     [
-        ("compress.ratio=0", "compress.ratio=0.0 is invalid"),
+        ("compress.ratio=0", "compress.ratio=0.0 is invalid: the fraction of entries sent must be in (0, 1]"),
         ("compress.ratio=1.5", "compress.ratio=1.5 is invalid"),
     ],
 )

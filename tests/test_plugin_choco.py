@@ -289,7 +289,13 @@ def test_dlcomm_train_runs_choco_end_to_end(home) -> None:
 
 
 @pytest.mark.parametrize(
-    "knob,rule", [("algo.ratio=0", "(0, 1]"), ("algo.gamma=1.5", "(0, 1]")], ids=["ratio=0", "gamma=1.5"]
+    "knob,rule",
+    [
+        ("algo.ratio=0", "algo.ratio=0.0 is invalid: the fraction of entries a message keeps must be in (0, 1]"),
+        ("algo.gamma=0", "algo.gamma=0.0 is invalid: the consensus step size must be in (0, 1]"),
+        ("algo.gamma=1.5", "algo.gamma=1.5 is invalid: the consensus step size must be in (0, 1]"),
+    ],
+    ids=["ratio=0", "gamma=0", "gamma=1.5"],
 )
 def test_a_bad_knob_is_refused_in_one_line(home, knob: str, rule: str) -> None:
     result = run_cli(home, "train", *FAST, "algo=choco", knob, "launcher=threads", timeout=60)

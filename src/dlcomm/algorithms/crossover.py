@@ -64,7 +64,7 @@ class CrossoverConfig(AlgoConfig):
     segmentwise: bool = True  # false: the whole model is one segment (ablation)
     fair: bool = True  # false: independent uniform destinations (ablation)
     gamma: float = field(
-        default=1.0, metadata=domain(low=0, high=1, means="CHOCO's consensus step")
+        default=1.0, metadata=domain(above=0, high=1, means="CHOCO's consensus step")
     )  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
 
 
@@ -150,11 +150,6 @@ class Crossover(Algorithm):
     display_name = "Crossover-SGD"
     Config = CrossoverConfig
     compression = ("payload",)  # CHOCO-Gossip with a public copy per directed pair
-
-    @classmethod
-    def check_config(cls, cfg: CrossoverConfig) -> None:
-        # (0, 1]: the declared domain is [0, 1] (a range has no open lower end), so 0 is refused here
-        require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "CHOCO's consensus step is in (0, 1], e.g. 1 or 0.5")
 
     @classmethod
     def check_compressor(cls, cfg: CrossoverConfig, compressor: type[Compressor]) -> None:

@@ -30,7 +30,6 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.config.schema import AlgoConfig, domain
-from dlcomm.config.validate import require
 from dlcomm.topology.graphs import ring_neighbours
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class DPSGDConfig(AlgoConfig):
         default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
     )  # 1: the whole model in one message per neighbour
     gamma: float = field(
-        default=1.0, metadata=domain(low=0, high=1, means="CHOCO's consensus step")
+        default=1.0, metadata=domain(above=0, high=1, means="CHOCO's consensus step")
     )  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
 
 
@@ -54,11 +53,6 @@ class DPSGD(Algorithm):
     display_name = "D-PSGD"
     Config = DPSGDConfig
     compression = ("payload",)  # CHOCO-Gossip: compressed changes of public copies
-
-    @classmethod
-    def check_config(cls, cfg: DPSGDConfig) -> None:
-        # (0, 1]: the declared domain is [0, 1] (a range has no open lower end), so 0 is refused here
-        require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "CHOCO's consensus step is in (0, 1], e.g. 1 or 0.5")
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         import torch

@@ -62,7 +62,7 @@ class SESGDConfig(AlgoConfig):
     )  # 0: one message per parameter tensor (layer-wise, as the paper)
     period: int = field(default=1, metadata=PERIOD)  # average after every period-th step (local_sesgd; 1 = SESGD)
     gamma: float = field(
-        default=1.0, metadata=domain(low=0, high=1, means="the consensus step")
+        default=1.0, metadata=domain(above=0, high=1, means="the consensus step")
     )  # compress=<name>: the consensus step towards the group's copies (unused uncompressed)
 
 
@@ -78,16 +78,6 @@ class SESGD(Algorithm):
     display_name = "Shuffle-Exchange SGD"
     Config = SESGDConfig
     compression = ("payload",)  # each bucket to the group's other members, against per-pair copies
-
-    @classmethod
-    def check_config(cls, cfg: SESGDConfig) -> None:
-        # the declared domain, checked here too: check_world (run before the declared domains are checked)
-        # divides the world size by it
-        require(
-            cfg.groups >= 1, "algo.groups", cfg.groups, "pass a positive number of groups that divides the world size"
-        )
-        # (0, 1]: the declared domain is [0, 1] (a range has no open lower end), so 0 is refused here
-        require(0 < cfg.gamma <= 1, "algo.gamma", cfg.gamma, "the consensus step is in (0, 1], e.g. 1 or 0.5")
 
     @classmethod
     def check_world(cls, cfg: SESGDConfig, nodes: int, workers_per_node: int) -> None:

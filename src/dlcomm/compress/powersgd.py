@@ -50,7 +50,7 @@ class PowerSGDConfig(CompressConfig):
         default=10, metadata=domain(low=0, means="the number of plain steps before compression begins")
     )  # start_powerSGD_iter: steps of plain mean before compression begins (> 1 with warm start or error feedback)
     min_compression_rate: float = field(
-        default=2.0, metadata=domain(low=0, means="the minimum compression rate")
+        default=2.0, metadata=domain(above=0, means="the minimum compression rate")
     )  # compress a matrix only when n m > (n + m) r times this
     error_feedback: bool = True  # use_error_feedback: add the last step's compression error to the tensor
     warm_start: bool = True  # reuse the last step's Q (orthogonalised again) instead of drawing a new one
@@ -98,13 +98,6 @@ class PowerSGD(Compressor):
             "compress.start_iter",
             cfg.start_iter,
             "with error feedback or warm start PowerSGD needs at least 2 plain steps first (torch's rule); pass 2 or more",
-        )
-        # positive: the declared domain is 0 or more (a range has no open lower end), so 0 is refused here
-        require(
-            cfg.min_compression_rate > 0,
-            "compress.min_compression_rate",
-            cfg.min_compression_rate,
-            "pass a positive rate, e.g. 2",
         )
 
     def __init__(self, cfg: PowerSGDConfig, seed: int = 0) -> None:

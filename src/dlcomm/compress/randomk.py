@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.compress.topk import SENT_RATIO, check_ratio, kept
+from dlcomm.compress.topk import SENT_RATIO, kept
 from dlcomm.config.schema import CompressConfig
 
 
@@ -45,10 +45,6 @@ class RandomK(Compressor):
     display_name = "random-k"
     Config = RandomKConfig
     summable = True
-
-    @classmethod
-    def check(cls, cfg: RandomKConfig) -> None:
-        check_ratio(cfg.ratio)
 
     def prepare(self, key, step, rank):
         self.next_seed = draw_seed(self.seed, key, step)  # every rank the same indices

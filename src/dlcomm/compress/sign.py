@@ -32,7 +32,7 @@ class SignConfig(CompressConfig):
     name: str = "sign"
     error_feedback: bool = False  # false: signSGD with majority vote; true: EF-SignSGD (scaled sign + memory)
     lr: float = field(
-        default=0.1, metadata=domain(low=0, means="EF-SignSGD's step")
+        default=0.1, metadata=domain(above=0, means="EF-SignSGD's step")
     )  # EF-SignSGD's step folded into its memory, p = lr * x + e (GRACE's default 0.1)
 
 
@@ -77,13 +77,6 @@ class Sign(Compressor):
     name = "sign"
     display_name = "signSGD"
     Config = SignConfig
-
-    @classmethod
-    def check(cls, cfg: SignConfig) -> None:
-        from dlcomm.config.validate import require
-
-        # positive: the declared domain is 0 or more (a range has no open lower end), so 0 is refused here
-        require(cfg.lr > 0, "compress.lr", cfg.lr, "EF-SignSGD's step must be positive, e.g. 0.1")
 
     def __init__(self, cfg: SignConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)

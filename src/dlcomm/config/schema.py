@@ -6,8 +6,8 @@ so Hydra checks types and rejects unknown keys while composing. ``model``, ``dat
 subclass per family), so a choice has only its own knobs; :data:`SCHEMAS` names them all, and
 :mod:`dlcomm.config.choices` tells which choice has which knob. Every number, string, list and
 mapping field declares the values it takes with :func:`domain` (checked while composing,
-:func:`dlcomm.config.validate.check_values`); the rules across keys, and a positive value a range
-cannot say apart from 0, are in :func:`dlcomm.config.validate.validate_run`.
+:func:`dlcomm.config.validate.check_values`); the rules across keys are in
+:func:`dlcomm.config.validate.validate_run`.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ RUN_NAME_CHARS_MAX = 250  # MLflow's SQL store: runs.name is String(250)
 SYNTHETIC_MAX = 2**31  # dlcomm.data.synthetic.MAX_SIZE: sample i of a split draws from seed split * 2**31 + i
 
 # Domains that a knob and its redeclarations in subclasses share.
-LR = domain(low=0.0, means="the learning rate")  # > 0: validate_run
+LR = domain(above=0.0, means="the learning rate")
 WEIGHT_DECAY = domain(low=0.0, means="the weight decay")
 WARMUP_EPOCHS = domain(low=0.0, means="the warm-up in epochs (0: none)")  # <= train.epochs: validate_run
 EPS = domain(low=0.0, means="the denominator's epsilon")  # torch checks it too
@@ -238,8 +238,8 @@ class ViTConfig(ModelConfig):
     patch_size: int = field(
         default=16, metadata=domain(low=1)
     )  # p x p patches; sides not a multiple of p are zero-padded up to one
-    # block MLP hidden width = int(embed_dim * mlp_ratio); 0 is refused when the model is built (dlcomm.models.vit)
-    mlp_ratio: float = field(default=4.0, metadata=domain(low=0.0))
+    # block MLP hidden width = int(embed_dim * mlp_ratio)
+    mlp_ratio: float = field(default=4.0, metadata=domain(above=0.0))
 
 
 @dataclass
@@ -316,8 +316,8 @@ class OptimConfig:
     schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
     milestones: List[int] = field(default_factory=list, metadata=domain(low=0))  # epochs, for multistep
     gamma: float = field(
-        default=0.1, metadata=domain(low=0.0, means="the multistep decay factor")
-    )  # multistep decay factor (> 0: validate_run)
+        default=0.1, metadata=domain(above=0.0, means="the multistep decay factor")
+    )  # multistep decay factor (torch does not check it)
     warmup_epochs: float = field(default=0.0, metadata=WARMUP_EPOCHS)  # linear warm-up from 0 to lr over these epochs
     min_lr: float = field(default=0.0, metadata=domain(low=0.0))  # cosine floor
 
@@ -340,8 +340,8 @@ class LarsConfig(SGDConfig):
     weight_decay: float = field(default=0.00005, metadata=WEIGHT_DECAY)
     schedule: Schedule = Schedule.cosine
     warmup_epochs: float = field(default=1.0, metadata=WARMUP_EPOCHS)
-    # the layer-wise trust coefficient (the Crossover paper: 0.0025); > 0: dlcomm.train.optim.Lars.check
-    trust_coefficient: float = field(default=0.001, metadata=domain(low=0.0, means="the trust coefficient"))
+    # the layer-wise trust coefficient (the Crossover paper: 0.0025); timm's Lars does not check it
+    trust_coefficient: float = field(default=0.001, metadata=domain(above=0.0, means="the trust coefficient"))
     exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
     eps: float = field(default=1e-8, metadata=domain(low=0.0))  # added to the trust ratio's denominator
 
@@ -397,7 +397,7 @@ class AlgoConfig:
     name: str = MISSING
 
 
-BANDWIDTH = domain(low=0.0, means="a bandwidth in Gb/s")  # > 0: validate_network
+BANDWIDTH = domain(above=0.0, means="a bandwidth in Gb/s")
 
 
 @dataclass
@@ -431,7 +431,7 @@ class NetworkConfig:
     worker_bandwidth_gbps: List[float] = field(default_factory=list, metadata=BANDWIDTH)
     # simulate: the modelled devices' compute time per rank = the profiled (or measured) one x compute_scale
     # (0.05: devices 20x faster than what runs the job; 1: as profiled)
-    compute_scale: float = field(default=1.0, metadata=domain(low=0.0, means="the factor on compute time"))
+    compute_scale: float = field(default=1.0, metadata=domain(above=0.0, means="the factor on compute time"))
     # simulate: where a rank's compute time comes from (docs/network.md, "Compute on the simulated clock").
     # profile: one replica stepped alone before training, the same charge for every rank and run
     # (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)
@@ -446,7 +446,7 @@ class NetworkConfig:
     # rank's step, drawn from (seed, rank, step); 0: every rank computes for the same time
     compute_jitter: float = field(default=0.0, metadata=domain(low=0.0, high=4.0))
     rank_compute_scale: List[float] = field(
-        default_factory=list, metadata=domain(low=0.0)
+        default_factory=list, metadata=domain(above=0.0, means="a rank's factor on compute time")
     )  # one factor per rank; []: all 1
     straggler_prob: float = field(default=0.0, metadata=domain(low=0.0, high=1.0))  # chance a rank's step is slowed ...
     straggler_slowdown: float = field(default=1.0, metadata=domain(low=1.0))  # ... by this factor
@@ -561,8 +561,8 @@ class TrackingConfig:
         ),
     )  # empty: named from the algorithm, the world, the network and the overrides (dlcomm.spec.RunSpec.run_name)
     connect_timeout_s: float = field(
-        default=5.0, metadata=domain(low=0.0, means="the store's answer timeout in seconds")
-    )  # how long an http(s) store may take to answer before the run is refused (> 0: validate_run)
+        default=5.0, metadata=domain(above=0.0, means="the store's answer timeout in seconds")
+    )  # how long an http(s) store may take to answer before the run is refused
     stream_every_s: float = field(
         default=5.0, metadata=domain(low=0.0, means="the seconds between streamed metrics (0: off)")
     )  # rank 0's per-iteration loss and time reach MLflow this often while training; 0: off

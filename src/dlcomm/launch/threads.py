@@ -75,7 +75,7 @@ class ThreadsLauncherConfig(LauncherConfig):
         ),
     )  # gloo: messages delivered as gloo does | nccl: NCCL's rules (no buffering, one queue per group and rank, batches as one unit), so what hangs on a GPU cluster hangs here
     hang_timeout_s: float = field(
-        default=10.0, metadata=domain(low=0, means="the seconds of all ranks waiting before the run fails")
+        default=10.0, metadata=domain(above=0, means="the seconds of all ranks waiting before the run fails")
     )  # seconds of all ranks waiting with nothing moving: a deadlock, the run FAILED
 
 
@@ -99,16 +99,10 @@ class ThreadsLauncher(DriverLauncher):
 
     @classmethod
     def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
-        """Beside the base checks (``launcher.compute`` and ``launcher.semantics`` are checked against
-        their declared words while composing): a positive ``launcher.hang_timeout_s``, no wall-clock
-        emulation under serial compute, a visible GPU for ``train.device=cuda``, and the job's memory."""
+        """Beside the base checks (``launcher.*`` are checked against their declared domains while
+        composing): no wall-clock emulation under serial compute, a visible GPU for
+        ``train.device=cuda``, and the job's memory."""
         super().check(cfg, roles)
-        # positive: the declared domain is 0 or more (a range has no open lower end), so 0 is refused here
-        if not cfg.launcher.hang_timeout_s > 0:
-            raise UserError(
-                f"launcher.hang_timeout_s={cfg.launcher.hang_timeout_s} is invalid; pass a positive "
-                "number of seconds (10 by default)"
-            )
         compute, why = resolve_compute(cfg)
         if compute == "serial" and cfg.network.mode == "emulate":
             raise UserError(

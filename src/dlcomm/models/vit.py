@@ -66,10 +66,9 @@ def build_vit(cfg: ViTConfig, input_shape: Tuple[int, int, int], num_classes: in
     embed_dim, depth = int(cfg.embed_dim), int(cfg.depth)
     heads, patch = int(cfg.num_heads), int(cfg.patch_size)
     mlp_ratio = float(cfg.mlp_ratio)
-    if min(embed_dim, depth, heads, patch) < 1 or mlp_ratio <= 0:
+    if min(embed_dim, depth, heads, patch) < 1:
         raise ValueError(
-            f"ViT sizes must be positive: embed_dim={embed_dim} depth={depth} "
-            f"num_heads={heads} patch_size={patch} mlp_ratio={mlp_ratio}"
+            f"ViT sizes must be positive: embed_dim={embed_dim} depth={depth} num_heads={heads} patch_size={patch}"
         )
     if embed_dim % heads:
         raise ValueError(f"embed_dim={embed_dim} is not a multiple of num_heads={heads}")

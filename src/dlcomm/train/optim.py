@@ -94,18 +94,6 @@ class Lars(Optimizer):
     Config = LarsConfig
 
     @classmethod
-    def check(cls, cfg: OptimConfig) -> None:
-        from dlcomm.config.validate import require
-
-        require(
-            cfg.trust_coefficient > 0,
-            "optim.trust_coefficient",
-            cfg.trust_coefficient,
-            "the trust ratio scales every step by it (timm's Lars does not check it); pass a positive "
-            "coefficient, e.g. 0.001 (the Crossover paper: 0.0025)",
-        )
-
-    @classmethod
     def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from timm.optim import Lars
 

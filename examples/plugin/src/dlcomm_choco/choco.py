@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.segments import bind_segments, split_segments
 from dlcomm.config.schema import AlgoConfig, domain
-from dlcomm.config.validate import require
 from dlcomm.topology.graphs import ring_neighbours
 
 if TYPE_CHECKING:  # composing a config imports this module: torch only inside the methods
@@ -58,10 +57,10 @@ if TYPE_CHECKING:  # composing a config imports this module: torch only inside t
 class ChocoConfig(AlgoConfig):
     name: str = "choco"
     gamma: float = field(
-        default=0.04, metadata=domain(low=0, high=1, means="the consensus step size")
+        default=0.04, metadata=domain(above=0, high=1, means="the consensus step size")
     )  # consensus step size in (0, 1]; the paper's tuned value for top-1% on a ring of 9
     ratio: float = field(
-        default=0.01, metadata=domain(low=0, high=1, means="the fraction of entries a message keeps")
+        default=0.01, metadata=domain(above=0, high=1, means="the fraction of entries a message keeps")
     )  # fraction of each segment's entries a message keeps (top-k by magnitude); 1: no compression
     segments: int = field(
         default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
@@ -78,23 +77,6 @@ class ChocoSGD(Algorithm):
     name = "choco"
     display_name = "CHOCO-SGD"
     Config = ChocoConfig
-
-    @classmethod
-    def check_config(cls, cfg: ChocoConfig) -> None:
-        # Every knob declares its values (dlcomm.config.schema.domain), checked while composing; gamma and
-        # ratio are in (0, 1], and a declared range has no open lower end: they declare [0, 1], 0 is refused here.
-        require(
-            0.0 < cfg.gamma <= 1.0,
-            "algo.gamma",
-            cfg.gamma,
-            "the consensus step size is in (0, 1]; 1 with algo.ratio=1 is D-PSGD, smaller for stronger compression",
-        )
-        require(
-            0.0 < cfg.ratio <= 1.0,
-            "algo.ratio",
-            cfg.ratio,
-            "the fraction of entries a message keeps is in (0, 1]; 1 = no compression, 0.01 = top-1%",
-        )
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         import torch
