@@ -32,6 +32,7 @@ HALVED = {
     "node_based": {0, 1},
     "crossover_hier": {0, 1},
     "local_sgd": {1},
+    "diloco": {1},
     "dpsgd": {1},
     "sgp": {1},
     "crossover": {1},

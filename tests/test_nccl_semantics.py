@@ -41,6 +41,7 @@ ALGORITHMS = {
     "allreduce": [],
     "allreduce_hier": [],
     "local_sgd": ["algo.period=2"],
+    "diloco": ["algo.period=2"],
     "node_based": [],
     "dpsgd": [],
     "sgp": [],
