@@ -76,14 +76,26 @@ def check_writable(folder: Path, setting: str, fix: str) -> None:
         raise UserError(f"{setting} cannot be written: {folder}: {error.strerror or error}; {fix}") from None
 
 
+NAME_MAX = 255  # bytes of one entry of a folder (Linux's NAME_MAX, and most file systems')
+
+
 def entry_name(name: str) -> str:
     """``name`` as one entry of a folder, never a way out of it: a separator (``/``, ``\\``) or a
     control character becomes ``_``, and a name that is empty or starts with ``.`` (``..``, a
-    hidden file) gets a leading ``_``. A name that is already safe comes back as it is."""
+    hidden file) gets a leading ``_``; one longer than a folder entry may be (:data:`NAME_MAX` bytes:
+    an experiment's name from a store may have 500 characters) is cut, with a digest of the whole name
+    after the cut (names that differ after it stay apart). A name that is already safe comes back as it is."""
     safe = "".join(
         "_" if character in "/\\" or ord(character) < 32 or character == "\x7f" else character for character in name
     )
-    return f"_{safe}" if not safe or safe.startswith(".") else safe
+    safe = f"_{safe}" if not safe or safe.startswith(".") else safe
+    if len(safe.encode(errors="surrogatepass")) > NAME_MAX:
+        import hashlib
+
+        digest = hashlib.sha256(name.encode(errors="surrogatepass")).hexdigest()[:12]
+        cut = safe.encode(errors="surrogatepass")[: NAME_MAX - len(digest) - 1].decode(errors="ignore")
+        safe = f"{cut}-{digest}"
+    return safe
 
 
 def inside(folder: Path, path: Path, setting: str) -> Path:

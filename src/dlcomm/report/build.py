@@ -100,11 +100,13 @@ def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
     """``report.baseline`` of the experiment's config (configs/experiment/<name>.yaml) when there
     is one, else of its latest run, else allreduce."""
     from dlcomm.compose import compose
+    from dlcomm.report.runs import plain_name
 
-    try:
-        return str(compose([f"experiment={experiment}"]).report.baseline)
-    except UserError:  # not a shipped experiment: a tracking.experiment of the user's own
-        pass
+    if plain_name(experiment):  # a name from a store may be anything: no config file is named so
+        try:
+            return str(compose([f"experiment={experiment}"]).report.baseline)
+        except UserError:  # not a shipped experiment: a tracking.experiment of the user's own
+            pass
     column = "params.report.baseline"
     if column in runs.columns and runs[column].notna().any():
         return str(runs.sort_values("start_time")[column].dropna().iloc[-1])
@@ -211,10 +213,10 @@ def figure_title(experiment: str, width: int = 80) -> str:
     that opens configs/experiment/<name>.yaml (it names the paper and the figure or table; see
     :func:`_description`), wrapped at ``width`` characters; ``experiment`` itself when dlcomm
     ships no such file or it has no comment."""
-    from importlib.resources import files
+    from dlcomm.report.runs import shipped_experiment
 
-    shipped = files("dlcomm.configs").joinpath("experiment", f"{experiment}.yaml")
-    if not shipped.is_file():
+    shipped = shipped_experiment(experiment)
+    if shipped is None:
         return experiment
     for line in shipped.read_text().splitlines():
         if not line.startswith("#"):
@@ -440,7 +442,7 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
     the experiment's folder is written under). Yields a line as each experiment is reported,
     after a line naming its lost runs, if any (:func:`loose_ends`)."""
     from dlcomm.paths import check_writable, entry_name, home_setting, inside, results_dir
-    from dlcomm.report.runs import experiment_names
+    from dlcomm.report.runs import experiment_names, load_runs, skipped_line
     from dlcomm.settings import parse_settings
     from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
 
@@ -478,11 +480,28 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
     if not known["out"]:
         check_writable(root, home_setting(), "set DLCOMM_HOME to a folder you can write, or pass out=<folder>")
     found = _open_runs(uri, "" if every else known["experiment"])
+    reported = []
     for experiment in experiments:
         yield from loose_ends(found, experiment)
+        skipped: dict[str, list[str]] = {}
+        try:
+            runs = load_runs(uri, experiment, skipped)
+        except UserError as error:
+            if not every:
+                raise
+            yield f"{experiment}: not reported: {error}"  # --all: another tool's experiment, say, among dlcomm's
+            continue
+        if skipped:
+            yield skipped_line(experiment, skipped)
         folder = inside(root, root / entry_name(experiment), f"experiment={experiment}")
-        _, written = write_report(experiment, uri, folder)
+        _, written = write_report(experiment, uri, folder, runs=runs)
+        reported.append(experiment)
         yield f"{experiment}: wrote {', '.join(str(path) for path in written)}"
+    if not reported:
+        raise UserError(
+            f"no experiment of the store {uri} has a finished run that dlcomm recorded or can read (see the lines "
+            "above): train first (dlcomm train tracking.experiment=<name>)"
+        )
     for experiment in sorted({v.run.experiment for v in found.lost + found.unchecked} - set(experiments)):
         yield from loose_ends(found, experiment)
 

@@ -88,6 +88,8 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    # every text of a figure is literal: a '$' in a name or value another tool recorded is no TeX
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt

@@ -4,13 +4,65 @@ Only runs that finished count (FAILED and KILLED runs have partial metrics) and 
 parent run (it carries no metrics). Reading never creates a store: a missing SQLite file is
 the user's mistake (a wrong ``tracking.uri``, or nothing trained yet), said in one line
 (:func:`dlcomm.tracking.mlflow_run.check_store`).
+
+A store holds what others put there too: runs of other tools beside dlcomm's in the same
+experiment, runs of older dlcomm versions, values changed by hand. A run the report cannot read
+as dlcomm records it (:func:`unreportable`: no ``algo.name`` or ``seed``, a count that is no
+integer) is left out of the table, and the report says which and why in one line; an experiment
+that has none left is refused in one line. A deleted experiment is refused with its fixes
+(:mod:`dlcomm.tracking.lifecycle`).
 """
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from dlcomm.errors import UserError
+
+# the values a report reads as integers, where a run has them: dlcomm records them so
+INTEGERS = (
+    "params.seed",
+    "params.nodes",
+    "params.workers_per_node",
+    "params.train.batch_size",
+    "params.train.comm_interval",
+    "params.train.eval_replicas",
+    "tags.world_size",
+)
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def _given(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value)) and str(value).strip() != ""
+
+
+def unreportable(run: pd.Series) -> str:
+    """Why a report cannot read ``run`` (a row of :func:`load_runs`) as a run of dlcomm; '' when it can."""
+    if not _given(run.get("params.algo.name")):
+        return "no param algo.name, another tool's"
+    if not _given(run.get("params.seed")):
+        return "no param seed"
+    for column in INTEGERS:
+        value = run.get(column)
+        if _given(value) and not _INTEGER.fullmatch(str(value).strip()):
+            kind, key = column.split(".", 1)
+            return f"{kind[:-1]} {key} is {str(value)[:24]!r}, not an integer"
+    return ""
+
+
+def skipped_line(experiment: str, skipped: dict[str, list[str]]) -> str:
+    """One line naming the finished runs of ``experiment`` left out of its table, by reason."""
+    count = sum(len(ids) for ids in skipped.values())
+    parts = [
+        f"{reason}: {' '.join(ids[:5])}{f' and {len(ids) - 5} more' if len(ids) > 5 else ''}"
+        for reason, ids in skipped.items()
+    ]
+    return (
+        f"{experiment}: {count} finished run(s) left out of the table, not recorded by dlcomm or not readable "
+        f"as its runs ({'; '.join(parts)})"
+    )
 
 
 def experiment_names(uri: str) -> list[str]:
@@ -25,20 +77,47 @@ def experiment_names(uri: str) -> list[str]:
     return sorted(names)
 
 
-def load_runs(uri: str, experiment: str) -> pd.DataFrame:
-    """One row per finished, non-parent run of ``experiment``: ``run_id``, ``start_time`` and
-    the ``params.*``, ``metrics.*`` (last values) and ``tags.*`` columns of MLflow."""
+def load_runs(uri: str, experiment: str, skipped: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """One row per finished, non-parent run of ``experiment`` that dlcomm can read
+    (:func:`unreportable`): ``run_id``, ``start_time`` and the ``params.*``, ``metrics.*`` (last
+    values) and ``tags.*`` columns of MLflow. ``skipped`` receives the ids of the runs left out, by reason."""
     import mlflow
 
-    mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
+    from dlcomm.tracking.lifecycle import active
+    from dlcomm.tracking.mlflow_run import store_client
+
+    found = active(store_client(uri), uri, experiment, "experiment")  # a deleted one: refused with its fixes
+    if found is None:
         raise UserError(f"the store {uri} has no experiment {experiment!r}: {_where_to_look(uri, experiment)}")
-    runs = mlflow.search_runs(experiment_names=[experiment], filter_string="attributes.status = 'FINISHED'")
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_ids=[found.experiment_id], filter_string="attributes.status = 'FINISHED'")
     if "tags.sweep" in runs.columns:
         runs = runs[runs["tags.sweep"].fillna("") != "true"]
     if runs.empty:
         raise UserError(f"experiment {experiment!r} in {uri} has no finished run: train it first")
-    return runs.reset_index(drop=True)
+    runs, left_out = _readable(runs)
+    if runs.empty:
+        reasons = "; ".join(f"{reason}: {len(ids)} run(s)" for reason, ids in left_out.items())
+        raise UserError(
+            f"experiment {experiment!r} in {uri} has no finished run that dlcomm recorded or can read ({reasons}): "
+            "train into it with dlcomm (tracking.experiment=<name>), or pass another experiment"
+        )
+    if skipped is not None:
+        skipped.update(left_out)
+    return runs
+
+
+def _readable(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """``runs`` split: those dlcomm can read (:func:`unreportable`), and the others' ids by reason."""
+    reasons = [unreportable(run) for _, run in runs.iterrows()]
+    left_out: dict[str, list[str]] = {}
+    for run_id, reason in zip(runs["run_id"], reasons):
+        if reason:
+            left_out.setdefault(reason, []).append(run_id)
+    kept = runs[[not reason for reason in reasons]]
+    if left_out:  # the columns only the runs left out had (another tool's params and metrics) go with them
+        kept = kept.drop(columns=[c for c in kept.columns if kept[c].isna().all() and runs[c].notna().any()])
+    return kept.reset_index(drop=True), left_out
 
 
 def find_sweep(uri: str, which: str) -> tuple[str, str]:
@@ -87,7 +166,10 @@ def load_sweep_runs(uri: str, parent: str, experiment: str) -> pd.DataFrame:
         raise UserError(
             f"the sweep {parent} in {uri} has no finished run yet: wait for its runs, or look with `dlcomm runs`"
         )
-    return runs.reset_index(drop=True)
+    runs, _ = _readable(runs)
+    if runs.empty:
+        raise UserError(f"the sweep {parent} in {uri} has no finished run that dlcomm can read")
+    return runs
 
 
 def metric_history(uri: str, run_id: str, key: str) -> pd.Series:
@@ -104,10 +186,8 @@ def metric_history(uri: str, run_id: str, key: str) -> pd.Series:
 def _where_to_look(uri: str, experiment: str) -> str:
     """The fix for a missing experiment: its sweep when dlcomm ships one of that name, else the
     experiments the store does hold."""
-    from importlib.resources import files
-
-    shipped = files("dlcomm.configs").joinpath("experiment", f"{experiment}.yaml")
-    if shipped.is_file():
+    shipped = shipped_experiment(experiment)
+    if shipped is not None:
         commands = [
             line.lstrip("# ").strip()
             for line in shipped.read_text().splitlines()
@@ -118,3 +198,19 @@ def _where_to_look(uri: str, experiment: str) -> str:
     if not held:
         return "it has no finished run yet: train first"
     return f"it holds {', '.join(held)}; pass experiment=<one of them>, or --all for every one"
+
+
+def plain_name(name: str) -> bool:
+    """Whether ``name`` could name a config file dlcomm ships (``configs/experiment/<name>.yaml``):
+    letters, digits, ``_``, ``.``, ``-``; a name from a store may be anything (a path, 500 characters)."""
+    return re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}", name) is not None
+
+
+def shipped_experiment(name: str):
+    """``configs/experiment/<name>.yaml`` as dlcomm ships it, or None."""
+    from importlib.resources import files
+
+    if not plain_name(name):
+        return None
+    shipped = files("dlcomm.configs").joinpath("experiment", f"{name}.yaml")
+    return shipped if shipped.is_file() else None

@@ -34,6 +34,8 @@ from dlcomm.errors import UserError
 
 JOB_TAG, PID_TAG, HOST_TAG, PARENT_TAG = "slurm_job_id", "driver_pid", "hostname", "mlflow.parentRunId"
 START_TAG = "driver_start"  # when the driver started (dlcomm.launch.procstart.process_start)
+# tags every dlcomm run (or sweep parent) has one of: a RUNNING run with none is another tool's
+OWN_TAGS = (JOB_TAG, PID_TAG, HOST_TAG, "launcher", "dlcomm_version", "sweep")
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class OpenRun:
     started: str = ""  # tag driver_start: tells the driver from a later process given the same pid
     parent_id: str = ""  # tag mlflow.parentRunId
     is_sweep: bool = False  # a sweep's parent run
+    pid_tag: str = ""  # tag driver_pid as written (``pid`` is None where it is no process id)
+    foreign: bool = False  # none of the tags dlcomm writes: another tool's run
 
     @property
     def on_slurm(self) -> bool:
@@ -131,6 +135,10 @@ def _verdict(
             return "alive", ""
         return "lost", f"SLURM job {run.job_id} is no longer in squeue"
     if run.pid is None:
+        if run.foreign:
+            return "unchecked", "none of dlcomm's tags: another tool's run"
+        if run.pid_tag:
+            return "unchecked", f"its driver_pid tag {run.pid_tag[:24]!r} is no process id"
         return "unchecked", "no driver pid recorded: an older dlcomm"
     if run.host != host:
         return "unchecked", f"its driver ran on host {run.host or '?'}, not on this host {host}"
@@ -167,19 +175,32 @@ def census(
     return result
 
 
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is above it
+
+
+def process_id(tag: str) -> int | None:
+    """The process id a ``driver_pid`` tag holds; None for anything that cannot be one (a tag another
+    tool or a hand wrote: ``abc``, ``0``, ``²``, ``99999999999999999999``)."""
+    if not (tag.isascii() and tag.isdigit()):
+        return None
+    pid = int(tag)
+    return pid if 0 < pid <= PID_MAX else None
+
+
 def _open_run(run, experiment: str) -> OpenRun:
     tags = run.data.tags
-    pid = tags.get(PID_TAG, "")
     return OpenRun(
         run_id=run.info.run_id,
         experiment=experiment,
         launcher=tags.get("launcher", ""),
         job_id=tags.get(JOB_TAG, ""),
         host=tags.get(HOST_TAG, ""),
-        pid=int(pid) if pid.isdigit() else None,
+        pid=process_id(tags.get(PID_TAG, "")),
         started=tags.get(START_TAG, ""),
         parent_id=tags.get(PARENT_TAG, ""),
         is_sweep=tags.get("sweep", "") == "true",
+        pid_tag=tags.get(PID_TAG, ""),
+        foreign=not any(tag in tags for tag in OWN_TAGS),
     )
 
 
@@ -193,6 +214,9 @@ def open_runs(uri: str, experiment: str = "") -> list[OpenRun]:
     if experiment:
         experiments = [e for e in experiments if e.name == experiment]
         if not experiments:
+            from dlcomm.tracking.lifecycle import active
+
+            active(client, uri, experiment, "experiment")  # a deleted one: refused with its fixes
             raise UserError(
                 f"the store {uri} has no experiment {experiment!r}: leave experiment= out for every experiment"
             )

@@ -44,7 +44,13 @@ def _locked(error: BaseException) -> bool:
 
 #: What SQLite (through SQLAlchemy and MLflow) says when the store's file cannot grow: a full disk
 #: (SQLITE_FULL), or a write the kernel refused (SQLITE_IOERR: ENOSPC, EFBIG past a file size limit, EDQUOT).
-_CANNOT_GROW = ("database or disk is full", "disk i/o error", "no space left on device", "file too large", "quota exceeded")
+_CANNOT_GROW = (
+    "database or disk is full",
+    "disk i/o error",
+    "no space left on device",
+    "file too large",
+    "quota exceeded",
+)
 
 
 # MLflow logs a database error with its whole traceback before it raises it; dlcomm words the raised
@@ -167,9 +173,10 @@ def _experiment_id(client: Any, name: str, uri: str) -> str:
     the MLflow UI opens on its runs, not on its GenAI side (:mod:`dlcomm.tracking.ui`)."""
     from mlflow.exceptions import MlflowException
 
+    from dlcomm.tracking.lifecycle import active, check_artifacts
     from dlcomm.tracking.ui import KIND_TAG, MODEL_TRAINING
 
-    experiment = retrying(client.get_experiment_by_name, name)
+    experiment = active(client, uri, name, "tracking.experiment")  # a deleted one is refused with its fixes
     if experiment is None:
         try:
             return retrying(
@@ -178,9 +185,16 @@ def _experiment_id(client: Any, name: str, uri: str) -> str:
                 artifact_location=_artifact_location(uri),
                 tags={KIND_TAG: MODEL_TRAINING},
             )
-        except MlflowException:  # created meanwhile by a concurrent run
-            experiment = retrying(client.get_experiment_by_name, name)
-    if KIND_TAG not in experiment.tags:  # made by an older dlcomm, or by hand
+        except MlflowException as error:  # created meanwhile by a concurrent run, or a name MLflow refuses
+            experiment = active(client, uri, name, "tracking.experiment")
+            if experiment is None:
+                reason = (str(error.message).strip().splitlines() or [type(error).__name__])[0][:300]
+                raise UserError(
+                    f"tracking.experiment={name} cannot be created in the store {uri} ({reason}); "
+                    "pass another tracking.experiment"
+                ) from None
+    check_artifacts(experiment, "tracking.experiment")  # another tool's may keep its files where none can go
+    if KIND_TAG not in experiment.tags:  # made by an older dlcomm, by hand or by another tool
         retrying(client.set_experiment_tag, experiment.experiment_id, KIND_TAG, MODEL_TRAINING)
     return experiment.experiment_id
 
@@ -384,9 +398,20 @@ def children(uri: str, parent_id: str) -> list[Any]:
 def close_parent_if_done(uri: str, parent_id: str) -> str | None:
     """End the parent once every child has ended: FINISHED when all finished, FAILED otherwise.
     Each child calls this after ending itself, so whichever ends last sees them all ended;
-    two children ending together both write the same status. Returns the status set, if any."""
+    two children ending together both write the same status. Returns the status set, if any. A
+    ``parent_id`` that is no run, or no sweep's parent run (``mlflow.parentRunId`` another tool
+    wrote), is left alone."""
+    from mlflow.exceptions import MlflowException
+
     client = _client(uri)
-    size = int(retrying(client.get_run, parent_id).data.params.get("sweep.size", "0"))
+    try:
+        parent = retrying(client.get_run, parent_id)
+    except MlflowException:  # no such run: a parent run id another tool (or a hand) wrote
+        return None
+    size = parent.data.params.get("sweep.size", "")
+    if parent.data.tags.get("sweep") != "true" or not (size.isascii() and size.isdigit()):
+        return None  # not a sweep's parent run of dlcomm: another tool's run, left as it is
+    size = int(size)
     statuses = [run.info.status for run in children(uri, parent_id)]
     if len(statuses) < size or any(status not in TERMINAL for status in statuses):
         return None
