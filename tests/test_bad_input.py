@@ -368,17 +368,27 @@ IGNORED = (
         ([setting], f"{setting} is a setting of Hydra's own that dlcomm does not use")
         for setting in ("hydra.verbose=true", "hydra.run.dir=/tmp/x", "+hydra.frob=1", "hydra/launcher=basic")
     ]
-    + [
-        (["seed=1", "seed=2"], "seed is given twice (seed=1 and seed=2); give it once"),
-        (["algo=sgp", "algo=dpsgd"], "algo is given twice (algo=sgp and algo=dpsgd)"),
-        (["+train.frob=1", "~train.frob"], "train.frob is given twice"),
-    ]
 )
-SWEPT_IGNORED = [
-    (["seed=1,2", "seed=3,4"], "seed is given twice (seed=1,2 and seed=3,4); give it once (in a sweep, one key=a,b,c"),
+SWEPT_IGNORED = [  # a key given twice, one of them a sweep's list: a list (or a value) would be dropped
+    (["seed=1,2", "seed=3,4"], "seed is given twice (seed=1,2 and seed=3,4), one of them a sweep's list: give it once"),
+    (["algo=sgp", "algo=dpsgd,allreduce"], "algo is given twice (algo=sgp and algo=dpsgd,allreduce), one of them"),
+    (["seed=range(0,3)", "seed=5"], "seed is given twice (seed=range(0,3) and seed=5)"),
     (["seed=1,2", "+algo.frob=1"], "algo.frob is not a knob of algo=allreduce"),
     (["seed=1,2", "hydra.verbose=true"], "hydra.verbose=true is a setting of Hydra's own"),
 ]
+
+
+def test_a_plain_key_given_twice_counts_last_as_in_hydra(home, monkeypatch, capsys) -> None:
+    """A base command with a setting appended: the last counts (what Hydra does), for a run and a sweep."""
+    from omegaconf import OmegaConf
+
+    code, err, _ = answer(home, monkeypatch, capsys, ["sweep", "export", "-m", "seed=1", "seed=2", "algo=sgp,dpsgd"])
+    assert (code, err) == (0, "")
+    monkeypatch.chdir(home)
+    code = cli.main(["config", "seed=1", "seed=2"])
+    assert code == 0 and OmegaConf.create(capsys.readouterr().out).seed == 2
+
+
 DEBUG = [  # a fault that cannot happen in this job (J: 2 workers, 5 steps)
     (
         [*J, "debug.fail_rank=9", "debug.fail_step=1"],

@@ -69,11 +69,13 @@ def register_schemas() -> None:
 
 
 def check_overrides(overrides: list[str]) -> None:
-    """Refuse what the command line says that dlcomm would silently drop: a key given twice (Hydra
-    keeps the last; in a sweep ``seed=1,2 seed=3,4`` would drop the first list) and Hydra's own
-    ``hydra.*`` settings (dlcomm composes with Hydra's compose API, which has no run directory,
-    logging or launcher of its own to set: runs go to results/ and MLflow, the launcher is
-    ``launcher=``). An override Hydra's grammar cannot read is left to :func:`compose` to word."""
+    """Refuse what the command line says that dlcomm would silently drop: Hydra's own ``hydra.*``
+    settings (dlcomm composes with Hydra's compose API, which has no run directory, logging or
+    launcher of its own to set: runs go to results/ and MLflow, the launcher is ``launcher=``), and
+    a key given twice when either is a sweep's list (``seed=1,2 seed=3,4`` would drop the first
+    list, ``seed=1 seed=2,3`` the first value). A plain key given twice means what it means to
+    Hydra, the last one counts (a base command with a setting appended; README, "Every setting"). An
+    override Hydra's grammar cannot read is left to :func:`compose` to word."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -81,7 +83,7 @@ def check_overrides(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException:
         return
-    given: dict[str, str] = {}
+    given: dict[str, Any] = {}
     for override in parsed:
         key = override.get_key_element().lstrip("+~")
         if key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/"):
@@ -90,12 +92,13 @@ def check_overrides(overrides: list[str]) -> None:
                 "configuration itself: runs are recorded in MLflow and results/, processes start with launcher=); "
                 "leave it out (see the settings with `dlcomm config`)"
             )
-        if key in given:
+        before = given.get(key)
+        if before is not None and (before.is_sweep_override() or override.is_sweep_override()):
             raise UserError(
-                f"{key} is given twice ({given[key]} and {override.input_line}); give it once"
-                " (in a sweep, one key=a,b,c lists all its values)"
+                f"{key} is given twice ({before.input_line} and {override.input_line}), one of them a sweep's list: "
+                "give it once (one key=a,b,c lists all its values)"
             )
-        given[key] = override.input_line
+        given[key] = override
 
 
 def compose(overrides: list[str]) -> DictConfig:
