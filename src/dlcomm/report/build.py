@@ -403,8 +403,12 @@ def report_from(folder: Path, out: Path | None = None) -> tuple[pd.DataFrame, li
     """Redraw a report from the run data of its ``folder`` (``results/<experiment>/``: runs.json,
     histories.csv), with no MLflow store: table.md/.csv/.tex, every figure and the run data, into
     ``folder`` itself, or into ``out/<experiment>/``; the table and the files written."""
+    from dlcomm.paths import entry_name
+
     data = FolderRunData(Path(folder))
-    return write_report(data.experiment, data, Path(out) / data.experiment if out is not None else Path(folder))
+    data.check_histories()  # a damaged histories file refused before anything is written
+    target = Path(out) / entry_name(data.experiment) if out is not None else Path(folder)
+    return write_report(data.experiment, data, target)
 
 
 def _open_runs(uri: str, experiment: str) -> Census:
@@ -509,7 +513,7 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
 def _report_from_folder(settings: list[str], every: bool, folder: Path) -> Iterator[str]:
     """``dlcomm report --from <folder> [out=<root>]``: the report redrawn from the folder's run
     data into the folder itself, or into ``<root>/<experiment>/``."""
-    from dlcomm.paths import check_writable
+    from dlcomm.paths import check_writable, entry_name, inside
     from dlcomm.settings import parse_settings
 
     known = parse_settings(
@@ -521,7 +525,8 @@ def _report_from_folder(settings: list[str], every: bool, folder: Path) -> Itera
     if every:
         raise UserError("--from redraws one folder's report: drop --all")
     data = FolderRunData(folder)
-    target = Path(known["out"]) / data.experiment if known["out"] else folder
+    root = Path(known["out"]) if known["out"] else None
+    target = inside(root, root / entry_name(data.experiment), f"{folder}'s experiment") if root else folder
     check_writable(target, str(target), "pass out=<a folder you can write>")
     _, written = report_from(folder, Path(known["out"]) if known["out"] else None)
     yield f"{data.experiment}: wrote {', '.join(str(path) for path in written)} (from the run data in {folder})"

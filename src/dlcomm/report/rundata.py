@@ -95,7 +95,20 @@ class FolderRunData:
                 f"{self.folder} holds no run data ({RUNS_FILE}): pass a folder written by "
                 "`dlcomm report` (results/<experiment>/), or report from the store (experiment=<name>)"
             )
-        document = json.loads((self.folder / RUNS_FILE).read_text())
+        path = self.folder / RUNS_FILE
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise UserError(f"{path} cannot be read as run data ({_first_line(error)}); {_REWRITE}") from None
+        if not (
+            isinstance(document, dict)
+            and isinstance(document.get("experiment"), str)
+            and isinstance(document.get("runs"), list)
+            and all(isinstance(record, dict) for record in document["runs"])
+        ):
+            raise UserError(
+                f'{path} is not run data dlcomm wrote (it needs an "experiment" name and a list of "runs"); {_REWRITE}'
+            )
         self.experiment: str = document["experiment"]
         self._records: list[dict] = document["runs"]
         self._histories = lru_cache(maxsize=1)(self._read_histories)
@@ -110,19 +123,34 @@ class FolderRunData:
             raise KeyError(f"{key} is not kept in {HISTORIES_FILE} (kept: {', '.join(HISTORY_KEYS)})")
         return self._histories().get((run_id, key), pd.Series(dtype=float))
 
+    def check_histories(self) -> None:
+        """Read the histories file now: a damaged one is one line before any file is written."""
+        self._histories()
+
     def _read_histories(self) -> dict[tuple[str, str], pd.Series]:
         path = history_path(self.folder)
         if path is None:
             return {}
         # values as text, then to float: exactly the float that was written (its shortest repr)
-        long = pd.read_csv(path, dtype={"run_id": str, "key": str, "step": "int64", "value": str})
-        long["value"] = long["value"].astype(float)
+        try:
+            long = pd.read_csv(path, dtype={"run_id": str, "key": str, "step": "int64", "value": str})
+            long["value"] = long["value"].astype(float)
+            long[["run_id", "key", "step", "value"]]  # noqa: B018 - every column there
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as error:  # pandas' ParserError is a ValueError
+            raise UserError(f"{path} cannot be read as run histories ({_first_line(error)}); {_REWRITE}") from None
         out = {}
         for (run_id, key), points in long.groupby(["run_id", "key"], sort=False):
             out[(run_id, key)] = pd.Series(
                 points["value"].to_numpy(), index=points["step"].to_numpy(), dtype=float
             ).sort_index()
         return out
+
+
+_REWRITE = "write the folder again from the store (dlcomm report experiment=<name>) or restore it from where it came"
+
+
+def _first_line(error: BaseException) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)[:200]
 
 
 def history_path(folder: Path) -> Path | None:
