@@ -300,47 +300,85 @@ SWEEPS = [
     ),
 ]
 
-OTHER = [
-    (["frob"], "invalid choice: 'frob'"),
-    (["runs", "frob"], "invalid choice: 'frob' (choose from 'reap')"),
-    (["runs", "reap", "bogus=1"], "bogus"),
-    (["runs", "reap", "tracking.uri=sqlite:////no/such/store.db"], "no MLflow store at sqlite:////no/such/store.db"),
-    (["report"], "no MLflow store"),
-    (["report", "bogus=1"], "bogus"),
-    (["report", "experiment=x", f"tracking.uri={DEAD_SERVER}"], "no server answered"),
-    (["sweep", "export", "-m", "algo=nope,allreduce"], "Available options in 'algo'"),
-    (["sweep", "frob"], "invalid choice: 'frob' (choose from 'export')"),
-    (["sweep", "export", "-m", "nodes=2,0"], "sweep element [nodes=0]: nodes=0 is invalid"),  # issue 34: ranges too
-    (["config", "algo=nope"], "Available options in 'algo'"),
-    (["config", "nodes=four"], "nodes=four"),
-    (["topology", "topology=nope"], "topology"),
-    (["topology", "nodes=0"], "nodes"),
-    (
-        ["topology", "nodes=100000", "steps=1"],
-        "nodes=100000 is invalid here: the mixing analysis holds 5 dense 100000x100000 matrices",
-    ),
-    (["topology", "steps=x"], "steps"),
-    (["train", "--frob"], "unrecognized arguments: --frob"),
-    (["report", "experiment=x", "out=/proc/x"], "out=/proc/x cannot be written: /proc/x:"),
-    (["calibrate", "--out", "/proc/x/y.yaml"], "--out /proc/x/y.yaml cannot be written: /proc/x:"),  # before measuring
-    (["calibrate", "--repeats", "0"], "--repeats 0 is invalid: time at least one message per size and pair"),
-    # issue 50: every calibrate option's range, before anything is measured (one per option)
-    (["calibrate", "--ranks", "0"], "--ranks 0 is invalid: a link needs 2 ranks"),
-    (["calibrate", "--ranks", "100000"], "--ranks 100000 is invalid: a link needs 2 ranks, and more than 64"),
-    (["calibrate", "--max-mib", "0"], "--max-mib 0 is invalid: the largest message timed must be 1 to 16 MiB"),
-    (["calibrate", "--tasks-per-host", "0"], "--tasks-per-host 0 is invalid"),
-    (["calibrate", "--slurm-nodes", "-1"], "--slurm-nodes -1 is invalid"),
-    # issue 50: sweep export checks each element as train -m does (the model against the data, torch's refusals)
-    (
-        ["sweep", "export", "-m", "seed=1,2", "model=vgg16"],
-        "sweep element [seed=1 model=vgg16]: model=vgg16 cannot take",
-    ),
-    (["sweep", "export", "-m", "seed=1,2", "optim=adam", "optim.eps=-1"], "optim.eps=-1.0 is invalid"),
-    (
-        ["sweep", "export", "-m", "seed=1,2", "dataset=synthetic", "dataset.shape=[0,28,28]"],
-        "dataset.shape=[0, 28, 28] is invalid",
-    ),
-]
+# a section per subcommand (issue 50): each checks its inputs as `train` does, one line, exit 2
+SUBCOMMANDS: dict[str, list[tuple[list[str], str]]] = {
+    "": [(["frob"], "invalid choice: 'frob'")],
+    "runs": [
+        (["runs", "frob"], "invalid choice: 'frob' (choose from 'reap')"),
+        (["runs", "reap", "bogus=1"], "bogus"),
+        (
+            ["runs", "reap", "tracking.uri=sqlite:////no/such/store.db"],
+            "no MLflow store at sqlite:////no/such/store.db",
+        ),
+        (["runs", "reap", "--dry-run", "tracking.uri=sqlite:////no/such/store.db"], "no MLflow store at"),
+    ],
+    "report": [
+        (["report"], "no MLflow store"),
+        (["report", "bogus=1"], "bogus"),
+        (["report", "experiment=x", f"tracking.uri={DEAD_SERVER}"], "no server answered"),
+        (["report", "experiment=x", "out=/proc/x"], "out=/proc/x cannot be written: /proc/x:"),
+        (["report", "--from", "/no/such/folder"], "/no/such/folder holds no run data (runs.json)"),
+    ],
+    "sweep": [
+        (["sweep", "export", "-m", "algo=nope,allreduce"], "Available options in 'algo'"),
+        (["sweep", "frob"], "invalid choice: 'frob' (choose from 'export')"),
+        (["sweep", "export", "-m", "nodes=2,0"], "sweep element [nodes=0]: nodes=0 is invalid"),  # issue 34: ranges too
+        # issue 50: each element checked as train -m does (the model against the data, torch's refusals)
+        (
+            ["sweep", "export", "-m", "seed=1,2", "model=vgg16"],
+            "sweep element [seed=1 model=vgg16]: model=vgg16 cannot take",
+        ),
+        (["sweep", "export", "-m", "seed=1,2", "optim=adam", "optim.eps=-1"], "optim.eps=-1.0 is invalid"),
+        (
+            ["sweep", "export", "-m", "seed=1,2", "dataset=synthetic", "dataset.shape=[0,28,28]"],
+            "dataset.shape=[0, 28, 28] is invalid",
+        ),
+    ],
+    "config": [
+        (["config", "algo=nope"], "Available options in 'algo'"),
+        (["config", "nodes=four"], "nodes=four"),
+        (["config", "--explain", "nope"], "--explain nope is invalid: not a section of the configuration"),
+    ],
+    "topology": [
+        (["topology", "topology=nope"], "topology"),
+        (["topology", "nodes=0"], "nodes"),
+        (
+            ["topology", "nodes=100000", "steps=1"],
+            "nodes=100000 is invalid here: the mixing analysis holds 5 dense 100000x100000 matrices",
+        ),
+        (["topology", "steps=x"], "steps"),
+    ],
+    "train": [(["train", "--frob"], "unrecognized arguments: --frob")],
+    "calibrate": [
+        (
+            ["calibrate", "--out", "/proc/x/y.yaml"],
+            "--out /proc/x/y.yaml cannot be written: /proc/x:",
+        ),  # before measuring
+        (["calibrate", "--repeats", "0"], "--repeats 0 is invalid: time at least one message per size and pair"),
+        # issue 50: every option's range, before anything is measured (one per option)
+        (["calibrate", "--ranks", "0"], "--ranks 0 is invalid: a link needs 2 ranks"),
+        (["calibrate", "--ranks", "100000"], "--ranks 100000 is invalid: a link needs 2 ranks, and more than 64"),
+        (["calibrate", "--max-mib", "0"], "--max-mib 0 is invalid: the largest message timed must be 1 to 16 MiB"),
+        (["calibrate", "--tasks-per-host", "0"], "--tasks-per-host 0 is invalid"),
+        (["calibrate", "--slurm-nodes", "-1"], "--slurm-nodes -1 is invalid"),
+        (["calibrate", "--name", "../up"], "--name ../up is invalid"),
+    ],
+    "profile": [
+        (["profile", "nodes=0"], "nodes=0 is invalid"),
+        (["profile", "--out", "/proc/x/y.json"], "--out cannot be written: /proc/x"),
+    ],
+    "doctor": [(["doctor", "bogus"], "unrecognized arguments: bogus")],
+}
+OTHER = [row for rows in SUBCOMMANDS.values() for row in rows]
+
+
+def test_every_subcommand_has_a_section() -> None:
+    import argparse
+
+    [action] = [item for item in cli._parser()._actions if isinstance(item, argparse._SubParsersAction)]
+    assert set(SUBCOMMANDS) == {"", *action.choices}
+    assert all(argv[0] == name for name, rows in SUBCOMMANDS.items() if name for argv, _ in rows)
+
 
 GROUPS = [
     "algo",
