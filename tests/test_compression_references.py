@@ -7,6 +7,8 @@
 * ``topk``, ``randomk``, ``qsgd``, ``sign`` (signSGD and EF-SignSGD): against transcriptions of
   GRACE's compressors and memories (sands-lab/grace, ``grace_dl/dist/compressor/*.py`` and
   ``memory/*.py``, read and restated here in our own words) on fixed tensors, bit for bit.
+* ``lowbit``: at 8 bits, torch's own ``float8_e4m3fn`` cast, bit for bit; at 4 bits (E3M0,
+  Streaming DiLoCo's), a brute-force nearest of the enumerated values in float64 NumPy.
 """
 
 from __future__ import annotations
@@ -239,3 +241,74 @@ def test_ef_signsgd_equals_grace_memory_compressor_and_aggregate() -> None:
             reference.append(sent)
             assert torch.equal(ours[-1], sent) and torch.equal(member.memory.residuals["b"], residuals[j])
         assert torch.equal(members[0].aggregate(ours), sum(reference) / lr)
+
+
+# ---- low-bit floats (compress=lowbit) ----------------------------------------------------------
+
+
+def _midpoints_and_noise(grid: torch.Tensor, scale: float) -> torch.Tensor:
+    """Every value of the format, every halfway point between neighbours (the ties), just above and
+    below them, beyond the largest, and random magnitudes; both signs, times ``scale``."""
+    g = grid.to(torch.float32)
+    mids = (g[1:] + g[:-1]) / 2
+    above, below = torch.nextafter(mids, mids + 1), torch.nextafter(mids, mids - 1)
+    noise = torch.rand(4000, generator=torch.Generator().manual_seed(3)) * float(g[-1]) * 1.1
+    magnitudes = torch.cat([g, mids, above, below, noise, g[-1:] * 1.5])
+    values = torch.cat([magnitudes, -magnitudes]) * scale
+    return torch.cat([values.new_tensor([float(g[-1]) * scale]), values])  # the first: the block's largest
+
+
+def test_lowbit_8_bits_equals_torchs_float8_e4m3fn_cast() -> None:
+    from dlcomm.compress.lowbit import LowBit, LowBitConfig, magnitudes
+
+    codec = LowBit(LowBitConfig(bits=8, block_size=10**6))
+    x = _midpoints_and_noise(magnitudes(8), 1.0).clamp(-448, 448)  # one block, largest 448: scale 1
+    payload, ctx = codec.compress(x, 0)
+    assert payload[1].tolist() == [1.0] and payload[0].dtype == torch.uint8 and payload[0].numel() == x.numel()
+    ours = codec.decompress(payload, ctx)
+    theirs = x.to(torch.float8_e4m3fn).to(torch.float32)
+    assert torch.equal(ours, theirs)
+    assert torch.equal(payload[0], theirs.to(torch.float8_e4m3fn).view(torch.uint8))  # the same bit patterns
+
+
+def test_lowbit_4_bits_is_the_nearest_e3m0_value_ties_to_the_even_code_scaled_per_block() -> None:
+    import numpy as np
+
+    from dlcomm.compress.lowbit import LowBit, LowBitConfig
+
+    values = np.array([0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0])  # E3M0: bias 3, no mantissa, every code finite
+    block = 37
+    codec = LowBit(LowBitConfig(bits=4, block_size=block))
+    x = _midpoints_and_noise(torch.tensor(values), 0.01)
+    x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(4))]
+    payload, ctx = codec.compress(x, 0)
+    blocks = -(-x.numel() // block)
+    assert payload[0].numel() == -(-x.numel() // 2) and payload[1].numel() == blocks  # two codes a byte
+    ours = codec.decompress(payload, ctx).double().numpy()
+    flat = x.numpy()
+    for b in range(blocks):
+        part = flat[b * block : (b + 1) * block]
+        scale = np.float32(np.abs(part).max()) / np.float32(16.0)
+        scaled = np.abs(part) / scale if scale > 0 else np.zeros_like(part)
+        expected = []
+        for a, sign in zip(scaled.astype(np.float64), np.sign(part)):
+            distance = np.abs(values - a)
+            nearest = np.flatnonzero(distance == distance.min())
+            code = nearest[0] if len(nearest) == 1 else next(c for c in nearest if c % 2 == 0)  # tie: even code
+            expected.append(sign * values[code] * np.float64(scale))
+        assert np.array_equal(
+            ours[b * block : (b + 1) * block], np.array(expected, dtype=np.float32).astype(np.float64)
+        )
+    assert np.abs(ours - flat).max() > 0  # it is lossy
+    # exact ties (scale 1): to the even code, i.e. the even exponent field
+    ties = torch.tensor([16.0, 0.375, 0.75, 1.5, 3.0, 6.0, 12.0, 0.125, -0.375])
+    exact = LowBit(LowBitConfig(bits=4, block_size=16))
+    assert exact.decompress(*exact.compress(ties, 0)).tolist() == [16.0, 0.5, 0.5, 2.0, 2.0, 8.0, 8.0, 0.0, -0.5]
+
+
+def test_lowbit_refuses_other_widths_in_one_line() -> None:
+    from dlcomm.compose import compose
+    from dlcomm.errors import UserError
+
+    with pytest.raises(UserError, match=r"compress.bits=6 is invalid: pass 4 \(E3M0\) or 8 \(E4M3\)"):
+        compose(["compress=lowbit", "compress.bits=6"])

@@ -42,6 +42,7 @@ ALGORITHMS = {
     "allreduce_hier": [],
     "local_sgd": ["algo.period=2"],
     "diloco": ["algo.period=2"],
+    "streaming_diloco": ["algo.period=4", "algo.fragments=2", "algo.overlap_steps=1", "algo.alpha=0.5"],
     "node_based": [],
     "dpsgd": [],
     "sgp": [],

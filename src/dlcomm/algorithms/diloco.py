@@ -25,6 +25,13 @@ outer steps). Only parameters take part: the inner optimizer's state and buffers
 as the paper's workers keep their own inner AdamW state. The parameters live in flat buckets
 of ``bucket_mb`` (each parameter a view of its bucket, as ``local_sgd``); ``theta`` and ``v``
 are flat copies beside them, kept in :meth:`state_dict` so that a resumed run continues exactly.
+The outer loop (``theta``, ``v``, the averaging, the outer step) is :mod:`dlcomm.algorithms.outer`'s,
+shared with ``streaming_diloco``.
+
+With ``compress=<name>`` each bucket's outer gradient is averaged through the compressor (and its
+error-feedback memory, kept in the checkpoint) instead of the plain allreduce, as ``allreduce``
+averages gradients: ``delta = C-mean_i(theta - x_i)``. Streaming DiLoCo quantises outer gradients
+to 4-bit floats this way (``compress=lowbit``, docs/compression.md).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
+from dlcomm.algorithms.outer import OuterSGD
 from dlcomm.algorithms.registry import register
 from dlcomm.config.schema import AlgoConfig, domain
 
@@ -61,6 +69,7 @@ class DiLoCo(Algorithm):
     display_name = "DiLoCo"
     Config = DiLoCoConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
+    compression = ("tensor",)  # the outer gradient, averaged through the compressor (compress=<name>)
 
     @classmethod
     def plan_notes(cls, cfg: DiLoCoConfig, steps_per_epoch: int, total_steps: int) -> list[str]:
@@ -74,40 +83,30 @@ class DiLoCo(Algorithm):
         ]
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        import torch
-
         super().setup(model, optimizer)
         params = [p for p in model.parameters() if p.requires_grad]
         self.buckets = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
         self.buffers = [bucket.bind_params() for bucket in self.buckets]
-        self.theta = [buffer.clone() for buffer in self.buffers]  # the global parameters
-        self.momentum = [torch.zeros_like(buffer) for buffer in self.buffers]
+        self.outer = OuterSGD(self.cfg, self.buffers, self.buckets, self.channel, self.compressor)
+
+    @property
+    def theta(self) -> list[torch.Tensor]:
+        return self.outer.theta
 
     def after_step(self, step: int) -> None:
         import torch
 
         if (step + 1) % self.cfg.period != 0:
             return
-        lr, mu = self.cfg.outer_lr, self.cfg.outer_momentum
         with torch.no_grad():
             # each replica's outer gradient theta - x_i, in place of x_i (the buffer is restored below)
-            for buffer, theta in zip(self.buffers, self.theta):
-                torch.sub(theta, buffer, out=buffer)
-            handles = [self.channel.allreduce(buffer, average=True, async_op=True) for buffer in self.buffers]
-            for handle in handles:
-                handle.wait()
-            for delta, theta, velocity in zip(self.buffers, self.theta, self.momentum):
-                if mu == 0:
-                    theta.sub_(delta, alpha=lr)
-                else:
-                    velocity.mul_(mu).add_(delta)
-                    theta.sub_(delta.add(velocity, alpha=mu) if self.cfg.nesterov else velocity, alpha=lr)
-                delta.copy_(theta)  # x_i <- theta
+            deltas = [self.outer.gradient(index, out=buffer) for index, buffer in enumerate(self.buffers)]
+            self.outer.average(range(len(deltas)), deltas, step).wait()
+            for index, delta in enumerate(deltas):
+                delta.copy_(self.outer.step(index, delta))  # x_i <- theta
 
     def state_dict(self) -> dict:
-        return {"theta": [t.clone() for t in self.theta], "momentum": [v.clone() for v in self.momentum]}
+        return self.outer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        # strict: a checkpoint of other buckets (another model or bucket_mb) is refused, not half loaded
-        for mine, saved in zip([*self.theta, *self.momentum], [*state["theta"], *state["momentum"]], strict=True):
-            mine.copy_(saved)
+        self.outer.load_state_dict(state)
