@@ -246,4 +246,4 @@ def test_build_optimizer_refuses_an_unknown_name_in_one_line() -> None:
 def test_angulargrad_s_own_check_still_refuses_a_run_in_one_line(tmp_path) -> None:
     refused = _dlcomm(tmp_path, "train", "optim=angulargrad", "optim.method=sin", "launcher=threads")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    assert "optim.method=sin is invalid: angulargrad's coefficient: use cos or tan" in refused.stderr
+    assert "optim.method=sin is invalid: angulargrad's coefficient must be cos or tan" in refused.stderr

@@ -226,10 +226,13 @@ class RankTask:
                 "KILLED", f"{stop} but the job was already requeued {restarts} times (launcher.max_requeue={limit})"
             )
             return
+        # the count first: a requeue SLURM does stops this task at once (SIGTERM), before any line after it
+        set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
         print(f"dlcomm: {stop}; requeueing SLURM job {job_id} ({restarts + 1} of at most {limit})", flush=True)
         try:
             subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60, capture_output=True, text=True)
         except (OSError, subprocess.SubprocessError) as error:  # no scontrol, refused (exit 1), no answer
+            set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts)})  # it did not happen
             said = getattr(error, "stderr", "") or ""
             reason = next((line.strip() for line in said.splitlines() if line.strip()), "") or str(error)
             self._end(
@@ -239,7 +242,6 @@ class RankTask:
                 "(or set launcher.max_requeue=0 to end at the time limit without checkpointing)",
             )
             return
-        set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
 
     def _end(self, status: str, error: str = "") -> bool:
         """End the run unless another rank ended it first (the first reason is the root cause);
