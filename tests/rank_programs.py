@@ -956,3 +956,51 @@ def abort_on(cluster, channel, aborting: int) -> int:
     if cluster.rank == aborting:
         os.abort()
     return cluster.rank
+
+
+def train_until_warned(cluster, channel, container: dict, folder: str | None, stop_at: int | None, algorithm_class):
+    """One run as dlcomm.launch.rank runs it (the train loop, algorithm ``algorithm_class``), with
+    checkpoints in ``folder`` (None: none) and the scheduler's warning signal arriving while the loop
+    runs step ``stop_at`` (0-based; None: never), so the check after it stops the run:
+    ``(loop, algorithm, model, the loop's summary, the step it stopped after)``, the last None for a
+    run that finished and the summary None for one that stopped."""
+    from omegaconf import OmegaConf
+
+    from dlcomm.data import build_dataset
+    from dlcomm.tasks import build_task
+    from dlcomm.train.checkpoint import Checkpointing, Preempted
+    from dlcomm.train.loop import TrainLoop
+    from dlcomm.train.optim import build_optimizer, build_scheduler
+    from dlcomm.train.plan import plan_steps
+
+    class Flag:
+        @property
+        def raised(self) -> bool:
+            return stop_at is not None and loop.state.step > stop_at
+
+    cfg = OmegaConf.create(container)
+    data, task = build_dataset(cfg.dataset), build_task(cfg)
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(cfg.model, data)
+    optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
+    algorithm = algorithm_class(cfg.algo, cluster, channel, seed=cfg.seed)
+    algorithm.setup(model, optimizer)
+    per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
+    scheduler = build_scheduler(cfg.optim, optimizer, per_epoch, total)
+    checkpointing = Checkpointing(folder, cluster.rank, torch.device("cpu"), Flag(), check_every=1) if folder else None
+    loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, checkpointing, task)
+    try:
+        summary = loop.run()
+    except Preempted as stopped:
+        return loop, algorithm, model, None, stopped.step
+    return loop, algorithm, model, summary, None
+
+
+def straight_stopped_resumed(run, cluster, channel, container: dict, folder: str, stop_at: int) -> dict:
+    """``run(cluster, channel, container, folder, stop_at)`` three times: without checkpoints, stopped
+    by the warning after step ``stop_at``, then resumed from that checkpoint."""
+    return {
+        "straight": run(cluster, channel, container, None, None),
+        "stopped": run(cluster, channel, container, folder, stop_at),
+        "resumed": run(cluster, channel, container, folder, None),
+    }

@@ -7,12 +7,13 @@ import math
 from dataclasses import replace
 
 import pytest
-import torch
 
 from dlcomm.metrics import names
 from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, run_metrics, simulated_elapsed
 from dlcomm.metrics.rows import TIMING_COLUMNS, IterationRow
 from dlcomm.metrics.stats import Count, Mean, StatLog, epoch_values, final_values, merged, step_series
+
+import rank_programs
 
 # timings.csv as users and the report read it: these columns, in this order.
 DOCUMENTED_COLUMNS = (
@@ -131,50 +132,20 @@ def _statistics_algorithm(base):
 
 
 def _loop_run(cluster, channel, container: dict, folder: str | None, stop_at: int | None) -> dict:
-    """One run as dlcomm.launch.rank runs it, with checkpoints in ``folder``; the warning signal
-    is raised after ``stop_at`` steps. The loop's state and summary (or the step it stopped at)."""
-    from omegaconf import OmegaConf
-
+    """The loop's state and summary (or the step it stopped at) of one run with statistics."""
     from dlcomm.algorithms.registry import get_algorithm
-    from dlcomm.data import build_dataset
-    from dlcomm.tasks import build_task
-    from dlcomm.train.checkpoint import Checkpointing, Preempted
-    from dlcomm.train.loop import TrainLoop
-    from dlcomm.train.optim import build_optimizer, build_scheduler
-    from dlcomm.train.plan import plan_steps
 
-    class Flag:
-        """The warning signal, arriving while the loop runs step ``stop_at`` (0-based): the check
-        after that step, when ``stop_at + 1`` steps are done, is the first to see it."""
-
-        @property
-        def raised(self) -> bool:
-            return stop_at is not None and loop.state.step > stop_at
-
-    cfg = OmegaConf.create(container)
-    data, task = build_dataset(cfg.dataset), build_task(cfg)
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(cfg.model, data)
-    optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-    algorithm = _statistics_algorithm(get_algorithm(cfg.algo.name))(cfg.algo, cluster, channel, seed=cfg.seed)
-    algorithm.setup(model, optimizer)
-    per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
-    scheduler = build_scheduler(cfg.optim, optimizer, per_epoch, total)
-    warning = Flag()
-    checkpointing = Checkpointing(folder, cluster.rank, torch.device("cpu"), warning, check_every=1) if folder else None
-    loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, checkpointing, task)
-    try:
-        summary = loop.run()
-    except Preempted as stopped:
-        return {"stopped": stopped.step}
+    algorithm = _statistics_algorithm(get_algorithm(container["algo"]["name"]))
+    loop, _, _, summary, stopped = rank_programs.train_until_warned(
+        cluster, channel, container, folder, stop_at, algorithm
+    )
+    if stopped is not None:
+        return {"stopped": stopped}
     return {"summary": summary, "rows": loop.state.rows, "run_stats": loop.state.run_stats}
 
 
 def _runs(cluster, channel, container: dict, folder: str) -> dict:
-    straight = _loop_run(cluster, channel, container, None, None)
-    stopped = _loop_run(cluster, channel, container, folder, STOP_AT)
-    resumed = _loop_run(cluster, channel, container, folder, None)
-    return {"straight": straight, "stopped": stopped, "resumed": resumed}
+    return rank_programs.straight_stopped_resumed(_loop_run, cluster, channel, container, folder, STOP_AT)
 
 
 def test_a_resumed_run_keeps_the_rows_and_statistics_of_a_straight_one(tmp_path) -> None:

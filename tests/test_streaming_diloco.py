@@ -38,6 +38,8 @@ from dlcomm.compress.registry import COMPRESSORS
 from dlcomm.launch import harness
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
+import rank_programs
+
 run_ranks = partial(harness.run_ranks, in_process="serial", timeout=120)
 
 PAPER = {"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True}
@@ -263,45 +265,18 @@ RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: fragment 1 (offset 2 of perio
 
 
 def _loop(cluster, channel, container: dict, folder: str | None, stop_at: int | None) -> dict:
-    """One run as dlcomm.launch.rank runs it (the train loop), with checkpoints in ``folder`` and
-    the warning signal raised after ``stop_at`` steps: this rank's final parameters, or where it stopped."""
-    from omegaconf import OmegaConf
-
-    from dlcomm.data import build_dataset
-    from dlcomm.tasks import build_task
-    from dlcomm.train.checkpoint import Checkpointing, Preempted
-    from dlcomm.train.loop import TrainLoop
-    from dlcomm.train.optim import build_optimizer, build_scheduler
-    from dlcomm.train.plan import plan_steps
-
-    class Flag:
-        @property
-        def raised(self) -> bool:
-            return stop_at is not None and loop.state.step > stop_at
-
-    cfg = OmegaConf.create(container)
-    data, task = build_dataset(cfg.dataset), build_task(cfg)
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(cfg.model, data)
-    optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-    algorithm = StreamingDiLoCo(cfg.algo, cluster, channel, seed=cfg.seed)
-    algorithm.setup(model, optimizer)
-    per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
-    scheduler = build_scheduler(cfg.optim, optimizer, per_epoch, total)
-    checkpointing = Checkpointing(folder, cluster.rank, torch.device("cpu"), Flag(), check_every=1) if folder else None
-    loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, checkpointing, task)
-    try:
-        loop.run()
-    except Preempted as stopped:
-        return {"stopped": stopped.step, "in_flight": algorithm.in_flight is not None}
+    """This rank's final parameters and theta, or the step the warning stopped it after and
+    whether an exchange was in flight then."""
+    _, algorithm, model, _, stopped = rank_programs.train_until_warned(
+        cluster, channel, container, folder, stop_at, StreamingDiLoCo
+    )
+    if stopped is not None:
+        return {"stopped": stopped, "in_flight": algorithm.in_flight is not None}
     return {"params": _flat(model), "theta": torch.cat(algorithm.theta).numpy().copy()}
 
 
 def _three_runs(cluster, channel, container: dict, folder: str) -> dict:
-    straight = _loop(cluster, channel, container, None, None)
-    stopped = _loop(cluster, channel, container, folder, RESUME_STOP_AT)
-    resumed = _loop(cluster, channel, container, folder, None)
-    return {"straight": straight, "stopped": stopped, "resumed": resumed}
+    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, container, folder, RESUME_STOP_AT)
 
 
 def test_a_run_resumed_with_an_exchange_in_flight_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:

@@ -9,6 +9,12 @@ from __future__ import annotations
 EXIT_USAGE = 2
 
 
+def first_line(error: BaseException) -> str:
+    """The first non-blank line of ``error``'s text (its type's name when it has none): what a
+    one-line refusal quotes of a library's multi-line error."""
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+
+
 class UserError(Exception):
     """Bad input: the message names the problem and the fix, on one line."""
 

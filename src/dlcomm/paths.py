@@ -61,17 +61,23 @@ def home_setting() -> str:
     return f"DLCOMM_HOME={home}" if home else f"the working directory {Path.cwd()}"
 
 
-def check_writable(folder: Path, setting: str, fix: str) -> None:
-    """Create ``folder`` if needed and write a scratch file in it, before any work whose results
-    go there; else one line: ``<setting> cannot be written: <folder>: <reason>; <fix>``."""
+def write_probe(folder: Path) -> None:
+    """Create ``folder`` if needed and write (then remove) a scratch file in it; ``OSError`` when
+    that fails: the test every "can results go there?" check makes before any work."""
     import tempfile
 
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".dlcomm-probe-"):
+        pass
+
+
+def check_writable(folder: Path, setting: str, fix: str) -> None:
+    """:func:`write_probe` before any work whose results go to ``folder``; else one line:
+    ``<setting> cannot be written: <folder>: <reason>; <fix>``."""
     from dlcomm.errors import UserError
 
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        write_probe(folder)
     except OSError as error:
         raise UserError(f"{setting} cannot be written: {folder}: {error.strerror or error}; {fix}") from None
 

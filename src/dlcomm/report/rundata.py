@@ -33,7 +33,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from dlcomm.errors import UserError
+from dlcomm.errors import UserError, first_line
 from dlcomm.metrics import names
 
 RUNS_FILE = "runs.json"
@@ -99,7 +99,7 @@ class FolderRunData:
         try:
             document = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise UserError(f"{path} cannot be read as run data ({_first_line(error)}); {_REWRITE}") from None
+            raise UserError(f"{path} cannot be read as run data ({first_line(error)[:200]}); {_REWRITE}") from None
         if not (
             isinstance(document, dict)
             and isinstance(document.get("experiment"), str)
@@ -137,7 +137,7 @@ class FolderRunData:
             long["value"] = long["value"].astype(float)
             long[["run_id", "key", "step", "value"]]  # noqa: B018 - every column there
         except (OSError, ValueError, KeyError, TypeError, EOFError) as error:  # pandas' ParserError is a ValueError
-            raise UserError(f"{path} cannot be read as run histories ({_first_line(error)}); {_REWRITE}") from None
+            raise UserError(f"{path} cannot be read as run histories ({first_line(error)[:200]}); {_REWRITE}") from None
         out = {}
         for (run_id, key), points in long.groupby(["run_id", "key"], sort=False):
             out[(run_id, key)] = pd.Series(
@@ -147,10 +147,6 @@ class FolderRunData:
 
 
 _REWRITE = "write the folder again from the store (dlcomm report experiment=<name>) or restore it from where it came"
-
-
-def _first_line(error: BaseException) -> str:
-    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)[:200]
 
 
 def history_path(folder: Path) -> Path | None:

@@ -66,10 +66,11 @@ def check_artifacts(experiment: Any, setting: str) -> None:
     fail at the run's first file, after training. A local folder must accept a file; an object
     store needs its library. Other locations (a server's ``mlflow-artifacts:``) are the server's."""
     import importlib
-    import tempfile
     from pathlib import Path
     from urllib.parse import urlsplit
     from urllib.request import url2pathname
+
+    from dlcomm.paths import write_probe
 
     location = str(experiment.artifact_location or "")
     parts = urlsplit(location)
@@ -78,9 +79,7 @@ def check_artifacts(experiment: Any, setting: str) -> None:
     if scheme in ("", "file"):
         folder = Path(url2pathname(parts.path)) if scheme == "file" else Path(location)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".dlcomm-probe-"):
-                pass
+            write_probe(folder)
         except OSError as error:
             raise UserError(
                 f"{where}, which cannot be written here ({error.strerror or error}): make it writable, or pass "

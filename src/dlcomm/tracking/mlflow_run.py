@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from dlcomm.errors import UserError
+from dlcomm.errors import UserError, first_line
 from dlcomm.paths import results_dir, sqlite_path
 from dlcomm.secrets import mask
 from dlcomm.spec import RunSpec
@@ -68,7 +68,7 @@ def store_full_line(uri: str, error: BaseException) -> str:
     from dlcomm.paths import sqlite_path
 
     database = sqlite_path(uri)
-    reason = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    reason = first_line(error)
     reason = reason.split(") ", 1)[-1] if reason.startswith("(sqlite3.") else reason
     where = f"the disk of {database.parent}" if database is not None else "the server's disk"
     check = f" (df -h {database.parent})" if database is not None else ""

@@ -49,7 +49,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from dlcomm.errors import UserError
-from dlcomm.paths import sqlite_path
+from dlcomm.paths import sqlite_path, write_probe
 
 DEFAULT_TIMEOUT_S = 5.0
 _TRY_EVERY_S = 1.0
@@ -106,9 +106,7 @@ def _probe_sqlite(uri: str, database: Path, writer: bool, timeout_s: float) -> N
         return
     folder = database.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dlcomm-probe-"):
-            pass
+        write_probe(folder)
     except OSError as error:
         raise UserError(
             f"tracking.uri={uri} cannot be written: folder {folder}: {error.strerror or error}; {_FIX}"

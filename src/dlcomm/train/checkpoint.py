@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from dlcomm.errors import UserError
+from dlcomm.errors import UserError, first_line
 from dlcomm.metrics.rows import IterationRow
 from dlcomm.metrics.stats import Count, Mean, StatLog
 
@@ -72,8 +72,9 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
             f"checkpoint {path} is missing, though {path.parent.parent / 'latest'} names its step as complete; {afresh}"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:  # a zip cut short, bytes that are no checkpoint
-        first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        raise UserError(f"checkpoint {path} cannot be read ({first}): it is damaged or cut short; {afresh}") from None
+        raise UserError(
+            f"checkpoint {path} cannot be read ({first_line(error)}): it is damaged or cut short; {afresh}"
+        ) from None
     except pickle.UnpicklingError as error:  # torch's weights-only unpickler refused something
         first = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line), type(error).__name__)
         raise UserError(

@@ -37,7 +37,7 @@ from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import NO_METER, StepMeter
 from dlcomm.config.schema import RunConfig
 from dlcomm.data.partition import epoch_partition
-from dlcomm.errors import Diverged, UserError
+from dlcomm.errors import Diverged, UserError, first_line
 from dlcomm.metrics import names, stats
 from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, readable, run_metrics, simulated_elapsed
 from dlcomm.metrics.rows import IterationRow
@@ -256,10 +256,9 @@ class TrainLoop:
         try:
             self.load_state_dict(saved)
         except (RuntimeError, KeyError, ValueError, TypeError) as error:  # size mismatch, missing keys
-            first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
             raise UserError(
                 f"checkpoint {self.checkpointing.folder} is of another model or configuration than this run's "
-                f"({type(error).__name__}: {first[:200]}); {AFRESH.format(folder=self.checkpointing.folder)}"
+                f"({type(error).__name__}: {first_line(error)[:200]}); {AFRESH.format(folder=self.checkpointing.folder)}"
             ) from None
 
     def _checkpoint(self) -> None:
