@@ -13,6 +13,7 @@ import pytest
 
 from dlcomm.errors import UserError
 from dlcomm.launch.netif import choose_interface, interface_addresses, interface_towards
+from dlcomm.metrics.names import LIVE_LOSS
 
 from conftest import FAST, mlflow_run, parent_id, run_cli, wait_until_ended
 
@@ -231,7 +232,8 @@ def test_a_transfer_timeout_reads_as_a_lost_host_and_a_peer_reset_as_its_consequ
 
 
 def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
-    """A 2-host run that would take minutes; ``act()`` 15 s in; the run once it has ended, and
+    """A 2-host run that would take minutes; ``act()`` once rank 0 has streamed a training loss (the
+    ranks are past their rendezvous and training across both hosts); the run once it has ended, and
     the seconds from ``act`` to the end of the run, its ranks and its job."""
     import time
 
@@ -244,12 +246,17 @@ def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
         "nodes=2",
         "workers_per_node=1",
         "train.epochs=200",
-        "launcher.comm_timeout_s=20",
+        # a lost link is silence: the transfer waits exactly this long (20 s before, 10 s of the test saved)
+        "launcher.comm_timeout_s=10",
+        "tracking.stream_every_s=0.5",
         timeout=120,
     )
     assert started.returncode == 0, started.stderr
-    time.sleep(15)
-    assert mlflow_run(started).info.status == "RUNNING"
+    deadline = time.monotonic() + 90  # polled, not a fixed 15 s: the ranks train ~5 s after the submission here
+    while LIVE_LOSS not in (run := mlflow_run(started)).data.metrics:
+        assert run.info.status == "RUNNING" and time.monotonic() < deadline, (run.info.status, run.data.tags)
+        time.sleep(0.5)
+    assert run.info.status == "RUNNING"
     acted = time.monotonic()
     act()
     while time.monotonic() - acted < 150:
@@ -257,7 +264,7 @@ def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
         ranks = subprocess.run(["pgrep", "-f", "submitit.core._submit"], capture_output=True).returncode == 0
         if mlflow_run(started).info.status != "RUNNING" and not queue and not ranks:
             break
-        time.sleep(2)
+        time.sleep(0.5)
     return mlflow_run(started), time.monotonic() - acted
 
 
