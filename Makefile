@@ -111,7 +111,7 @@ DLCOMM := $(VENV)/bin/dlcomm
 PROFILE = network.compute_profile=$(CURDIR)/results/$(1)/compute_profile.json
 results/%/compute_profile.json:
 	$(DLCOMM) profile experiment=$* --out $@
-.PHONY: reproduce-compression reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-largebatch reproduce-crossover-time reproduce-node-based reproduce-wan-gossip
+.PHONY: reproduce-compression reproduce-sesgd reproduce-layerdrop reproduce-crossover reproduce-crossover-largebatch reproduce-crossover-time reproduce-node-based reproduce-wan-gossip reproduce-wan-compare
 
 # Gradient compression (docs/compression.md): AllReduce-SGD at 8 workers with every compressor and PowerSGD at
 # ranks 1, 2, 4, one epoch, simulated 1 Gb/s with seeds 0-2 and 10 Gb/s with seed 0 (40 runs as threads, ~75 s
@@ -180,3 +180,15 @@ reproduce-wan-gossip: setup results/wan_gossip_fmnist/compute_profile.json
 	$(DLCOMM) train -m experiment=wan_gossip_fmnist $(call PROFILE,wan_gossip_fmnist) algo.overlap=none seed=1,2
 	$(DLCOMM) train -m experiment=wan_gossip_fmnist $(call PROFILE,wan_gossip_fmnist) algo.overlap=naive,scheduled algo.scheduler=managed,autonomous seed=1,2
 	$(DLCOMM) report experiment=wan_gossip_fmnist
+
+# The wide-area comparison (issue 51; not a paper's table): AllReduce-SGD, Local-SGD, DiLoCo, Streaming DiLoCo (4
+# fragments, tau 10, alpha 0.5; fp32 and 4-bit outer gradients) and pull-gossip with scheduled overlap, 8 workers
+# as threads on network=wan_hetero, 30 simulated s each, seeds 0-2 (18 runs): ?? minutes here
+WAN_COMPARE = $(DLCOMM) train -m experiment=wan_compare $(call PROFILE,wan_compare) seed=0,1,2
+reproduce-wan-compare: setup results/wan_compare/compute_profile.json
+	$(WAN_COMPARE) algo=allreduce
+	$(WAN_COMPARE) algo=local_sgd algo.period=50
+	$(WAN_COMPARE) algo=diloco algo.period=50
+	$(WAN_COMPARE) algo=streaming_diloco algo.period=50 algo.fragments=4 algo.overlap_steps=10 compress=none,lowbit
+	$(WAN_COMPARE) algo=gossip_pull algo.overlap=scheduled
+	$(DLCOMM) report experiment=wan_compare

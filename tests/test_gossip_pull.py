@@ -193,6 +193,17 @@ def test_an_autonomous_run_has_no_manager_to_lose(home) -> None:
     metrics = run.data.metrics
     assert metrics["final/pulls"] > 0 and metrics["final/pulls_served"] > 0 and metrics["final/pull_conflicts"] >= 0
     assert metrics["final/pull_staleness_steps"] >= 0
+    # a pull's answer is its server's traffic (sent from the responder thread, outside any iteration):
+    # the bytes the workers sent are exactly the models they served, M = 4 bytes x the MLP's parameters
+    from dlcomm.config.schema import MLPConfig
+    from dlcomm.models.registry import build_model
+
+    model_bytes = 4 * sum(p.numel() for p in build_model(MLPConfig(name="mlp"), (1, 28, 28), 10).parameters())
+    served = metrics["final/bytes_sent_per_iter"] * metrics["final/steps"]  # per worker: mean x steps
+    assert served == pytest.approx(metrics["final/pulls_served"] * model_bytes, rel=1e-9)
+    # the busiest iteration served whole models (several when the others' windows ended meanwhile)
+    peak = metrics["final/peak_bytes_sent_per_iter"]
+    assert peak >= model_bytes and peak % model_bytes == 0
 
 
 def test_a_time_budget_stops_every_worker_after_the_same_step_and_logs_accuracy_against_time(home) -> None:

@@ -416,3 +416,25 @@ def test_a_report_says_why_it_draws_no_accuracy_figure(tmp_path) -> None:
     _, written = report_from(results / "node_based_table3", tmp_path / "out")  # curves over 10 epochs: drawn
     markdown = (tmp_path / "out" / "node_based_table3" / "table.md").read_text()
     assert "![accuracy](accuracy.png)" in markdown and "No accuracy figure" not in markdown
+
+
+def test_traffic_columns_only_when_asked_for_or_compressors_compared() -> None:
+    """report.traffic (or a compressor in a method's label) keeps the MB sent over the run
+    (bytes per iteration x steps) and in the busiest iteration; otherwise neither is a column."""
+    runs = _runs()
+    runs["metrics.final/bytes_sent_per_iter"] = 2.0e4
+    runs["metrics.final/peak_bytes_sent_per_iter"] = 1.4e6
+    runs.loc[runs["params.algo.name"] == "allreduce", "metrics.final/bytes_sent_per_iter"] = 1.4e6
+    plain = summarise(assign(runs)[0], "allreduce", lambda frame: None)
+    assert "sent_mb" not in plain and "peak_mb" not in plain
+    assert "sent MB/worker" not in presentable(plain)
+    table = summarise(assign(runs)[0], "allreduce", lambda frame: None, traffic=True)
+    rows = table.set_index(["setting", "method"])
+    assert rows.loc[("nodes=4", "allreduce"), "sent_mb"] == pytest.approx(140.0)  # 1.4 MB x 100 steps
+    assert rows.loc[("nodes=4", "local_sgd period=4"), "sent_mb"] == pytest.approx(2.0)
+    assert rows.loc[("nodes=4", "local_sgd period=4"), "peak_mb"] == pytest.approx(1.4)
+    shown = presentable(table).set_index("method")
+    assert shown.loc["allreduce", "sent MB/worker"].tolist() == ["140.00", "140.00"]  # nodes=4 and nodes=8
+    assert shown.loc["local_sgd period=8", "peak MB/iter/worker"] == "1.400"
+    older = runs.drop(columns="metrics.final/peak_bytes_sent_per_iter")  # runs from before the metric
+    assert "peak_mb" not in summarise(assign(older)[0], "allreduce", lambda frame: None, traffic=True)

@@ -25,6 +25,8 @@ Network model (``network.mode``, see :mod:`dlcomm.comm.network` and :mod:`dlcomm
   An iteration's ``modelled_s`` sums the modelled durations of the collectives this rank joined
   and of the messages it sent: a point-to-point message counts once, at its sender, as its bytes
   do (a pull, :mod:`dlcomm.comm.control`, is counted by the puller: its answer is not modelled).
+  The answer's bytes are counted at its sender all the same, in ``bytes_sent`` of the iteration
+  during which its responder sent it.
 
 Operations issued outside an iteration (initial broadcast, evaluation, metric gathering) are
 recorded under their own phase, never modelled and never counted in an iteration.
@@ -84,7 +86,7 @@ class IterationComm:
 
     exposed_s: float  # wall time blocked in wait(): transfer and waiting for peers
     busy_s: float  # wall length of the union of the operations' [start, end]
-    bytes_sent: int
+    bytes_sent: int  # the iteration's operations', plus the pulls this rank's responder answered meanwhile
     messages: int
     ops: int
     # On the run's clock (nan under network=off):
@@ -206,6 +208,7 @@ class Channel:
         self.totals: dict[tuple[str, str, str], OpTotals] = defaultdict(OpTotals)
         self._phase = "setup"
         self._iteration_ops: list[OpRecord] = []
+        self._served = [0, 0]  # bytes and messages of pulls answered since the last iteration ended
         self._iteration_start = math.nan
         self._lock = threading.Lock()
         self._unresolved: dict[str, deque[Handle]] = defaultdict(deque)
@@ -275,9 +278,12 @@ class Channel:
             ops, self._iteration_ops = self._iteration_ops, []
             for op in ops:
                 self._count(op)
+            # a pull's answer leaves from the responder thread, outside any iteration: its bytes
+            # are still this rank's traffic, counted in the iteration during which it was sent
+            (sent, messages), self._served = self._served, [0, 0]
         waits, self._waits = self._waits or _Waits(self._splits_waits), None
         self._phase = "idle"
-        sent = messages = overruns = 0
+        overruns = 0
         for op in ops:
             sent += op.bytes_sent
             messages += op.messages
@@ -370,6 +376,9 @@ class Channel:
 
     def _count(self, record: OpRecord) -> None:
         """Add ``record`` to :attr:`totals` (under the lock)."""
+        if record.phase == "serve":
+            self._served[0] += record.bytes_sent
+            self._served[1] += record.messages
         totals = self.totals[(record.phase, record.kind, record.group)]
         totals.count += 1
         totals.bytes_sent += record.bytes_sent

@@ -584,6 +584,10 @@ class ReportConfig:
             "(dlcomm.report.table.summarise); a setting where none matches has no speedup"
         ),
     )
+    # Traffic columns beside the clock's: MB one worker sent over the run and in its busiest iteration
+    # (the peak a link carries at once), and the accuracy-against-MB figure. Always on when
+    # compressors are compared (a method label with "+").
+    traffic: bool = False
 
 
 @dataclass

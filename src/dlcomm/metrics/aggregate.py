@@ -107,7 +107,9 @@ def run_metrics(
     rows: Sequence[IterationRow], batch_size: int, wall_s: float, modelled: bool, warmup: int = 0
 ) -> dict[str, float]:
     """The ``final/*`` metrics the rows of the whole run give: time per iteration and
-    communication share, and with a network model (``modelled``) their simulated counterparts,
+    communication share, the bytes a rank sent per iteration (mean) and in its busiest iteration
+    (peak: the bandwidth a link must carry at once, which Streaming DiLoCo's fragments cut), and
+    with a network model (``modelled``) their simulated counterparts,
     the cost model's communication per iteration, the simulated training time and the emulation
     overruns (summed over ranks)."""
     overall = epoch_metrics(rows, batch_size, wall_s, warmup)
@@ -115,6 +117,7 @@ def run_metrics(
         names.FINAL_TIME_PER_ITER: overall[names.EPOCH_TIME_PER_ITER],
         names.FINAL_COMM_SHARE: overall[names.EPOCH_COMM_SHARE],
         names.FINAL_BYTES_PER_ITER: sum(row.bytes_sent for row in rows) / max(1, len(rows)),
+        names.FINAL_PEAK_BYTES_PER_ITER: float(max((row.bytes_sent for row in rows), default=0)),
     }
     if names.EPOCH_PEER_WAIT_SHARE in overall:
         metrics[names.FINAL_PEER_WAIT_SHARE] = overall[names.EPOCH_PEER_WAIT_SHARE]

@@ -72,6 +72,7 @@ FINAL_SIM_TIME_PER_ITER = "final/sim_time_per_iter_s"
 FINAL_SIM_COMM_SHARE = "final/sim_comm_share"
 FINAL_COMM_MODELLED_PER_ITER = "final/comm_modelled_per_iter_s"
 FINAL_BYTES_PER_ITER = "final/bytes_sent_per_iter"  # mean over ranks and iterations of the bytes a rank sent
+FINAL_PEAK_BYTES_PER_ITER = "final/peak_bytes_sent_per_iter"  # the most bytes one rank sent in one iteration
 FINAL_SIM_TIME = "final/sim_time_s"  # simulated training time of the run
 FINAL_TIME_TO_TARGET = "final/train_time_to_target_s"  # wall training time when train.target_acc was first reached
 FINAL_SIM_TIME_TO_TARGET = "final/sim_time_to_target_s"  # the same on the modelled cluster's clock

@@ -96,21 +96,31 @@ class Histories:
         return None if found is None else (found[0], found[1]["mean"])
 
 
-def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
-    """``report.baseline`` of the experiment's config (configs/experiment/<name>.yaml) when there
-    is one, else of its latest run, else allreduce."""
+def report_setting(experiment: str, runs: pd.DataFrame, key: str, default: str) -> str:
+    """``report.<key>`` of the experiment's config (configs/experiment/<name>.yaml) when there
+    is one, else of its latest run, else ``default``; as text (MLflow keeps params as text)."""
     from dlcomm.compose import compose
     from dlcomm.report.runs import plain_name
 
     if plain_name(experiment):  # a name from a store may be anything: no config file is named so
         try:
-            return str(compose([f"experiment={experiment}"]).report.baseline)
+            return str(compose([f"experiment={experiment}"]).report[key])
         except UserError:  # not a shipped experiment: a tracking.experiment of the user's own
             pass
-    column = "params.report.baseline"
+    column = f"params.report.{key}"
     if column in runs.columns and runs[column].notna().any():
         return str(runs.sort_values("start_time")[column].dropna().iloc[-1])
-    return DEFAULT_BASELINE
+    return default
+
+
+def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
+    """``report.baseline``: the method speedups are measured against (allreduce by default)."""
+    return report_setting(experiment, runs, "baseline", DEFAULT_BASELINE)
+
+
+def traffic_of(experiment: str, runs: pd.DataFrame) -> bool:
+    """``report.traffic``: whether the table shows the MB sent (over the run and at the peak)."""
+    return report_setting(experiment, runs, "traffic", "false").lower() == "true"
 
 
 def clock_sentence(table: pd.DataFrame) -> str:
@@ -307,7 +317,7 @@ def _against_figures(
         )
     time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
     y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
-    if "sent_mb" in table and table["method"].str.contains("+", regex=False).any():  # compressors compared
+    if "sent_mb" in table:  # kept by summarise: report.traffic, or compressors compared
         clock = "simulated" if time_column.startswith("sim") else "wall"
         timed = table.assign(train_s=table[time_column] * table["steps"] / 1000)
         for x, x_label, name in (
@@ -367,18 +377,18 @@ def write_report(
     histories = Histories(kept_data)
     runs, axes = assign(kept_data.runs(experiment))
     baseline = baseline_of(experiment, runs)
-    table = summarise(runs, baseline, lambda frame: histories.curve(frame, "ma"))
+    table = summarise(runs, baseline, lambda frame: histories.curve(frame, "ma"), traffic_of(experiment, runs))
     folder.mkdir(parents=True, exist_ok=True)
     title = title or figure_title(experiment)
     chance = plots.chance_level(runs)
     # no accuracy figure for runs at chance level, or evaluated once: the report says why instead
     no_accuracy = plots.why_no_accuracy(runs, histories.curves, chance)
-    figures = [
+    drawn = [
         None if no_accuracy else plots.accuracy(runs, histories.curves, folder / "accuracy.png", title, chance),
         plots.time_breakdown(table, folder / "time_per_iteration.png", title),
     ]
-    figures += _against_figures(experiment, table, runs, axes, title, folder, chance)
-    figures = [figure for figure in figures if figure is not None]
+    drawn += _against_figures(experiment, table, runs, axes, title, folder, chance)
+    figures = [figure for figure in drawn if figure is not None]
     stale = folder / "accuracy.png"
     if no_accuracy and stale.exists():  # a figure an earlier report drew: gone with its reason
         stale.unlink()

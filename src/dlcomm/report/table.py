@@ -12,6 +12,10 @@ and ``table.tex``, never ``0``):
   communication ``t c`` with ``c = final/comm_share``, in ms; the same on the modelled
   cluster from ``final/sim_time_per_iter_s`` and ``final/sim_comm_share``, and the cost model's
   communication per iteration ``final/comm_modelled_per_iter_s`` (computed, not measured);
+* ``sent_mb``: MB one worker sent over the run, ``final/bytes_sent_per_iter`` x ``final/steps`` / 1e6;
+  ``peak_mb``: the most MB one worker sent in one iteration, ``final/peak_bytes_sent_per_iter`` / 1e6
+  (the burst a link must carry at once). Both only with ``report.traffic`` or when compressors
+  are compared; ``peak_mb`` absent for runs older than the metric;
 * ``layers_dropped_pct``: the parameter server's ``final/ps_dropped_fraction`` in % (the
   fraction of gradient entries in the layers the workers dropped, the layer-dropping paper's
   knob beside its communication cut); empty for other algorithms, absent when no run has it;
@@ -69,6 +73,7 @@ OPTIONAL = (
     "layers_dropped_pct",
     "ranks_per_core",
     "sent_mb",
+    "peak_mb",
     "wall_peer_wait_ms",
 )  # present only when some run of the table has it
 Curves = Callable[[pd.DataFrame], tuple[str, pd.Series] | None]
@@ -110,6 +115,7 @@ def method_row(frame: pd.DataFrame) -> dict:
     row["comm_modelled_ms"] = 1e3 * _metric(frame, names.FINAL_COMM_MODELLED_PER_ITER).mean()
     row["layers_dropped_pct"] = 100 * _metric(frame, names.FINAL_PS_DROPPED_FRACTION).mean()
     row["sent_mb"] = (_metric(frame, names.FINAL_BYTES_PER_ITER) * _metric(frame, names.FINAL_STEPS)).mean() / 1e6
+    row["peak_mb"] = _metric(frame, names.FINAL_PEAK_BYTES_PER_ITER).mean() / 1e6
     row["ranks_per_core"] = ranks_per_core(frame)
     row["steps"] = _metric(frame, names.FINAL_STEPS).mean()
     row["runs"] = " ".join(frame["run_id"])
@@ -169,9 +175,11 @@ def ma_acceleration(baseline: pd.Series, method: pd.Series) -> float:
     return x_base / x_method if x_method > 0 else math.nan
 
 
-def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame:
+def summarise(runs: pd.DataFrame, baseline: str, curves: Curves, traffic: bool = False) -> pd.DataFrame:
     """One row per (setting, method) from :func:`dlcomm.report.groups.assign`'s runs, settings
-    in their order there (by value). ``curves(frame)`` gives a method's seed-mean accuracy curve and its axis name."""
+    in their order there (by value). ``curves(frame)`` gives a method's seed-mean accuracy curve and its axis name.
+    The traffic columns (``sent_mb``, ``peak_mb``) are kept when ``traffic`` (``report.traffic``) or
+    when compressors are compared, and dropped otherwise."""
     rows = []
     for setting, in_setting in runs.groupby("setting", sort=False):
         methods = {method: frame for method, frame in in_setting.groupby("method", sort=True)}
@@ -211,8 +219,10 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves) -> pd.DataFrame
             rows.append(row)
     table = pd.DataFrame(rows)
     optional = [c for c in OPTIONAL if c in table and table[c].isna().all()]
-    if not table["method"].str.contains("+", regex=False).any():  # no compressor compared: bytes say nothing new
-        optional.append("sent_mb")
+    if not (
+        traffic or table["method"].str.contains("+", regex=False).any()
+    ):  # bytes asked for, or compressors compared
+        optional += ["sent_mb", "peak_mb"]
     return table.drop(columns=optional)  # a column no run of the table has is absent, not empty
 
 
@@ -271,8 +281,10 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
             )
         ]
         out["modelled comm ms/iter"] = [_num(v, 2) for v in table["comm_modelled_ms"]]
-    if "sent_mb" in table and table["method"].str.contains("+", regex=False).any():  # compressors compared
+    if "sent_mb" in table:  # kept by summarise: traffic asked for, or compressors compared
         out["sent MB/worker"] = [_num(v, 2) for v in table["sent_mb"]]
+    if "peak_mb" in table:
+        out["peak MB/iter/worker"] = [_num(v, 3) for v in table["peak_mb"]]
     if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
         out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
     clocks = set(table.get("speedup_clock", pd.Series(dtype=str)).fillna("")) - {""}
