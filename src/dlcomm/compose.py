@@ -142,8 +142,8 @@ def unparsable(error: Exception) -> str:
     """One line for an override Hydra's grammar cannot read: the override, Hydra's reason, and
     the fix (quote the value, e.g. ``'tracking.uri="http://[::1]"'``); ``frob``: say key=value."""
     override = str(getattr(error, "override", "") or "")
-    reason = str(error).split("See https://")[0].strip().splitlines()
-    reason = " ".join(line.strip() for line in reason if line.strip() and line.strip() != "^")
+    said = str(error).split("See https://")[0].strip().splitlines()
+    reason = " ".join(line.strip() for line in said if line.strip() and line.strip() != "^")
     key, equals, value = override.partition("=")
     if not equals or not key.strip():
         return f"Error parsing override '{override}': overrides are key=value, e.g. nodes=8 (see the keys with `dlcomm config`)"
@@ -255,7 +255,7 @@ def _unknown_key(error: Exception, overrides: list[str]) -> Optional[str]:
     section = OmegaConf.select(config, parent) if parent else config
     if not isinstance(section, DictConfig):
         return None
-    known = [f"{parent}.{name}" if parent else str(name) for name in section.keys()]
+    known = [f"{parent}.{name!s}" if parent else str(name) for name in section.keys()]
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
     hint = (
         f"did you mean {' or '.join(close)}?" if close else f"the keys of {parent or 'the config'}: {', '.join(known)}"

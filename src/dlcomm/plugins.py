@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from importlib.util import find_spec
+from typing import Mapping
 
 from dlcomm.errors import UserError
 
@@ -195,7 +196,7 @@ def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], .
         owners[name] = f"plugin {package}'s"
 
 
-def extra_schemas(group: str, classes: dict[str, object], what: str) -> list[tuple[str, str, type]]:
+def extra_schemas(group: str, classes: Mapping[str, object], what: str) -> list[tuple[str | None, str, type]]:
     """``(group, "<name>_schema", Config)`` of every class of ``classes`` (name -> a class with a
     ``Config``; other entries, such as a built-in model's builder path, are skipped) whose
     ``Config`` is not among :data:`dlcomm.config.schema.SCHEMAS` (a plugin's), for Hydra's

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from dlcomm.comm.channel import Handle
+    from dlcomm.compress.base import Pending
 
 
 @dataclass
@@ -39,7 +40,7 @@ class AllreduceConfig(AlgoConfig):
 
 
 @register
-class Allreduce(Algorithm):
+class Allreduce(Algorithm[AllreduceConfig]):
     name = "allreduce"
     display_name = "AllReduce-SGD"
     Config = AllreduceConfig
@@ -51,7 +52,7 @@ class Allreduce(Algorithm):
         params = [p for p in model.parameters() if p.requires_grad]
         self.buckets: list[Bucket] = make_buckets(params, int(self.cfg.bucket_mb * 2**20))
         self._step = 0
-        self._handles: list[Handle | None] = [None] * len(self.buckets)
+        self._handles: list[Handle | Pending | None] = [None] * len(self.buckets)
         self._pending: list[int] = [len(b.params) for b in self.buckets]
         if self.cfg.overlap:
             bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
@@ -88,6 +89,7 @@ class Allreduce(Algorithm):
             if handle is None:  # no overlap, or a bucket whose parameters got no gradient
                 self._launch(index)
         for bucket, handle in zip(self.buckets, self._handles):
+            assert handle is not None  # every bucket launched above
             handle.wait()
             bucket.unpack_grads()
 

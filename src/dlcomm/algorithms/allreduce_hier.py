@@ -34,7 +34,7 @@ class AllreduceHierConfig(AlgoConfig):
 
 
 @register
-class AllreduceHier(Algorithm):
+class AllreduceHier(Algorithm[AllreduceHierConfig]):
     name = "allreduce_hier"
     display_name = "hierarchical AllReduce-SGD"
     Config = AllreduceHierConfig

@@ -24,20 +24,23 @@ seed, so the same initial parameters) and runs ``serve(role)`` until the workers
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Generic, Iterator, TypeVar
 
 from dlcomm.config.schema import AlgoConfig, CompressConfig
 from dlcomm.metrics.stats import Stat
 
 if TYPE_CHECKING:  # an algorithm's module loads without torch: composing a config (dlcomm config) imports them all
     import torch
+    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Channel
     from dlcomm.comm.cluster import Cluster
     from dlcomm.compress.base import Compressor
 
+C = TypeVar("C", bound=AlgoConfig)  # the algorithm's own ``Config``: ``class DPSGD(Algorithm[DPSGDConfig])``
 
-class Algorithm:
+
+class Algorithm(Generic[C]):
     name: ClassVar[str]
     display_name: ClassVar[str] = ""  # how reports and figures name it ("Crossover-SGD"); empty: ``name``
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
@@ -53,7 +56,7 @@ class Algorithm:
     sends). A run with a compressor of none of them (``none`` aside) is refused before launch."""
 
     def __init__(
-        self, cfg: AlgoConfig, cluster: Cluster, channel: Channel, seed: int = 0, compress: CompressConfig | None = None
+        self, cfg: C, cluster: Cluster, channel: Channel, seed: int = 0, compress: CompressConfig | None = None
     ) -> None:
         from dlcomm.compress.registry import COMPRESSORS
 
@@ -67,32 +70,34 @@ class Algorithm:
         compress = compress or CompressConfig()
         self.compressor: Compressor = COMPRESSORS.get(compress.name)(compress, seed)
 
+    # check_config, check_compressor and check_world also run on the composed DictConfig's node
+    # (dlcomm.compose.check_algorithm, before the config becomes dataclasses), the others on ``C``.
     @classmethod
-    def check_config(cls, cfg: AlgoConfig) -> None:
+    def check_config(cls, cfg: C | DictConfig) -> None:
         """Raise ``UserError`` (via ``dlcomm.config.validate.require``) for invalid knobs."""
 
     @classmethod
-    def check_compressor(cls, cfg: AlgoConfig, compressor: type[Compressor]) -> None:
+    def check_compressor(cls, cfg: C | DictConfig, compressor: type[Compressor]) -> None:
         """Raise ``UserError`` for a compressor (``compress=<name>``, of a kind in
         :attr:`compression`) that these knobs cannot carry. None refused by default."""
 
     @classmethod
-    def roles(cls, cfg: AlgoConfig) -> tuple[str, ...]:
+    def roles(cls, cfg: C) -> tuple[str, ...]:
         """The service processes this configuration needs beside the workers (none by default)."""
         return ()
 
     @classmethod
-    def check_world(cls, cfg: AlgoConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: C | DictConfig, nodes: int, workers_per_node: int) -> None:
         """Raise ``UserError`` for knobs that do not fit the cluster's shape (e.g. groups that do
         not divide the world size)."""
 
     @classmethod
-    def check_plan(cls, cfg: AlgoConfig, steps_per_epoch: int, total_steps: int) -> None:
+    def check_plan(cls, cfg: C, steps_per_epoch: int, total_steps: int) -> None:
         """Raise ``UserError`` for knobs that do not fit an epoch's or the run's length (checked
         before launch where the data set's size is known without loading it, and by :meth:`plan`)."""
 
     @classmethod
-    def plan_notes(cls, cfg: AlgoConfig, steps_per_epoch: int, total_steps: int) -> list[str]:
+    def plan_notes(cls, cfg: C, steps_per_epoch: int, total_steps: int) -> list[str]:
         """What a reader of the run's figures should know about how its length meets the
         algorithm's schedule (e.g. communication the run's end skips); printed before launch,
         for runs whose length is known (not those a time budget ends)."""

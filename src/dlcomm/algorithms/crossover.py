@@ -51,6 +51,7 @@ from dlcomm.topology.graphs import fair_random_sources, random_sources, receiver
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
     from dlcomm.compress.base import Compressor
 
@@ -103,7 +104,7 @@ class CrossoverGossip:
         if len(self.members) == 1:
             return
         if self.copies is not None:
-            self._choco_round(step, group)
+            self._choco_round(step, group, self.copies)
             return
         sends, recvs = [], []
         for k, buffer in enumerate(self.buffers):
@@ -115,7 +116,7 @@ class CrossoverGossip:
             for buffer, received in zip(self.buffers, self.scratch):
                 buffer.add_(received).mul_(0.5)
 
-    def _choco_round(self, step: int, group: str) -> None:
+    def _choco_round(self, step: int, group: str, copies: PairCopies) -> None:
         """One round with compressed messages against the pairs' public copies (module docstring):
         every segment's payload to its receiver in one exchange."""
         import torch
@@ -124,7 +125,7 @@ class CrossoverGossip:
         for k, buffer in enumerate(self.buffers):
             src = self.sources(step, k)
             (receiver,) = receivers_of(self.me, src)  # the fair draw: exactly one
-            message, decoder = self.copies.push(k, receiver, buffer, step)
+            message, decoder = copies.push(k, receiver, buffer, step)
             inbox = torch.empty_like(message)  # payload sizes never depend on the data
             sends.append((message, self.members[receiver]))
             recvs.append((inbox, self.members[src[self.me]]))
@@ -132,8 +133,8 @@ class CrossoverGossip:
         self.channel.exchange(sends, recvs, group=group).wait()
         with torch.no_grad():
             for k, (buffer, (receiver, source, inbox, decoder)) in enumerate(zip(self.buffers, plans)):
-                heard = self.copies.pull(k, source, inbox, decoder)
-                buffer.add_(heard - self.copies.sent_copy(k, receiver), alpha=self.gamma / 2)
+                heard = copies.pull(k, source, inbox, decoder)
+                buffer.add_(heard - copies.sent_copy(k, receiver), alpha=self.gamma / 2)
 
     def state_dict(self) -> dict:
         """The public copies (empty uncompressed)."""
@@ -145,14 +146,14 @@ class CrossoverGossip:
 
 
 @register
-class Crossover(Algorithm):
+class Crossover(Algorithm[CrossoverConfig]):
     name = "crossover"
     display_name = "Crossover-SGD"
     Config = CrossoverConfig
     compression = ("payload",)  # CHOCO-Gossip with a public copy per directed pair
 
     @classmethod
-    def check_compressor(cls, cfg: CrossoverConfig, compressor: type[Compressor]) -> None:
+    def check_compressor(cls, cfg: CrossoverConfig | DictConfig, compressor: type[Compressor]) -> None:
         require(
             compressor.identity or cfg.fair,
             "algo.fair",

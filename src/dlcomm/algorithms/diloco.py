@@ -64,7 +64,7 @@ class DiLoCoConfig(AlgoConfig):
 
 
 @register
-class DiLoCo(Algorithm):
+class DiLoCo(Algorithm[DiLoCoConfig]):
     name = "diloco"
     display_name = "DiLoCo"
     Config = DiLoCoConfig

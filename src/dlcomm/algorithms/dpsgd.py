@@ -48,7 +48,7 @@ class DPSGDConfig(AlgoConfig):
 
 
 @register
-class DPSGD(Algorithm):
+class DPSGD(Algorithm[DPSGDConfig]):
     name = "dpsgd"
     display_name = "D-PSGD"
     Config = DPSGDConfig

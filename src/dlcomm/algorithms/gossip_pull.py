@@ -58,6 +58,9 @@ from dlcomm.metrics.stats import Count, Mean, Stat
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
+
+    from dlcomm.comm.channel import Handle
 
 # control message kinds
 REQUEST, ASSIGN, RELEASE, CANCEL, CANCELLED, PULL, RESERVE, GRANT, DENY, UNRESERVE, BUSY, FREE = range(12)
@@ -111,7 +114,7 @@ _COUNTS = {
 
 
 @register
-class GossipPull(Algorithm):
+class GossipPull(Algorithm[GossipPullConfig]):
     name = "gossip_pull"
     display_name = "pull-gossip"
     Config = GossipPullConfig
@@ -122,7 +125,7 @@ class GossipPull(Algorithm):
         return ("manager",) if cfg.scheduler == "managed" and cfg.overlap != "none" else ()
 
     @classmethod
-    def check_world(cls, cfg: GossipPullConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: GossipPullConfig | DictConfig, nodes: int, workers_per_node: int) -> None:
         require(
             nodes * workers_per_node >= 2, "nodes", nodes, "pull-gossip needs at least 2 workers; pass nodes=2 or more"
         )
@@ -154,7 +157,7 @@ class GossipPull(Algorithm):
         self.reservation_lock = threading.Lock()
         self.pending: int | None = None  # the peer asked (autonomous) or -1 (managed), until answered
         self.assigned: tuple[int, float] | None = None  # (peer, start)
-        self.handle = None
+        self.handle: Handle | None = None  # the pull in flight
         self.issued_at = 0
         self.window_end = math.nan
         self.finishing = False
@@ -200,6 +203,7 @@ class GossipPull(Algorithm):
             if self.handle is None:
                 self._issue(step + 1)
         peer, _ = self.assigned
+        assert self.handle is not None  # issued above
         self.handle.wait()
         measured = self._measured(self.handle.record)
         with self.lock, torch.no_grad():
@@ -285,6 +289,7 @@ class GossipPull(Algorithm):
         self.tried = set()
 
     def _issue(self, step: int) -> None:
+        assert self.assigned is not None  # a peer is assigned before a pull is issued
         peer, _ = self.assigned
         self.handle = self.control.pull(peer, self.received, self._now(), PULL)
         self.issued_at = step

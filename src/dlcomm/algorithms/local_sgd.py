@@ -40,7 +40,7 @@ class LocalSGDConfig(AlgoConfig):
 
 
 @register
-class LocalSGD(Algorithm):
+class LocalSGD(Algorithm[LocalSGDConfig]):
     name = "local_sgd"
     display_name = "Local-SGD"
     Config = LocalSGDConfig

@@ -35,6 +35,7 @@ from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 
 @dataclass
@@ -47,7 +48,7 @@ class NodeBasedConfig(AlgoConfig):
 
 
 @register
-class NodeBased(Algorithm):
+class NodeBased(Algorithm[NodeBasedConfig]):
     name = "node_based"
     display_name = "node-based averaging"
     Config = NodeBasedConfig
@@ -55,7 +56,7 @@ class NodeBased(Algorithm):
     compression = ("tensor",)  # the node's gradient and the change since the last consensus point
 
     @classmethod
-    def check_config(cls, cfg: NodeBasedConfig) -> None:
+    def check_config(cls, cfg: NodeBasedConfig | DictConfig) -> None:
         # -1 or 1 and more: the declared domain is the widest range (-1 or more), so 0 is refused here
         require(
             cfg.k_prime == -1 or cfg.k_prime >= 1,

@@ -13,7 +13,7 @@ What the replicas do with the new ``theta`` (restart from it, or mix it in) is t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     import torch
@@ -90,7 +90,10 @@ class OuterSGD:
         return theta
 
     def state_dict(self) -> dict:
-        state = {"theta": [t.clone() for t in self.theta], "momentum": [v.clone() for v in self.momentum]}
+        state: dict[str, Any] = {
+            "theta": [t.clone() for t in self.theta],
+            "momentum": [v.clone() for v in self.momentum],
+        }
         if not self.compressor.identity:
             state["compressor"] = self.compressor.state_dict()
         return state

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.registry import register
@@ -42,6 +42,7 @@ from dlcomm.metrics.stats import Mean, Stat
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 DONE = -1.0  # a header whose lr is DONE: the worker is finished
 
@@ -71,19 +72,22 @@ def _flat(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.zeros(1, device=device)
 
 
+C = TypeVar("C", bound=AlgoConfig)  # ps reads no knob of its own; ps_layerdrop's Config is its own
+
+
 @register
-class ParameterServer(Algorithm):
+class ParameterServer(Algorithm[C]):
     name = "ps"
     display_name = "parameter server"
-    Config = PSConfig
-    compression = ("layers",)  # compress=layerdrop: which layers a worker sends
+    Config: ClassVar[type[AlgoConfig]] = PSConfig
+    compression: ClassVar[tuple[str, ...]] = ("layers",)  # compress=layerdrop: which layers a worker sends
 
     @classmethod
     def roles(cls, cfg: AlgoConfig) -> tuple[str, ...]:
         return ("server",)
 
     @classmethod
-    def check_world(cls, cfg: AlgoConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: AlgoConfig | DictConfig, nodes: int, workers_per_node: int) -> None:
         require(
             nodes * workers_per_node >= 2,
             "nodes",
@@ -107,7 +111,7 @@ class ParameterServer(Algorithm):
     # ---- worker ----------------------------------------------------------------------
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
-        self.params = list(model.parameters())
+        self.params: list[torch.Tensor] = list(model.parameters())
         self.server = self.cluster.layout.service_rank("server")
         self.compress = self.layer_selector()
         self.residual = self.layer_memory(self.params)
@@ -123,6 +127,7 @@ class ParameterServer(Algorithm):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         tensors = self.residual.compensate(grads) if self.residual is not None else grads
         keep = self.compress.select(tensors, step)
+        assert self.optimizer is not None  # set by setup()
         lr = self.optimizer.param_groups[0]["lr"]
         header = torch.tensor([lr, *map(float, keep)], dtype=torch.float32, device=self.cluster.device)
         payload = _flat([t for t, k in zip(tensors, keep) if k], self.cluster.device)
@@ -185,7 +190,7 @@ class ParameterServer(Algorithm):
         import torch
 
         channel, device = self.channel, self.cluster.device
-        params = list(model.parameters())
+        params: list[torch.Tensor] = list(model.parameters())
         workers = list(range(self.cluster.world_size))
         initial = _flat([p.detach() for p in params], device).clone()
         channel.exchange(recvs=[(initial, 0)], group="job").wait()

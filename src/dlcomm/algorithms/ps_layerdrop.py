@@ -34,7 +34,7 @@ class PSLayerDropConfig(AlgoConfig):
 
 
 @register
-class PSLayerDrop(ParameterServer):
+class PSLayerDrop(ParameterServer[PSLayerDropConfig]):
     name = "ps_layerdrop"
     display_name = "parameter server with layer dropping"
     Config = PSLayerDropConfig

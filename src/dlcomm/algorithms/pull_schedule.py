@@ -82,7 +82,8 @@ class PullManager:
     def _assign(self) -> list[Assignment]:
         """Serve the waiting requests in arrival order, each with the first free peer other
         than itself (a request that only its own puller could take waits; later ones may pass)."""
-        answers, still_waiting = [], deque()
+        answers: list[Assignment] = []
+        still_waiting: deque[tuple[int, float, float]] = deque()
         for puller, end, now in self.waiting:
             peer = next((j for j in self.queue if j != puller), None)
             if peer is None:

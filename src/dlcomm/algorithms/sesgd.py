@@ -46,6 +46,7 @@ from dlcomm.topology.graphs import group_of, shuffled_groups
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 
 PERIOD = domain(low=1, means="the number of local steps between averagings")
@@ -73,14 +74,14 @@ class LocalSESGDConfig(SESGDConfig):
 
 
 @register
-class SESGD(Algorithm):
+class SESGD(Algorithm[SESGDConfig]):
     name = "sesgd"
     display_name = "Shuffle-Exchange SGD"
     Config = SESGDConfig
     compression = ("payload",)  # each bucket to the group's other members, against per-pair copies
 
     @classmethod
-    def check_world(cls, cfg: SESGDConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: SESGDConfig | DictConfig, nodes: int, workers_per_node: int) -> None:
         world = nodes * workers_per_node
         require(
             world % cfg.groups == 0,
@@ -108,9 +109,9 @@ class SESGD(Algorithm):
             if self.copies is None:
                 ring_allreduce(self.channel, self.buffers, self.group(step), average=True)
             else:
-                self._compressed_average(step, self.group(step))
+                self._compressed_average(step, self.group(step), self.copies)
 
-    def _compressed_average(self, step: int, group: list[int]) -> None:
+    def _compressed_average(self, step: int, group: list[int], copies: PairCopies) -> None:
         """Every bucket, compressed against each pair's copy, to every other member in one
         exchange; then the antisymmetric update (module docstring)."""
         import torch
@@ -121,7 +122,7 @@ class SESGD(Algorithm):
         sends, recvs, plans = [], [], []
         for key, buffer in enumerate(self.buffers):
             for peer in others:
-                message, decoder = self.copies.push(key, peer, buffer, step)
+                message, decoder = copies.push(key, peer, buffer, step)
                 inbox = torch.empty_like(message)
                 sends.append((message, peer))
                 recvs.append((inbox, peer))
@@ -129,7 +130,7 @@ class SESGD(Algorithm):
         self.channel.exchange(sends, recvs).wait()
         change = [torch.zeros_like(buffer) for buffer in self.buffers]
         for key, peer, inbox, decoder in plans:
-            change[key].add_(self.copies.pull(key, peer, inbox, decoder)).sub_(self.copies.sent_copy(key, peer))
+            change[key].add_(copies.pull(key, peer, inbox, decoder)).sub_(copies.sent_copy(key, peer))
         for buffer, delta in zip(self.buffers, change):
             buffer.add_(delta, alpha=self.cfg.gamma / len(group))
 

@@ -40,7 +40,7 @@ used. ``overlap=true`` adds the copy when the message is consumed, one iteration
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pair_copies import PairCopies
@@ -67,7 +67,7 @@ class SGPConfig(AlgoConfig):
 
 
 @register
-class SGP(Algorithm):
+class SGP(Algorithm[SGPConfig]):
     name = "sgp"
     display_name = "SGP"
     Config = SGPConfig
@@ -83,7 +83,8 @@ class SGP(Algorithm):
         self.outgoing = torch.empty_like(self.buffer)
         self.incoming = torch.empty_like(self.buffer)
         self.pending: list = []  # overlap: this step's handles, completed at the next
-        self.arrival = None  # compressed: what the pending exchange adds to (x, w) once it completes
+        # compressed: what the pending exchange adds to (x, w) once it completes
+        self.arrival: Callable[[], torch.Tensor] | None = None
         self.compressed = not self.compressor.identity
         self.copies = PairCopies(self.compressor, self.cluster.rank) if self.compressed else None
 
@@ -122,8 +123,10 @@ class SGP(Algorithm):
         """Send ``Q(x/2 - c_{i->r})`` and ``w/2``, keep ``x - c_{i->r}`` and ``w/2`` (module docstring)."""
         import torch
 
-        message, decoder = self.copies.push(0, out_peer, self.params * 0.5, step)
-        self.params.sub_(self.copies.sent_copy(0, out_peer))
+        copies = self.copies
+        assert copies is not None  # compressed
+        message, decoder = copies.push(0, out_peer, self.params * 0.5, step)
+        self.params.sub_(copies.sent_copy(0, out_peer))
         self.buffer[-1] *= 0.5
         weight = self.buffer[-1:].clone()
         inbox, weight_in = torch.empty_like(message), torch.empty_like(weight)
@@ -131,7 +134,7 @@ class SGP(Algorithm):
             self.channel.exchange([(message, out_peer), (weight, out_peer)], [(inbox, in_peer), (weight_in, in_peer)])
         ]
         # (c_{s->i} after its update, w_s / 2), once the exchange has completed
-        self.arrival = lambda: torch.cat([self.copies.pull(0, in_peer, inbox, decoder), weight_in])
+        self.arrival = lambda: torch.cat([copies.pull(0, in_peer, inbox, decoder), weight_in])
 
     def _receive(self, holds_numerator: bool) -> None:
         """Wait for the pending exchange and add the arrival to ``(x, w)``; when the model
@@ -141,7 +144,11 @@ class SGP(Algorithm):
         self.pending = []
         if not holds_numerator:
             self.params.mul_(self.buffer[-1])
-        self.buffer.add_(self.arrival() if self.compressed else self.incoming)
+        if self.compressed:
+            assert self.arrival is not None  # set with the pending exchange
+            self.buffer.add_(self.arrival())
+        else:
+            self.buffer.add_(self.incoming)
         if not holds_numerator:
             self.params.div_(self.buffer[-1])
 
@@ -156,9 +163,11 @@ class SGP(Algorithm):
         self.end_epoch(-1)
         if not self.compressed:
             return {"weight": self.weight}
+        assert self.copies is not None  # compressed
         return {"weight": self.weight, "copies": self.copies.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.buffer[-1] = state["weight"]
         if self.compressed:
+            assert self.copies is not None  # compressed
             self.copies.load_state_dict(state["copies"])

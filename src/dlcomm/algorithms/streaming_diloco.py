@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.buckets import make_buckets
+from dlcomm.algorithms.buckets import Bucket, make_buckets
 from dlcomm.algorithms.diloco import DiLoCoConfig
 from dlcomm.algorithms.outer import Averaging, OuterSGD
 from dlcomm.algorithms.registry import register
@@ -43,6 +43,7 @@ from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 
 @dataclass
@@ -69,7 +70,8 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
     parameters, in registration order) of about equal parameter counts: fragment ``k`` ends after
     the first layer where the running count reaches ``(k + 1) / P`` of the total, each keeping at
     least one layer. ``UserError`` when the model has fewer layers than fragments."""
-    layers, seen = [], set()
+    layers: list[list[torch.nn.Parameter]] = []
+    seen: set[int] = set()
     for _, module in model.named_modules():
         own = [p for p in module.parameters(recurse=False) if p.requires_grad and id(p) not in seen]
         seen.update(id(p) for p in own)
@@ -81,7 +83,8 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
             f"pass algo.fragments={max(1, len(layers))} or less"
         )
     counts = [sum(p.numel() for p in layer) for layer in layers]
-    total, running, cuts = sum(counts), 0, []
+    total, running = sum(counts), 0
+    cuts: list[int] = []
     for index, count in enumerate(counts):
         running += count
         k = len(cuts) + 1  # the fragment boundary sought next
@@ -93,7 +96,7 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
 
 
 @register
-class StreamingDiLoCo(Algorithm):
+class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
     name = "streaming_diloco"
     display_name = "Streaming DiLoCo"
     Config = StreamingDiLoCoConfig
@@ -101,7 +104,7 @@ class StreamingDiLoCo(Algorithm):
     compression = ("tensor",)  # the outer gradients, averaged through the compressor
 
     @classmethod
-    def check_config(cls, cfg: StreamingDiLoCoConfig) -> None:
+    def check_config(cls, cfg: StreamingDiLoCoConfig | DictConfig) -> None:
         require(
             cfg.fragments <= cfg.period,
             "algo.fragments",
@@ -135,7 +138,8 @@ class StreamingDiLoCo(Algorithm):
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         super().setup(model, optimizer)
         bucket_bytes = int(self.cfg.bucket_mb * 2**20)
-        self.buckets, self.members = [], []  # members[p]: fragment p's bucket indices
+        self.buckets: list[Bucket] = []
+        self.members: list[list[int]] = []  # members[p]: fragment p's bucket indices
         for params in split_layers(model, self.cfg.fragments):
             fragment = make_buckets(params, bucket_bytes)
             self.members.append(list(range(len(self.buckets), len(self.buckets) + len(fragment))))

@@ -25,21 +25,27 @@ imported inside the methods.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Hashable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Hashable, Iterator, Protocol, Sequence, TypeVar
 
 from dlcomm.config.schema import CompressConfig
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Channel
+    from dlcomm.compress.layerdrop import LayerDrop
+    from dlcomm.compress.memory import ResidualMemory
 
 
 class Pending(Protocol):
     def wait(self) -> Any: ...
 
 
-class Compressor:
+C = TypeVar("C", bound=CompressConfig)  # the compressor's own ``Config``: ``class TopK(Compressor[TopKConfig])``
+
+
+class Compressor(Generic[C]):
     """One choice of ``compress=<name>``; see the module's docstring."""
 
     name: ClassVar[str]
@@ -58,10 +64,11 @@ class Compressor:
     """``compress=none``: the algorithms keep their own uncompressed path (bit for bit today's)."""
 
     @classmethod
-    def check(cls, cfg: CompressConfig) -> None:
-        """Raise a one-line UserError for invalid knobs (``dlcomm.config.validate.require``)."""
+    def check(cls, cfg: C | DictConfig) -> None:
+        """Raise a one-line UserError for invalid knobs (``dlcomm.config.validate.require``): on the
+        composed DictConfig's node (:func:`dlcomm.compose.check_algorithm`)."""
 
-    def __init__(self, cfg: CompressConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: C, seed: int = 0) -> None:
         self.cfg = cfg
         self.seed = seed
         self.memory = ErrorFeedback(enabled=bool(getattr(cfg, "error_feedback", False)))
@@ -137,6 +144,15 @@ class Compressor:
         """``compress`` for a point-to-point message (no memory: the caller's rule keeps the error)."""
         self.prepare(key, step, rank)
         return self.compress(tensor, key)
+
+    # ---- kind "layers" (the parameter server's communicator) ------------------------------------
+    def selector(self) -> LayerDrop:
+        """Which layers a worker sends (a compressor of kind ``"layers"`` has it)."""
+        raise NotImplementedError(f"compressor {self.name} is not of kind 'layers'")
+
+    def memory_for(self, shapes: Sequence["torch.Size"], device: "torch.device") -> ResidualMemory:
+        """What a worker keeps of the layers it did not send (a compressor of kind ``"layers"`` has it)."""
+        raise NotImplementedError(f"compressor {self.name} is not of kind 'layers'")
 
     def state_dict(self) -> dict:
         return {"memory": self.memory.state_dict()}

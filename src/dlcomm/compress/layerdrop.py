@@ -106,7 +106,7 @@ class LayerDropConfig(CompressConfig):
 
 
 @register
-class LayerDropping(Compressor):
+class LayerDropping(Compressor[LayerDropConfig]):
     """``compress=layerdrop``: the parameter server's layer dropping with its residual memory
     (:class:`LayerDrop` over :class:`~dlcomm.compress.memory.ResidualMemory`);
     ``algo=ps compress=layerdrop`` is ``algo=ps_layerdrop`` (the same code, the same numbers)."""

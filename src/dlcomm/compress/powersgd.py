@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Sequence, cast
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
@@ -36,6 +36,7 @@ from dlcomm.config.schema import SEED_MAX, CompressConfig, domain
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Channel
 
@@ -82,7 +83,7 @@ def orthogonalise(matrices: "torch.Tensor") -> None:
 
 
 @register
-class PowerSGD(Compressor):
+class PowerSGD(Compressor[PowerSGDConfig]):
     name = "powersgd"
     display_name = "PowerSGD"
     Config = PowerSGDConfig
@@ -90,7 +91,7 @@ class PowerSGD(Compressor):
     kinds = ("tensor",)  # its factors are summed as they are computed: no message a peer decompresses alone
 
     @classmethod
-    def check(cls, cfg: PowerSGDConfig) -> None:
+    def check(cls, cfg: PowerSGDConfig | DictConfig) -> None:
         from dlcomm.config.validate import require
 
         require(
@@ -128,7 +129,8 @@ class PowerSGD(Compressor):
         checkpoints load with ``weights_only=True``)."""
         import torch
 
-        _, keys, position, has_gauss, cached = self.rng.get_state()
+        # get_state(legacy=True), the default: the tuple ("MT19937", keys, pos, has_gauss, cached_gaussian)
+        _, keys, position, has_gauss, cached = cast("tuple[str, Any, int, int, float]", self.rng.get_state())
         return {
             "rng": {
                 "keys": torch.from_numpy(keys.astype("int64")),

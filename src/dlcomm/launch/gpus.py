@@ -29,7 +29,9 @@ The rules, the same for every launcher that starts processes (``local``, ``slurm
 
 from __future__ import annotations
 
-from dlcomm.config.schema import RunConfig
+from typing import cast
+
+from dlcomm.config.schema import RunConfig, SlurmLauncherConfig
 from dlcomm.errors import UserError
 
 
@@ -109,7 +111,8 @@ def check_local_gpus(cfg: RunConfig, roles: tuple[str, ...]) -> None:
 
 def check_slurm_gpus(cfg: RunConfig) -> None:
     """``launcher=slurm``: ``launcher.gpus_per_node`` GPUs are asked for on every node, one per rank."""
-    launcher, device, per_node = cfg.launcher, cfg.train.device, cfg.workers_per_node
+    launcher = cast(SlurmLauncherConfig, cfg.launcher)  # launcher=slurm's schema
+    device, per_node = cfg.train.device, cfg.workers_per_node
     gpus = launcher.gpus_per_node
     cuda = device == "cuda" or (device == "auto" and gpus >= per_node)
     where = (

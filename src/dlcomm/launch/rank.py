@@ -13,7 +13,7 @@ import shutil
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -23,7 +23,7 @@ from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import compute_timer
 from dlcomm.comm.cluster import Cluster
 from dlcomm.comm.layout import ClusterLayout
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import ProcessLauncherConfig, RunConfig
 from dlcomm.data import build_dataset
 from dlcomm.errors import UserError
 from dlcomm.launch.netif import choose_interface
@@ -137,8 +137,9 @@ def run_rank(
     alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
     if rank == 0:
         progress.mark_stage(spec.run_dir, f"connecting the {layout.job_size} ranks ({backend})")
+    launcher = cast(ProcessLauncherConfig, cfg.launcher)  # run_rank runs under the process launchers alone
     cluster = Cluster.connect(
-        layout, rank, store, backend, device, timeout_s=cfg.launcher.comm_timeout_s, computes_alone=alone
+        layout, rank, store, backend, device, timeout_s=launcher.comm_timeout_s, computes_alone=alone
     )
     try:
         return train_rank(spec, cluster, resumable=resumable, warning=warning, check_every=check_every)

@@ -18,9 +18,9 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import RunConfig, SlurmLauncherConfig
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher, element_label
@@ -343,7 +343,7 @@ class SlurmLauncher(Launcher):
 
         check_slurm_gpus(cfg)
         check_slurm_available()
-        check_partition_fits(cfg.nodes, cfg.launcher.partition)
+        check_partition_fits(cfg.nodes, cast(SlurmLauncherConfig, cfg.launcher).partition)  # launcher=slurm's schema
 
     @classmethod
     def launch(cls, spec: RunSpec) -> int:

@@ -42,7 +42,7 @@ import time
 import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dlcomm import progress
 from dlcomm.config.schema import LauncherConfig, RunConfig, domain
@@ -135,8 +135,9 @@ class ThreadsLauncher(DriverLauncher):
 def resolve_compute(cfg: RunConfig) -> tuple[str, str]:
     """``(serial or parallel, why)`` for ``launcher.compute`` (``auto`` decided as the module
     docstring says)."""
-    if cfg.launcher.compute != "auto":
-        return cfg.launcher.compute, f"launcher.compute={cfg.launcher.compute}"
+    launcher = cast(ThreadsLauncherConfig, cfg.launcher)  # launcher=threads's schema
+    if launcher.compute != "auto":
+        return launcher.compute, f"launcher.compute={launcher.compute}"
     if cfg.network.mode == "simulate" and cfg.network.compute == "measured":
         return "serial", "auto: network.mode=simulate measures each rank's compute alone"
     if cfg.network.mode == "simulate":  # the profile charges compute: serial only keeps memory down
@@ -202,8 +203,8 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     ranks = range(layout.job_size)
     fabric = Fabric(
         Turns(ranks) if compute == "serial" else None,
-        semantics=cfg.launcher.semantics,
-        hang_timeout_s=cfg.launcher.hang_timeout_s,
+        semantics=cast(ThreadsLauncherConfig, cfg.launcher).semantics,  # launcher=threads's schema
+        hang_timeout_s=cast(ThreadsLauncherConfig, cfg.launcher).hang_timeout_s,
         ranks=layout.job_size,
     )
     failures: list[RankFailure] = []

@@ -28,6 +28,7 @@ from dlcomm.config.schema import RunConfig, TaskConfig
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 
 class Task:
@@ -37,9 +38,9 @@ class Task:
     """What the evaluation's accuracy measures, as the progress lines name it."""
 
     @classmethod
-    def check(cls, cfg: RunConfig) -> None:
+    def check(cls, cfg: RunConfig | DictConfig) -> None:
         """Raise a one-line :class:`~dlcomm.errors.UserError` for a run this task cannot train
-        (before anything starts). By default: none."""
+        (before anything starts; on the composed DictConfig or the typed run). By default: none."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

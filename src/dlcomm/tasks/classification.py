@@ -13,6 +13,7 @@ from dlcomm.tasks.registry import register
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 
 @register
@@ -20,7 +21,7 @@ class Classification(Task):
     name = "classification"
 
     @classmethod
-    def check(cls, cfg: RunConfig) -> None:
+    def check(cls, cfg: RunConfig | DictConfig) -> None:
         if cfg.model.name == "acgan":
             raise UserError("model=acgan is the GAN's generator and discriminator: pass task=gan to train it")
 

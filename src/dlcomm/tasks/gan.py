@@ -19,7 +19,7 @@ then stepped by its own parameter group (``task.generator_lr``, ``task.discrimin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, cast
 
 from dlcomm.config.schema import RunConfig, TaskConfig, domain
 from dlcomm.errors import UserError
@@ -28,6 +28,9 @@ from dlcomm.tasks.registry import register
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
+
+    from dlcomm.models.gan import AcGan
 
 
 @dataclass
@@ -55,7 +58,7 @@ class GanTask(Task):
     )
 
     @classmethod
-    def check(cls, cfg: RunConfig) -> None:
+    def check(cls, cfg: RunConfig | DictConfig) -> None:
         if cfg.model.name != "acgan":
             raise UserError(
                 f"task=gan trains model=acgan (its generator and discriminator), not model={cfg.model.name}: "
@@ -91,7 +94,8 @@ class GanTask(Task):
         import torch.nn.functional as F
         from torch.func import functional_call
 
-        generator, discriminator = model.generator, model.discriminator
+        acgan = cast("AcGan", model)  # task=gan trains model=acgan (GanTask.check)
+        generator, discriminator = acgan.generator, acgan.discriminator
         batch, device = inputs.shape[0], inputs.device
         classes = discriminator.label.out_features
         noise = torch.randn(batch, generator.latent_dim, device=device)
@@ -139,8 +143,9 @@ class GanTask(Task):
     def _sample_images(self, model: "torch.nn.Module") -> "torch.Tensor":
         import torch
 
-        generator = model.generator
-        classes = model.discriminator.label.out_features
+        acgan = cast("AcGan", model)  # task=gan trains model=acgan (GanTask.check)
+        generator = acgan.generator
+        classes = acgan.discriminator.label.out_features
         columns = self.knobs.samples_per_class
         device = next(generator.parameters()).device
         draw = torch.Generator().manual_seed(self.seed)

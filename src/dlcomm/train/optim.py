@@ -31,7 +31,7 @@ The schedule is a per-iteration multiplier ``f(t)`` of ``optim.lr`` (a ``LambdaL
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar
 
 from dlcomm.config.schema import (
     AdaBeliefConfig,
@@ -46,20 +46,25 @@ from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
 
 
-class Optimizer:
+C = TypeVar("C", bound=OptimConfig)  # the optimizer's own ``Config``: ``class SGD(Optimizer[SGDConfig])``
+
+
+class Optimizer(Generic[C]):
     """An optimizer by name; see the module's docstring. Classmethods only: it holds no state."""
 
     name: ClassVar[str]
     Config: ClassVar[type] = OptimConfig
 
     @classmethod
-    def check(cls, cfg: OptimConfig) -> None:
-        """Raise a one-line ``UserError`` for a knob of ``cfg`` out of range (default: none)."""
+    def check(cls, cfg: C | DictConfig) -> None:
+        """Raise a one-line ``UserError`` for a knob of ``cfg`` out of range (default: none); ``cfg``
+        is the composed DictConfig's node (:func:`dlcomm.compose.check_algorithm`)."""
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: C, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         """The optimizer over parameter ``groups`` (a group's own keys win over ``cfg``'s)."""
         raise NotImplementedError(f"optimizer {cls.name} lacks build()")
 
@@ -70,17 +75,23 @@ def _plugins(classes: dict) -> None:
     register_plugins("optim", classes)  # installed packages' optimizers (entry points dlcomm.optimizers)
 
 
+def _betas(betas: list[float]) -> tuple[float, float]:
+    """``optim.betas`` as the pair torch takes (its domain declares length 2)."""
+    first, second = betas
+    return first, second
+
+
 OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", None, _plugins)  # all in this module
 register = OPTIMIZERS.register
 
 
 @register
-class SGD(Optimizer):
+class SGD(Optimizer[SGDConfig]):
     name = "sgd"
     Config = SGDConfig
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: SGDConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         import torch
 
         return torch.optim.SGD(
@@ -89,12 +100,12 @@ class SGD(Optimizer):
 
 
 @register
-class Lars(Optimizer):
+class Lars(Optimizer[LarsConfig]):
     name = "lars"
     Config = LarsConfig
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: LarsConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from timm.optim import Lars
 
         split = []
@@ -116,42 +127,42 @@ class Lars(Optimizer):
 
 
 @register
-class Adam(Optimizer):
+class Adam(Optimizer[AdamConfig]):
     name = "adam"
     Config = AdamConfig
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: AdamConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         import torch
 
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=_betas(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
 @register
-class AdamW(Optimizer):
+class AdamW(Optimizer[AdamConfig]):
     name = "adamw"
     Config = AdamConfig
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: AdamConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         import torch
 
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=_betas(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
 @register
-class AdaBelief(Optimizer):
+class AdaBelief(Optimizer[AdaBeliefConfig]):
     name = "adabelief"
     Config = AdaBeliefConfig
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: AdaBeliefConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from timm.optim import AdaBelief
 
         return AdaBelief(
             groups,
             lr=cfg.lr,
-            betas=tuple(cfg.betas),
+            betas=_betas(cfg.betas),
             eps=cfg.eps,
             weight_decay=cfg.weight_decay,
             decoupled_decay=cfg.decoupled_weight_decay,
@@ -161,21 +172,21 @@ class AdaBelief(Optimizer):
 
 
 @register
-class AngularGrad(Optimizer):
+class AngularGrad(Optimizer[AngularGradConfig]):
     name = "angulargrad"
     Config = AngularGradConfig
 
     @classmethod
-    def check(cls, cfg: OptimConfig) -> None:
+    def check(cls, cfg: AngularGradConfig | DictConfig) -> None:
         if cfg.method not in ("cos", "tan"):
             raise UserError(f"optim.method={cfg.method} is invalid: angulargrad's coefficient: use cos or tan")
 
     @classmethod
-    def build(cls, cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+    def build(cls, cfg: AngularGradConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
         from dlcomm.train.angulargrad import AngularGrad
 
         return AngularGrad(
-            groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay, method=cfg.method
+            groups, lr=cfg.lr, betas=_betas(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay, method=cfg.method
         )
 
 
@@ -197,7 +208,7 @@ def optimizer_schemas() -> list[tuple[Optional[str], str, type]]:
     return extra_schemas("optim", all_optimizers(), "optimizer")
 
 
-def check_optimizer(cfg: OptimConfig) -> None:
+def check_optimizer(cfg: OptimConfig | DictConfig) -> None:
     """The optimizer's own checks of the composed ``optim`` node (:meth:`Optimizer.check`)."""
     get_optimizer(cfg.name).check(cfg)
 
