@@ -54,9 +54,9 @@ def _groups_epilog() -> str:
                 entry.name[:-5] for entry in group.iterdir() if entry.name.endswith(".yaml")
             )
     lines = ["config groups (group=choice):"]
-    for group in sorted(found):
-        if found[group]:
-            lines.append(f"  {group:<10} {', '.join(sorted(found[group]))}")
+    for name in sorted(found):
+        if found[name]:
+            lines.append(f"  {name:<10} {', '.join(sorted(found[name]))}")
     lines += [
         "",
         "every key and its value: dlcomm config [overrides]   (e.g. dlcomm config algo=crossover shows its knobs)",

@@ -58,15 +58,18 @@ def torch_build() -> tuple[str, str | None] | None:
         tree = ast.parse((Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text())
     except OSError:
         return importlib.metadata.version("torch"), None
+    target: ast.expr
+    value: ast.expr | None
     for node in tree.body:
-        target = (
-            node.target
-            if isinstance(node, ast.AnnAssign)
-            else (node.targets[0] if isinstance(node, ast.Assign) else None)
-        )
-        if isinstance(target, ast.Name) and node.value is not None:
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and value is not None:
             try:
-                values[target.id] = ast.literal_eval(node.value)
+                values[target.id] = ast.literal_eval(value)
             except ValueError:
                 continue
     return str(values.get("__version__", importlib.metadata.version("torch"))), values.get("cuda")  # type: ignore[return-value]

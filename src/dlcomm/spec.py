@@ -7,7 +7,7 @@ import json
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,7 +41,7 @@ class RunSpec:
     def from_config(cls, cfg: DictConfig, tracking_uri: str, overrides: tuple[str, ...] = ()) -> "RunSpec":
         from dlcomm.config.typed import to_run_config
 
-        config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))  # of a DictConfig
         return cls(
             config=config,
             typed=to_run_config(cfg),

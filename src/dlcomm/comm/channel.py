@@ -389,6 +389,11 @@ class Channel:
         (setup, evaluation, metrics) or under ``off`` operations are only recorded."""
         return self._modelled if self._modelled is not None and self._phase == "train" else UNMODELLED
 
+    def _network(self) -> NetworkModel:
+        """The network model, for the modelled durations: only a modelled clock asks for them."""
+        assert self.network is not None, "a modelled duration asked for under network.mode=off"
+        return self.network
+
     # ---- groups ----------------------------------------------------------------------
     def group_size(self, group: str = "world") -> int:
         return len(self.cluster.ranks(group))
@@ -417,10 +422,12 @@ class Channel:
                 earlier = queue.popleft()
                 if earlier is not handle:
                     earlier.exchange.wait()  # its entry clocks; its payload may still be in flight
+                assert earlier.resolve is not None  # queued by the modelled timing, which sets it
                 earlier.resolve()
                 earlier.resolved = True
                 if earlier is handle:
                     return
+        assert handle.resolve is not None  # Handle.wait resolves only modelled operations
         handle.resolve()
         handle.resolved = True
 
@@ -454,7 +461,7 @@ class Channel:
             group,
             tensor,
             traffic.ring_allreduce_traffic(nbytes, len(members)),
-            lambda: self.network.allreduce_s(nbytes, members),
+            lambda: self._network().allreduce_s(nbytes, members),
             lambda: self.transport.all_reduce(tensor, group),
             divisor=len(members) if average else 1,
         )
@@ -469,7 +476,7 @@ class Channel:
             group,
             tensor,
             traffic.tree_broadcast_traffic(nbytes, len(members), self._position(group, src)),
-            lambda: self.network.broadcast_s(nbytes, members, src),
+            lambda: self._network().broadcast_s(nbytes, members, src),
             lambda: self.transport.broadcast(tensor, src, group),
         )
         return self._finish(handle, async_op)
@@ -486,7 +493,7 @@ class Channel:
             group,
             tensor,
             traffic.tree_reduce_traffic(nbytes, len(members), self._position(group, dst)),
-            lambda: self.network.reduce_s(nbytes, members, dst),
+            lambda: self._network().reduce_s(nbytes, members, dst),
             lambda: self.transport.reduce(tensor, dst, group),
             divisor=len(members) if (average and self.cluster.rank == dst) else 1,
         )
@@ -502,7 +509,7 @@ class Channel:
             group,
             tensor,
             traffic.ring_allgather_traffic(nbytes, len(members)),
-            lambda: self.network.allgather_s(nbytes, members),
+            lambda: self._network().allgather_s(nbytes, members),
             lambda: self.transport.all_gather(gathered, tensor, group),
             result=gathered,
         )
@@ -549,7 +556,7 @@ class Channel:
             sizes = [t.numel() * t.element_size() for t in tensors]
             handle = Handle(self, self.record("recv_incast", group, sum(sizes), (0, 0)), tensors)
             handle.record.counts_modelled = False
-            stamps = timing.receive(handle, srcs, lambda: self.network.incast_s(sizes, srcs, self.cluster.rank))
+            stamps = timing.receive(handle, srcs, lambda: self._network().incast_s(sizes, srcs, self.cluster.rank))
             for index, (tensor, src) in enumerate(recvs):
                 post(handle, [*stamps[index : index + 1], P2P(False, tensor, src)])
             handles.append(handle)
@@ -558,7 +565,7 @@ class Channel:
                 nbytes = tensor.numel() * tensor.element_size()
                 handle = Handle(self, self.record("recv", group, nbytes, (0, 0)), tensor)
                 handle.record.counts_modelled = False
-                modelled = (lambda n, s: lambda: self.network.send_s(n, s, self.cluster.rank))(nbytes, src)
+                modelled = (lambda n, s: lambda: self._network().send_s(n, s, self.cluster.rank))(nbytes, src)
                 post(handle, [*timing.receive(handle, [src], modelled), P2P(False, tensor, src)])
                 handles.append(handle)
         self.cluster.ranks(group)
@@ -576,7 +583,7 @@ class Channel:
         adds the transfer's work (``handle.add_work(work, payload=True)``)."""
         nbytes = tensor.numel() * tensor.element_size()
         handle = Handle(self, self.record(kind, group, nbytes, (0, 0)), tensor)
-        self._timing().arrival(handle, start, lambda: self.network.send_s(nbytes, src, self.cluster.rank))
+        self._timing().arrival(handle, start, lambda: self._network().send_s(nbytes, src, self.cluster.rank))
         return handle
 
     def gather_objects(self, obj: Any, dst: int = 0) -> list[Any] | None:

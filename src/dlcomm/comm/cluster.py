@@ -67,7 +67,7 @@ class Cluster:
     rank: int
     device: torch.device
     backend: str
-    transport: DistTransport | ThreadTransport | None = None  # how the primitives reach the other ranks
+    transport: DistTransport | ThreadTransport  # how the primitives reach the other ranks
     group_ranks: dict[str, list[int]] = field(default_factory=dict)
 
     @property
@@ -144,9 +144,9 @@ class Cluster:
         )
         groups["world"] = worker_group
         for node in range(layout.nodes):
-            members = layout.node_ranks(node)
-            group = dist.new_group(members, timeout=timeout)
-            if rank in members:
+            node_ranks = layout.node_ranks(node)
+            group = dist.new_group(node_ranks, timeout=timeout)
+            if rank in node_ranks:
                 groups["intra"] = group
         # Control messages (any-source receives, answered from a thread) need gloo: NCCL has
         # neither. A group of their own, because a responder legitimately waits for the next

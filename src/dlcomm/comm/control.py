@@ -32,6 +32,7 @@ import torch
 
 from dlcomm.comm import traffic
 from dlcomm.comm.channel import Channel, Handle
+from dlcomm.comm.transport import Work
 
 CONTROL_TAG = (1 << 19) + 1
 PAYLOAD_TAG = (1 << 19) + 2
@@ -52,7 +53,7 @@ class ControlPlane:
         self._thread: threading.Thread | None = None
         self._peers: tuple[int, ...] = ()
         self._send_lock = threading.Lock()
-        self._sending: list[tuple[object, torch.Tensor]] = []
+        self._sending: list[tuple[Work, torch.Tensor]] = []
         self.failure: BaseException | None = None
 
     # ---- sending ---------------------------------------------------------------------

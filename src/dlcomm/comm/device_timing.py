@@ -48,7 +48,7 @@ import math
 import threading
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 import torch
 
@@ -88,7 +88,21 @@ def split_waits(time_s: float, stalled_s: float, comm: Any) -> IterationSplit:
     return IterationSplit(time_s, exposed, comm.busy_s, waiting)
 
 
-def device_timer(device: torch.device) -> HostTimer | CudaTimer:
+class DeviceTimer(Protocol):
+    """What :class:`HostTimer` and :class:`CudaTimer` share: ``before_wait``'s token (a host time,
+    or a CUDA wait) goes back to the same timer's ``transferred`` and ``after_wait``."""
+
+    on_device: bool
+
+    def begin_iteration(self) -> None: ...
+    def issued(self, record: Any) -> None: ...
+    def before_wait(self) -> Any: ...
+    def transferred(self, token: Any) -> None: ...
+    def after_wait(self, token: Any, record: Any, works: Iterable[Any] = ()) -> None: ...
+    def end_iteration(self, comm: Any) -> IterationSplit: ...
+
+
+def device_timer(device: torch.device) -> DeviceTimer:
     """The timer of a rank computing on ``device``."""
     return CudaTimer(device) if device.type == "cuda" else HostTimer()
 
@@ -207,8 +221,8 @@ class CudaTimer:
         group_end: dict[str, float] = {}  # the completion of the group's previous operation
         for record, issue in self._issues:
             start = begin.elapsed_time(issue)
-            wait = waited.get(id(record))
-            done = self._completion(begin, start, wait, group_end.get(record.group, start), time_ms)
+            record_wait = waited.get(id(record))
+            done = self._completion(begin, start, record_wait, group_end.get(record.group, start), time_ms)
             group_end[record.group] = done
             intervals.append((start, max(start, done)))
         self._issues, self._waits = [], []

@@ -45,13 +45,13 @@ from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, ContextManager, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence, cast
 
 import torch
 
 from dlcomm.comm.hangs import HangWatch
 from dlcomm.comm.nccl_rules import NcclRules, Op
-from dlcomm.comm.transport import P2P
+from dlcomm.comm.transport import P2P, Work
 
 SEMANTICS = ("gloo", "nccl")
 CONTROL_GROUP = "control"  # always gloo, also on GPU clusters (dlcomm.comm.cluster)
@@ -504,6 +504,7 @@ class Fabric:
                 mailbox.receives.append(_Message(src, tag, tensor, work))
                 self._pending.add(work)
                 return work
+        assert send.peer is not None  # a send's peer is its sender
         self._deliver(send.tensor, send.peer, _Message(src, tag, tensor, work), send.work)
         return work
 
@@ -517,6 +518,7 @@ class Fabric:
                 op.work.op = op
                 self._pending.add(op.work)
             started = perf_counter()  # what this post completes, it performs now
+            assert self._nccl is not None  # only ThreadTransport under semantics=nccl posts units
             completed = self._nccl.post(owner, communicator, ops, batch)
             error = self._nccl.error
         if error is not None:
@@ -602,7 +604,7 @@ def _gather_object(entries: list[tuple[bytes, list[Any] | None]]) -> None:
             gathered[:] = [pickle.loads(data) for data, _ in entries]
 
 
-_PERFORM = {
+_PERFORM: dict[str, Callable[[list[Any]], None]] = {
     "all_reduce": _all_reduce,
     "broadcast": _broadcast,
     "reduce": _reduce,
@@ -713,8 +715,8 @@ class ThreadTransport:
         return self.fabric.post_receive(self._box(group, self.rank), self.rank, src, tag, tensor)
 
     @staticmethod
-    def source_rank(work: _Work) -> int:
-        return work.source
+    def source_rank(work: Work) -> int:
+        return cast(_Work, work).source  # a work of this transport's irecv
 
     def barrier(self, group: str) -> None:
         self._meet(group, "barrier", None).wait()

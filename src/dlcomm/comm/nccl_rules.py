@@ -165,6 +165,7 @@ class NcclRules:
                     self._done(member, finished)
 
     def _deliver(self, send: Op, recv: Op, sender: int, finished: list[Unit]) -> None:
+        assert send.tensor is not None and recv.tensor is not None and recv.unit is not None  # posted p2p ops
         if send.tensor.numel() != recv.tensor.numel() or send.tensor.dtype != recv.tensor.dtype:
             self.error = (
                 f"rank {sender} sent {send.tensor.numel()} {send.tensor.dtype} elements to a receive of "
@@ -180,6 +181,7 @@ class NcclRules:
 
     @staticmethod
     def _done(op: Op, finished: list[Unit]) -> None:
+        assert op.unit is not None  # set when the op was posted
         op.unit.remaining -= 1
         if op.unit.remaining == 0:
             finished.append(op.unit)

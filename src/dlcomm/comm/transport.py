@@ -30,7 +30,7 @@ import os
 import signal
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, ContextManager, Protocol
+from typing import Any, ContextManager, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -68,17 +68,19 @@ class DistTransport:
         self.groups = groups
         self.computes_alone = computes_alone  # the rank's cores are its own (dlcomm.comm.clock)
 
+    # torch annotates these Work | None: None for a rank outside the group or without async_op, and
+    # this rank is in each of self.groups (the Cluster keeps only those) and posts with async_op=True
     def all_reduce(self, tensor: torch.Tensor, group: str, op: str = "sum") -> Work:
-        return dist.all_reduce(tensor, op=_OPS[op], group=self.groups[group], async_op=True)
+        return cast(Work, dist.all_reduce(tensor, op=_OPS[op], group=self.groups[group], async_op=True))
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: str) -> Work:
-        return dist.broadcast(tensor, src=src, group=self.groups[group], async_op=True)
+        return cast(Work, dist.broadcast(tensor, src=src, group=self.groups[group], async_op=True))
 
     def reduce(self, tensor: torch.Tensor, dst: int, group: str) -> Work:
-        return dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self.groups[group], async_op=True)
+        return cast(Work, dist.reduce(tensor, dst=dst, op=dist.ReduceOp.SUM, group=self.groups[group], async_op=True))
 
     def all_gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor, group: str) -> Work:
-        return dist.all_gather(outputs, tensor, group=self.groups[group], async_op=True)
+        return cast(Work, dist.all_gather(outputs, tensor, group=self.groups[group], async_op=True))
 
     def batch(self, ops: list[P2P], group: str) -> list[Work]:
         """Post ``ops`` as one batch (``dist.batch_isend_irecv``); one work per op (under NCCL
@@ -87,16 +89,16 @@ class DistTransport:
         p2p = [
             dist.P2POp(dist.isend if op.send else dist.irecv, op.tensor, op.peer, group=pg, tag=P2P_TAG) for op in ops
         ]
-        works = dist.batch_isend_irecv(p2p)
+        works: list[Work] = list(dist.batch_isend_irecv(p2p))
         return works if len(works) == len(ops) else [works[-1]] * len(ops)
 
     def isend(self, tensor: torch.Tensor, dst: int, group: str, tag: int) -> Work:
         """Control plane only (see the module docstring)."""
-        return dist.isend(tensor, dst=dst, group=self.groups[group], tag=tag)
+        return cast(Work, dist.isend(tensor, dst=dst, group=self.groups[group], tag=tag))
 
     def irecv(self, tensor: torch.Tensor, src: int | None, group: str, tag: int) -> Work:
         """Control plane only (see the module docstring)."""
-        return dist.irecv(tensor, src=src, group=self.groups[group], tag=tag)
+        return cast(Work, dist.irecv(tensor, src=src, group=self.groups[group], tag=tag))
 
     @staticmethod
     def source_rank(work: Any) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from importlib import resources
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, cast
 
 from omegaconf import OmegaConf
 
@@ -31,11 +31,11 @@ def group_schemas(group: str) -> Dict[str, type]:
 def choice_files(group: str) -> Dict[str, Dict[str, Any]]:
     """``{choice: the YAML file's content as a dict}`` of ``configs/<group>/``, sorted by choice."""
     folder = resources.files(PACKAGE).joinpath(group)
-    found = {}
+    found: Dict[str, Dict[str, Any]] = {}
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if entry.name.endswith(".yaml"):
             content = OmegaConf.to_container(OmegaConf.create(entry.read_text()), resolve=False)
-            found[entry.name[: -len(".yaml")]] = content or {}
+            found[entry.name[: -len(".yaml")]] = cast(Dict[str, Any], content) or {}  # a choice's YAML is a mapping
     return found
 
 
@@ -53,7 +53,7 @@ def choice_schemas(group: str, schemas: Optional[Mapping[str, type]] = None) -> 
     return {
         choice: schemas[name]
         for choice, content in choice_files(group).items()
-        if (name := schema_name(content)) in schemas
+        if (name := schema_name(content)) is not None and name in schemas
     }
 
 

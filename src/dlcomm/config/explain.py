@@ -44,7 +44,9 @@ def field_docs(cls: type) -> dict[str, str]:
     for node in getattr(body, "body", []):
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
-        trailing = [comments[line] for line in range(node.lineno, node.end_lineno + 1) if line in comments]
+        trailing = [
+            comments[line] for line in range(node.lineno, (node.end_lineno or node.lineno) + 1) if line in comments
+        ]
         above: list[str] = []
         line = node.lineno - 1
         while line in comments and line not in code_lines:  # a block of comment lines right above the field
@@ -67,8 +69,8 @@ def doc_of(cls: type, name: str) -> str:
 def _default(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return field.default_factory()  # type: ignore[misc]
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
     return "(required)"
 
 
@@ -94,7 +96,7 @@ def rows(section: DictConfig, prefix: str, defaults: object = None) -> list[tupl
     (a nested section's defaults are what its parent builds it with, not its class's)."""
     cls = OmegaConf.get_type(section)
     if cls is None or not dataclasses.is_dataclass(cls):
-        return [(f"{prefix}.{key}", "", _shown(value), "", "") for key, value in section.items()]
+        return [(f"{prefix}.{key!s}", "", _shown(value), "", "") for key, value in section.items()]
     out = []
     for field in dataclasses.fields(cls):
         value = section.get(field.name)
@@ -114,7 +116,7 @@ def rows(section: DictConfig, prefix: str, defaults: object = None) -> list[tupl
 def explain(cfg: DictConfig, group: str) -> str:
     """The table of ``group``'s knobs in ``cfg`` (a composed run configuration)."""
     if group not in cfg or not isinstance(cfg[group], DictConfig):
-        sections = [key for key, value in cfg.items() if isinstance(value, DictConfig)]
+        sections = [str(key) for key, value in cfg.items() if isinstance(value, DictConfig)]
         raise UserError(
             f"--explain {group} is invalid: not a section of the configuration; pass one of {', '.join(sections)}"
         )
@@ -122,7 +124,7 @@ def explain(cfg: DictConfig, group: str) -> str:
 
     cls = OmegaConf.get_type(cfg[group])
     written = cls is not None and cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(")  # not dataclass's own
-    head = inspect.getdoc(cls).split("\n\n")[0].replace("\n", " ") if written else ""
+    head = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ") if written else ""
     name = cfg[group].get("name")
     title = f"{group}" + (f"={name}" if name else "") + (f" ({cls.__name__})" if cls is not None else "")
     # cells wrapped here: tabulate's own wrapping (maxcolwidths) turns the text "False" into True

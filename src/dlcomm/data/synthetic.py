@@ -27,7 +27,7 @@ def parse_shape(shape: Sequence[int]) -> Tuple[int, int, int]:
     dims = tuple(int(d) for d in shape)
     if len(dims) != 3 or min(dims) < 1:
         raise UserError(f"dataset.shape={list(dims)} must be three positive sizes [C, H, W]")
-    return dims  # type: ignore[return-value]
+    return dims
 
 
 def check_sizes(num_classes: int, train_size: int, test_size: int) -> None:

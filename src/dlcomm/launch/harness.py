@@ -164,9 +164,9 @@ def run_ranks(
                 ended = set(_ended_without(processes, collected))
                 if ended & ended_at_last_look:
                     rank = min(ended & ended_at_last_look)
-                    raise RuntimeError(
-                        f"rank {rank} ended ({_how_it_ended(processes[rank].exitcode)}) without its result"
-                    ) from None
+                    exitcode = processes[rank].exitcode
+                    assert exitcode is not None  # an ended process (_ended_without)
+                    raise RuntimeError(f"rank {rank} ended ({_how_it_ended(exitcode)}) without its result") from None
                 ended_at_last_look = ended
                 if time.monotonic() > deadline:
                     raise RuntimeError(

@@ -31,6 +31,8 @@ import time
 import traceback
 from dataclasses import replace
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Sequence
 
 from dlcomm.config.schema import RunConfig
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
@@ -168,7 +170,9 @@ def launch_local(spec: RunSpec) -> LaunchResult:
         del store
 
 
-def _watch(processes: list[mp.Process], errors: list[Connection], grace_s: float, roles: list[str]) -> LaunchResult:
+def _watch(
+    processes: Sequence[BaseProcess], errors: list[Connection], grace_s: float, roles: list[str]
+) -> LaunchResult:
     failures: list[RankFailure] = []
     first_failure_at: float | None = None
     while True:
@@ -211,7 +215,7 @@ def _with_role(failure: RankFailure, roles: list[str]) -> RankFailure:
     return replace(failure, role=roles[failure.rank])
 
 
-def _signal_group(process: mp.Process, signum: int) -> bool:
+def _signal_group(process: BaseProcess, signum: int) -> bool:
     """Send ``signum`` to the process group ``process`` leads (the rank and what it started);
     False when there is no such group (the rank has not made it yet, or all of it has ended)."""
     if process.pid is None:
@@ -223,7 +227,7 @@ def _signal_group(process: mp.Process, signum: int) -> bool:
     return True
 
 
-def _teardown(processes: list[mp.Process], grace_s: float) -> None:
+def _teardown(processes: Sequence[BaseProcess], grace_s: float) -> None:
     processes = [process for process in processes if process.pid is not None]  # those started
     for process in processes:
         if not _signal_group(process, signal.SIGTERM) and process.is_alive():
@@ -238,7 +242,7 @@ def _teardown(processes: list[mp.Process], grace_s: float) -> None:
             process.join(timeout=5.0)
 
 
-def _end_groups(processes: list[mp.Process]) -> None:
+def _end_groups(processes: Sequence[BaseProcess]) -> None:
     """However the run ended, end what is left of each rank's group (a failed rank's DataLoader
     workers, whatever a rank started); the ranks themselves have ended or are killed here."""
     for process in processes:

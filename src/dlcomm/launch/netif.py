@@ -66,9 +66,10 @@ def choose_interface(forced: str, rendezvous_host: str) -> str | None:
     elif "GLOO_SOCKET_IFNAME" in os.environ:
         return os.environ["GLOO_SOCKET_IFNAME"]
     else:
-        chosen = interface_towards(rendezvous_host)
-        if chosen is None:
+        towards = interface_towards(rendezvous_host)
+        if towards is None:
             return None
+        chosen = towards
     os.environ["GLOO_SOCKET_IFNAME"] = chosen
     if forced or "NCCL_SOCKET_IFNAME" not in os.environ:
         os.environ["NCCL_SOCKET_IFNAME"] = chosen

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext
 
 PRELOAD = (
     "dlcomm.launch.forkserver_shield",
@@ -24,7 +24,7 @@ PRELOAD = (
 )  # imported once by the fork server, in order
 
 
-def rank_processes() -> BaseContext:
+def rank_processes() -> ForkServerContext:
     """The multiprocessing context that starts dlcomm's rank processes."""
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))  # takes effect when the server starts (the first launch)

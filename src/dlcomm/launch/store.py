@@ -8,7 +8,7 @@ with its own work and the ranks meet at their first ``get``, bounded by the stor
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -33,7 +33,7 @@ def join_store(
         return loopback_store(world, port, timeout)
     import torch.distributed as dist
 
-    extra = {} if timeout is None else {"timeout": timeout}
+    extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     return dist.TCPStore(host, port, world, is_master=master, wait_for_workers=count_in and not master, **extra)
 
 
@@ -48,7 +48,7 @@ def loopback_store(world: int, port: int = 0, timeout: timedelta | None = None) 
 
     listener = socket.create_server(("127.0.0.1", port), backlog=max(128, world))
     port = listener.getsockname()[1]
-    extra = {} if timeout is None else {"timeout": timeout}
+    extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     return dist.TCPStore(
         "127.0.0.1", port, world, is_master=True, wait_for_workers=False, master_listen_fd=listener.detach(), **extra
     )

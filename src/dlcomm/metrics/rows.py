@@ -20,8 +20,9 @@ from dataclasses import dataclass, field, fields
 from dlcomm.metrics import names
 
 
-def _series(name: str, modelled: bool = False, **default: float):
-    return field(metadata={"series": name, "modelled": modelled}, **default)
+def _series(name: str, modelled: bool = False) -> dict[str, object]:
+    """A timing field's metadata: the series it is logged as, and whether only a modelled clock has it."""
+    return {"series": name, "modelled": modelled}
 
 
 @dataclass
@@ -30,30 +31,32 @@ class IterationRow:
     node: int
     epoch: int  # counted from 0
     step: int  # the iteration, counted from 0 over the whole run
-    time_s: float = _series(names.ITER_TIME)  # wall time from before_step to the end of after_step
-    compute_s: float = _series(names.ITER_COMPUTE)  # time_s - peer_wait_s - comm_exposed_s: the rank's own work
-    comm_exposed_s: float = _series(names.ITER_COMM_EXPOSED)  # blocked on the Channel while data moved
-    comm_busy_s: float = _series(names.ITER_COMM_BUSY)  # union of the operations' [start, end]
+    time_s: float = field(metadata=_series(names.ITER_TIME))  # wall time from before_step to the end of after_step
+    # time_s - peer_wait_s - comm_exposed_s: the rank's own work
+    compute_s: float = field(metadata=_series(names.ITER_COMPUTE))
+    comm_exposed_s: float = field(metadata=_series(names.ITER_COMM_EXPOSED))  # blocked on the Channel while data moved
+    comm_busy_s: float = field(metadata=_series(names.ITER_COMM_BUSY))  # union of the operations' [start, end]
     data_s: float  # producing the batch (outside time_s)
-    bytes_sent: int = _series(names.ITER_BYTES)
-    messages: int = _series(names.ITER_MESSAGES)
-    loss: float = _series(names.ITER_LOSS)  # training loss of the iteration's batch
-    sim_time_s: float = _series(names.ITER_SIM_TIME, modelled=True)  # the modelled cluster's clock
-    sim_compute_s: float = _series(names.ITER_SIM_COMPUTE, modelled=True)  # sim_time_s - sim_comm_exposed_s
-    sim_comm_exposed_s: float = _series(names.ITER_SIM_COMM_EXPOSED, modelled=True)
-    sim_comm_busy_s: float = _series(names.ITER_SIM_COMM_BUSY, modelled=True)
-    comm_modelled_s: float = _series(names.ITER_COMM_MODELLED, modelled=True)  # cost model's durations
+    bytes_sent: int = field(metadata=_series(names.ITER_BYTES))
+    messages: int = field(metadata=_series(names.ITER_MESSAGES))
+    loss: float = field(metadata=_series(names.ITER_LOSS))  # training loss of the iteration's batch
+    sim_time_s: float = field(metadata=_series(names.ITER_SIM_TIME, modelled=True))  # the modelled cluster's clock
+    # sim_time_s - sim_comm_exposed_s
+    sim_compute_s: float = field(metadata=_series(names.ITER_SIM_COMPUTE, modelled=True))
+    sim_comm_exposed_s: float = field(metadata=_series(names.ITER_SIM_COMM_EXPOSED, modelled=True))
+    sim_comm_busy_s: float = field(metadata=_series(names.ITER_SIM_COMM_BUSY, modelled=True))
+    comm_modelled_s: float = field(metadata=_series(names.ITER_COMM_MODELLED, modelled=True))  # cost model's durations
     overruns: int  # operations whose real transfer outlasted the model (emulate)
     # blocked on the Channel before the peers reached the operation (or, on shared hardware, waiting
     # for a core or the turn back after it): dlcomm.comm.waits; nan where the transport cannot tell
     # (processes), and for rows of checkpoints written before it existed
-    peer_wait_s: float = _series(names.ITER_PEER_WAIT, default=math.nan)
+    peer_wait_s: float = field(default=math.nan, metadata=_series(names.ITER_PEER_WAIT))
 
     @classmethod
-    def restore(cls, saved: object) -> IterationRow:
+    def restore(cls, saved: IterationRow | tuple) -> IterationRow:
         """A row as a checkpoint holds it (a row, or the positional tuple of checkpoints written
         before rows were typed, in :data:`TIMING_COLUMNS` order)."""
-        return saved if isinstance(saved, cls) else cls(*saved)
+        return saved if isinstance(saved, IterationRow) else cls(*saved)
 
 
 TIMING_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(IterationRow))

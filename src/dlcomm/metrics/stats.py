@@ -18,7 +18,7 @@ observations; events per worker over the run). Names: ``dlcomm.metrics.names``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, cast
 
 from dlcomm.metrics import names
 
@@ -52,12 +52,12 @@ class StatLog:
         """Append the observations ``taken`` after iteration ``step``."""
         for name, stat in taken.items():
             if isinstance(stat, Mean):
-                own = self.stats.setdefault(name, Mean())
+                own = cast(Mean, self.stats.setdefault(name, Mean()))  # a name keeps its kind of stat
                 own.values.extend(stat.values)
                 own.steps.extend(stat.steps or [step] * len(stat.values))
             else:
-                own = self.stats.setdefault(name, Count())
-                own.count += stat.count
+                counted = cast(Count, self.stats.setdefault(name, Count()))  # a name keeps its kind of stat
+                counted.count += stat.count
 
     def merge(self, other: StatLog) -> None:
         """Add ``other``'s observations (keeping their steps)."""

@@ -26,6 +26,9 @@ from dlcomm.errors import UserError
 
 
 class Generator(nn.Module):
+    pixel_mean: torch.Tensor  # buffers (register_buffer in __init__)
+    pixel_std: torch.Tensor
+
     def __init__(
         self,
         latent_dim: int,

@@ -58,7 +58,7 @@ class RowRecurrentClassifier(nn.Module):
 
 
 def _build(
-    kind: Type[nn.RNNBase], cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int
+    kind: Type[nn.RNN | nn.LSTM | nn.GRU], cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int
 ) -> nn.Module:
     c, _, w = input_shape
     hidden = int(cfg.hidden_size)

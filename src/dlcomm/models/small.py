@@ -55,8 +55,8 @@ def build_mlp(cfg: MLPConfig, input_shape: Tuple[int, int, int], num_classes: in
     return nn.Sequential(*layers)
 
 
-def _mlpconv(c_in: int, widths: Tuple[int, int, int], kernel: int) -> List[nn.Module]:
-    """One NIN mlpconv block: a kxk conv then two 1x1 convs, ReLU after each."""
+def _mlpconv(c_in: int, widths: Tuple[int, ...], kernel: int) -> List[nn.Module]:
+    """One NIN mlpconv block: a kxk conv then two 1x1 convs, ReLU after each (three ``widths``)."""
     a, b, d = widths
     return [
         nn.Conv2d(c_in, a, kernel_size=kernel, padding=kernel // 2),
@@ -103,5 +103,6 @@ def build_nin(cfg: NiNConfig, input_shape: Tuple[int, int, int], num_classes: in
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
             nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+            assert module.bias is not None  # nn.Conv2d's default, bias=True
             nn.init.zeros_(module.bias)
     return model

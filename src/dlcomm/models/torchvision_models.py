@@ -12,7 +12,7 @@ pay for importing it.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, cast
 
 from torch import nn
 
@@ -33,15 +33,20 @@ def _kaiming_fan_in(conv: nn.Conv2d) -> None:
     nn.init.kaiming_normal_(conv.weight)
 
 
+def _2d(size: tuple[int, ...]) -> tuple[int, int]:
+    """A 2-d conv's size (torch annotates it ``tuple[int, ...]``; a Conv2d's has two entries)."""
+    return cast("tuple[int, int]", size)
+
+
 def _with_in_channels(conv: nn.Conv2d, in_channels: int, init: Optional[Init]) -> nn.Conv2d:
     """A new conv like ``conv`` (kernel, stride, padding, ..., bias) but taking ``in_channels``."""
     new = nn.Conv2d(
         in_channels,
         conv.out_channels,
-        kernel_size=conv.kernel_size,
-        stride=conv.stride,
-        padding=conv.padding,
-        dilation=conv.dilation,
+        kernel_size=_2d(conv.kernel_size),
+        stride=_2d(conv.stride),
+        padding=conv.padding if isinstance(conv.padding, str) else _2d(conv.padding),
+        dilation=_2d(conv.dilation),
         groups=conv.groups,
         bias=conv.bias is not None,
         padding_mode=conv.padding_mode,

@@ -19,6 +19,8 @@ When one (setting, method, seed) was run more than once, the latest run counts.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 PARAM = "params."
@@ -100,7 +102,7 @@ def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return runs.reset_index(drop=True), varying
 
 
-def _in_order(value: object) -> tuple[int, float, str]:
+def _in_order(value: Any) -> tuple[int, float, str]:
     """A sort key of a setting value: numbers by size before words (4 nodes before 16 and 64,
     where the labels as text would put 16 first)."""
     try:

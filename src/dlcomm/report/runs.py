@@ -212,5 +212,5 @@ def shipped_experiment(name: str):
 
     if not plain_name(name):
         return None
-    shipped = files("dlcomm.configs").joinpath("experiment", f"{name}.yaml")
+    shipped = files("dlcomm.configs").joinpath("experiment").joinpath(f"{name}.yaml")  # one name a call on 3.10
     return shipped if shipped.is_file() else None

@@ -162,7 +162,9 @@ def census(
     machine's name; ``alive(pid)``: whether a process exists here; ``started_at(pid)``: when it
     started (:func:`dlcomm.launch.procstart.process_start`), compared with the run's record."""
     if started_at is None:
-        from dlcomm.launch.procstart import process_start as started_at
+        from dlcomm.launch.procstart import process_start
+
+        started_at = process_start
     result = Census()
     for run in runs:
         kind, reason = _verdict(run, live_jobs, host, alive, no_queue, started_at)

@@ -46,6 +46,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import cast
 from urllib.parse import quote, urlsplit
 
 from dlcomm.errors import UserError
@@ -183,7 +184,8 @@ def _schema_revisions() -> tuple[str, frozenset[str]]:
     from mlflow.store.db.utils import _get_alembic_config
 
     script = ScriptDirectory.from_config(_get_alembic_config(db_url=""))
-    return script.get_current_head(), frozenset(revision.revision for revision in script.walk_revisions())
+    head = cast(str, script.get_current_head())  # None only for a migrations folder without any: MLflow's has them
+    return head, frozenset(revision.revision for revision in script.walk_revisions())
 
 
 def _head_revision() -> str:

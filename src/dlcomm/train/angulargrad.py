@@ -36,7 +36,7 @@ before bias correction rather than to ``sqrt(v_hat_t)``.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, overload
 
 import torch
 
@@ -68,6 +68,10 @@ class AngularGrad(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, method=method)
         super().__init__(params, defaults)
 
+    @overload  # torch.optim.Optimizer.step's
+    def step(self, closure: None = None) -> None: ...
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         loss = None

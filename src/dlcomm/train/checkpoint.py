@@ -33,7 +33,7 @@ from dlcomm.metrics.rows import IterationRow
 from dlcomm.metrics.stats import Count, Mean, StatLog
 
 # What a checkpoint holds beyond tensors, numbers, strings and containers (TrainLoop.state_dict).
-SAFE_GLOBALS = [IterationRow, StatLog, Mean, Count]
+SAFE_GLOBALS: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [IterationRow, StatLog, Mean, Count]
 
 
 class Preempted(Exception):

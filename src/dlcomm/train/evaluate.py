@@ -108,7 +108,7 @@ def evaluate(
     size = min(eval_size, data.test_size) if eval_size > 0 else data.test_size
     with channel.phase("metrics"):
         averaged = copy.deepcopy(model)
-        params = list(averaged.parameters())
+        params: list[torch.Tensor] = list(averaged.parameters())
         buffers = [b for b in averaged.buffers() if b.is_floating_point()]
         flat = torch.cat([t.detach().reshape(-1) for t in params + buffers])
         channel.allreduce(flat, average=True)

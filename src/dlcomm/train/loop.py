@@ -45,6 +45,7 @@ from dlcomm.tasks import Task
 from dlcomm.train.checkpoint import AFRESH, Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
+from dlcomm.train.optim import ConstantSchedule
 from dlcomm.train.plan import check_plan, ended_by, step_batch
 from dlcomm.train.precision import FULL, Precision
 
@@ -193,7 +194,7 @@ class TrainLoop:
         algorithm: Algorithm,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | ConstantSchedule,
         data: Any,
         reporter: Reporter | None,
         checkpointing: Checkpointing | None,
@@ -302,7 +303,7 @@ class TrainLoop:
             self.state.epoch = epoch + 1
             self._checkpoint()
         self.algorithm.finish()
-        summary = self._summary(last)
+        summary: dict[str, Any] = self._summary(last)  # and, on rank 0, lists per rank
         peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop(), socket.gethostname()), dst=0)
         if peaks is not None:
             summary[names.PEAK_RSS_MIB] = [rss for rss, _, _ in peaks]
