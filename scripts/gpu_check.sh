@@ -26,9 +26,13 @@
 #       stem; --cpu: small_cnn), batch 64, 40 steps (--cpu: 10); its wall ms/iter against the serial
 #       floor (N x one plain-torch step) and one batch of N x 64 in plain torch (bench_step_overhead.py
 #       --plain-batches); these rows run alone, before the pool
-#   * every algorithm (the 13 of configs/algo/) for STEPS steps under launcher=threads, all ranks
-#     on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl row's
-#     note says whether its losses equal the gloo row's (information, not a pass/fail criterion)
+#   * every algorithm (each src/dlcomm/configs/algo/*.yaml, listed when the script runs: 15 on
+#     2026-11-27, diloco and streaming_diloco included) for STEPS steps under launcher=threads, all
+#     ranks on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl
+#     row's note says whether its losses equal the gloo row's (information, not a pass/fail criterion)
+#   * compress=lowbit (4-bit E3M0 outer gradients) with diloco and streaming_diloco, semantics=nccl,
+#     algo.period=5 so that STEPS steps hold several outer steps (streaming_diloco's 2 fragments
+#     and overlap 1 at their defaults)
 #   * network=eth_10g network.mode=simulate on the device (allreduce, crossover, crossover_hier,
 #     ps; semantics=nccl): the simulated clock must read a positive compute and iteration time
 #   * train.amp=true train.amp_dtype=fp16 per algorithm family: allreduce, dpsgd (gossip),
@@ -303,6 +307,11 @@ for algo in $ALGOS; do
             $(shape "$algo") launcher.semantics=$semantics train.max_steps=$STEPS
         [ "$semantics" = nccl ] && R_PAIR[$((${#R_NAME[@]} - 1))]=$((${#R_NAME[@]} - 2))
     done
+done
+# the outer gradients in 4-bit floats (Streaming DiLoCo's), several outer steps within STEPS
+for algo in diloco streaming_diloco; do
+    row "threads $algo compress=lowbit" train "" launcher=threads train.device=$DEVICE algo=$algo \
+        $(shape "$algo") compress=lowbit algo.period=5 launcher.semantics=nccl train.max_steps=$STEPS
 done
 for algo in allreduce crossover crossover_hier ps; do
     row "threads $algo network.mode=simulate" simulated "" launcher=threads train.device=$DEVICE algo=$algo \
