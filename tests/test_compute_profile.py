@@ -172,9 +172,11 @@ def test_allreduce_at_16_workers_is_the_profiled_step_plus_the_modelled_allreduc
 
 
 @pytest.mark.parametrize("algo", ["allreduce", "ps"])
-def test_the_same_job_gives_the_same_simulated_figures_under_threads_and_local(home, tmp_path, algo) -> None:
+def test_the_same_job_gives_the_same_simulated_figures_under_threads_and_local(home, tmp_path, algo, cli_here) -> None:
     """ps: the server's clock, which the workers wait on, is charged the profile's optimizer step
-    for its update (not its own measured time), so it too is the same under both launchers."""
+    for its update (not its own measured time), so it too is the same under both launchers. The
+    threads run goes through ``cli.main`` in this process (its ranks are threads of the driver either
+    way: an interpreter start saved); the local run is a process whose ranks are processes."""
     overrides = [
         *FAST,
         "model=mlp",
@@ -189,7 +191,8 @@ def test_the_same_job_gives_the_same_simulated_figures_under_threads_and_local(h
     ]
     tables = []
     for launcher in ("threads", "local"):
-        result = run_cli(home, "train", *overrides, f"launcher={launcher}")
+        run = cli_here if launcher == "threads" else run_cli
+        result = run(home, "train", *overrides, f"launcher={launcher}")
         assert result.returncode == 0, result.stderr
         timings = pd.read_csv(result.run_dir / "timings.csv").sort_values(["rank", "step"]).reset_index(drop=True)
         tables.append(timings[[c for c in timings.columns if c.startswith("sim_")]])
