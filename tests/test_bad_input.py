@@ -250,7 +250,11 @@ TRAIN = [
     (["launcher=srun", "launcher.backend=nccl"], "launcher.backend=nccl is invalid with train.device=cpu"),
     (
         ["launcher=threads", "network=eth_1g", "network.mode=emulate", "launcher.compute=serial"],
-        "network.mode=emulate is invalid with launcher=threads and serial compute",
+        "network.mode=emulate is invalid with launcher=threads and serial compute (launcher.compute=serial)",
+    ),
+    (  # serial by auto: the dropout draws from the generator
+        ["launcher=threads", "model=mlp", "model.dropout=0.2", "network=eth_1g", "network.mode=emulate"],
+        "serial compute (auto: model=mlp (dropout) draws from the random generator",
     ),
     (["model=vgg16"], "model=vgg16 cannot take dataset=fashion_mnist input of shape 1x28x28"),
     # -- missing data --

@@ -132,32 +132,8 @@ def test_the_declared_semantics_are_the_fabrics() -> None:
     assert tuple(declared.metadata["limits"]["one_of"]) == SEMANTICS
 
 
-def test_bad_compute_mode_and_emulation_under_serial_are_refused(home) -> None:
-    bad = run_cli(home, "train", *FAST, "launcher=threads", "launcher.compute=fast")
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1] == (
-        "dlcomm: error: launcher.compute=fast is invalid: the compute mode must be auto, serial or parallel"
-    )
-    emulate = run_cli(
-        home, "train", *FAST, "launcher=threads", "launcher.compute=serial", "network=eth_1g", "network.mode=emulate"
-    )
-    assert emulate.returncode == 2
-    assert (
-        "network.mode=emulate is invalid with launcher=threads and serial compute (launcher.compute=serial)"
-        in emulate.stderr
-    )
-    dropout = run_cli(
-        home,
-        "train",
-        *FAST,
-        "launcher=threads",
-        "model=mlp",
-        "model.dropout=0.2",
-        "network=eth_1g",
-        "network.mode=emulate",
-    )
-    assert dropout.returncode == 2
-    assert "serial compute (auto: model=mlp (dropout) draws from the random generator" in dropout.stderr
+# launcher.compute=fast, emulation under launcher.compute=serial and under the serial compute auto picks
+# for a dropout model: rows of tests/test_bad_input.py (in this process, one line, exit 2, nothing recorded)
 
 
 def test_auto_compute_is_parallel_unless_the_run_needs_serial(home, monkeypatch) -> None:
