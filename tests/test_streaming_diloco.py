@@ -141,6 +141,7 @@ def _paper(
     steps: int,
     *,
     offset_shift: int = 0,
+    early_first: bool = False,
     swap_alpha: bool = False,
     sign: float = 1.0,
     quantise=None,
@@ -150,9 +151,12 @@ def _paper(
     inner step ``t`` (1, 2, ...): a fragment ``p`` with ``(t - o_p - tau) mod H == 0`` whose exchange
     is in flight takes its average ``d``: ``v = mu v + d``, ``theta -= lr (d + mu v)`` (Nesterov) or
     ``lr v``, every replica ``x_p = alpha x_p + (1 - alpha) theta_p``; then a fragment with
-    ``(t - o_p) mod H == 0`` sends ``d = mean_i(theta_p - x_{i,p})``, applied at once when ``tau = 0``.
-    ``o_p = floor(p H / P)``. Wrong rules: ``offset_shift`` added to the offsets of fragments
-    ``p >= 1``, ``swap_alpha`` mixes with ``1 - alpha``, ``sign=-1`` takes ``x - theta``.
+    ``(t - o_p) mod H == 0`` and ``t - o_p >= H`` sends ``d = mean_i(theta_p - x_{i,p})``, applied at
+    once when ``tau = 0``. ``o_p = floor(p H / P)``: every fragment takes H inner steps before its
+    first exchange (the paper's "each fragment will always do H steps before being synchronized":
+    with H = 100, P = 2 the second fragment at t = 150, 250, ...). Wrong rules: ``offset_shift``
+    added to the offsets of fragments ``p >= 1``, ``early_first`` sends fragment p first after
+    ``o_p < H`` steps, ``swap_alpha`` mixes with ``1 - alpha``, ``sign=-1`` takes ``x - theta``.
     ``quantise(vector) -> vector`` is applied to each replica's outer gradient of each bucket;
     ``finish``: an exchange in flight after the last step is applied then."""
     period, fragments, tau, alpha = knobs["period"], knobs["fragments"], knobs["overlap_steps"], knobs["alpha"]
@@ -186,7 +190,7 @@ def _paper(
             apply(*in_flight)
             in_flight = None
         for fragment, offset in enumerate(offsets):
-            if (t - offset) % period:
+            if (t - offset) % period or (t - offset < period and not early_first):
                 continue
             where = slices[fragment]
             gradients = [sign * (theta[where] - _flat(model).astype(np.float64)[where]) for model in models]
@@ -235,6 +239,7 @@ def test_the_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict, 
     assert _agree(ours, reference) <= 1e-6
     # the comparison can fail: each wrong rule ends far from dlcomm's parameters
     assert _agree(ours, _paper(world, knobs, inner, steps, offset_shift=1)) > 1e-3
+    assert _agree(ours, _paper(world, knobs, inner, steps, early_first=True)) > 1e-3
     assert _agree(ours, _paper(world, knobs, inner, steps, sign=-1.0)) > 1e-3
     if knobs["alpha"] != 0.5:  # at 0.5, alpha is 1 - alpha
         assert _agree(ours, _paper(world, knobs, inner, steps, swap_alpha=True)) > 1e-3

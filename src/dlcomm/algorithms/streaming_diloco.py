@@ -8,14 +8,17 @@ least one layer; the paper's strided pattern is not implemented). Fragment ``p``
 side) has the offset ``o_p = floor(p H / P)`` (``H = period``); counting inner steps
 ``t = 1, 2, ...`` (iteration ``step`` is ``t = step + 1``), after inner step ``t``, on every worker::
 
-    (t - o_p) mod H == 0:        delta_p <- theta_p - x_{i,p}          # this replica's outer gradient
+    (t - o_p) mod H == 0, t - o_p >= H:
+                                 delta_p <- theta_p - x_{i,p}          # this replica's outer gradient
                                  start averaging delta_p over the workers (one allreduce per bucket)
     (t - o_p - tau) mod H == 0:  delta_p <- the average (waited for: it had tau inner steps to travel)
                                  theta_p <- OuterSGD(theta_p, delta_p)  # dlcomm.algorithms.outer (DiLoCo's)
                                  x_{i,p} <- alpha x_{i,p} + (1 - alpha) theta_p   # the merge; alpha = 0: replace
 
 ``tau = overlap_steps``, ``alpha`` the mixing factor. With one fragment, ``tau = 0`` and
-``alpha = 0`` it is DiLoCo (``algo=diloco``), bit for bit. The outer gradient is formed against
+``alpha = 0`` it is DiLoCo (``algo=diloco``), bit for bit. Every fragment takes ``H`` inner
+steps before its first exchange (the paper's Sec. 2.2: with ``H = 100``, ``P = 2`` the second
+fragment synchronises at ``t = 150, 250, ...``). The outer gradient is formed against
 ``theta_p``, the global parameters of the fragment's last outer step (the same on every worker), so
 the replicas need not send ``theta``. ``tau * P < H``: at most one fragment's exchange is in
 flight, and each fragment's has arrived before it sends again. docs/algorithms.md has the rule
@@ -55,9 +58,12 @@ class StreamingDiLoCoConfig(DiLoCoConfig):
     overlap_steps: int = field(
         default=1, metadata=domain(low=0, means="tau, the inner steps a fragment's exchange overlaps,")
     )  # 0: each fragment's exchange blocks, as DiLoCo's
+    outer_lr: float = field(
+        default=0.4, metadata=domain(above=0, means="the outer SGD's learning rate")
+    )  # the Streaming DiLoCo paper's, tuned once and kept for DiLoCo and Streaming DiLoCo at every scale
     alpha: float = field(
         default=0.5, metadata=domain(low=0, high=1, means="the mixing factor of the local parameters")
-    )  # the paper's 0.5; 0 replaces the fragment by the global parameters (DiLoCo's restart)
+    )  # the paper states no default (its Figs. 8 and 10: 0.5); 0 replaces the fragment by theta (DiLoCo's restart)
 
 
 def fragment_offsets(period: int, fragments: int) -> list[int]:
@@ -125,7 +131,9 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
         tau, period = cfg.overlap_steps, cfg.period
         last = range(max(1, total_steps - tau + 1), total_steps + 1)  # inner steps whose sends arrive too late
         late = [
-            p for p, o in enumerate(fragment_offsets(period, cfg.fragments)) if any((t - o) % period == 0 for t in last)
+            p
+            for p, o in enumerate(fragment_offsets(period, cfg.fragments))
+            if any((t - o) % period == 0 and t - o >= period for t in last)
         ]
         if not late:
             return []
@@ -160,7 +168,7 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
             if (t - self.offsets[fragment] - tau) % period == 0:
                 self._merge()
         for fragment, offset in enumerate(self.offsets):
-            if (t - offset) % period == 0:
+            if (t - offset) % period == 0 and t - offset >= period:  # H inner steps before the first
                 self._send(fragment, step)
                 if tau == 0:
                     self._merge()
