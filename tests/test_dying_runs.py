@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from dlcomm.metrics import names
@@ -71,12 +72,16 @@ def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_comm
         client, run = _running_run(uri, deadline)
         while time.monotonic() < deadline and len(client.get_metric_history(run.info.run_id, names.LIVE_LOSS)) < 40:
             time.sleep(0.5)
+        ranks = psutil.Process(driver.pid).children(recursive=True)  # the ranks, and a fork server if any
+        assert ranks, "the driver has no rank processes to wait for"
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=10)
     finally:
         if driver.poll() is None:
             driver.kill()
-    time.sleep(3)  # the ranks notice their driver is gone (within a second) and exit
+    # the ranks notice their driver is gone (within a second) and exit: waited for, not a fixed 3 s
+    _, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive, alive
     kept = client.get_metric_history(run.info.run_id, names.LIVE_LOSS)
     assert 40 <= len(kept) < 312 and sorted(p.step for p in kept) == list(range(len(kept)))
     assert client.get_run(run.info.run_id).info.status == "RUNNING"  # nothing could close it
