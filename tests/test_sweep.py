@@ -88,10 +88,13 @@ def test_export_refuses_a_bad_element_in_one_line(home) -> None:
     ]
 
 
-def test_a_local_sweep_runs_one_run_after_another_under_a_parent(home) -> None:
+def test_a_local_sweep_runs_one_run_after_another_under_a_parent(home, cli_here) -> None:
+    """The sweep loop is the launchers' own (Launcher.sweep, the same for local and threads): its ranks
+    as threads of this process. launcher=local's sweep, processes and all, is
+    tests/test_threads_launcher.py's every-algorithm sweep."""
     from mlflow.tracking import MlflowClient
 
-    result = run_cli(home, "train", "-m", "seed=1,2", *FAST, "nodes=2", "train.max_steps=5")
+    result = cli_here(home, "train", "-m", "seed=1,2", *FAST, "nodes=2", "train.max_steps=5", "launcher=threads")
     assert result.returncode == 0, result.stderr
     assert "sweep done: 2 of 2 runs finished" in result.stdout
     client = MlflowClient(tracking_uri=result.tracking_uri)
