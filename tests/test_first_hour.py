@@ -19,7 +19,7 @@ from dlcomm.metrics import names
 from dlcomm.metrics.aggregate import epoch_metrics
 from dlcomm.metrics.rows import IterationRow
 
-from conftest import FAST, run_cli
+from conftest import FAST
 
 CHECKOUT = Path(dlcomm.__file__).resolve().parents[2]
 
@@ -146,8 +146,8 @@ def test_a_line_at_once_then_every_2_s_and_the_done_line_agrees_with_iterations_
     assert [point.step for point in client.get_metric_history(run_id, names.PEAK_RSS_MIB)] == [0]  # never rank-as-step
 
 
-def test_a_sweep_s_runs_are_named_by_what_it_varies(home) -> None:
-    result = run_cli(
+def test_a_sweep_s_runs_are_named_by_what_it_varies(home, cli_here) -> None:
+    result = cli_here(  # through cli.main in this process: the names are the sweep's, not the process's
         home,
         "train",
         "-m",
@@ -158,7 +158,6 @@ def test_a_sweep_s_runs_are_named_by_what_it_varies(home) -> None:
         "train.epochs=1",
         "seed=1,2",
         "optim.lr=0.1,0.05",
-        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     from mlflow.tracking import MlflowClient

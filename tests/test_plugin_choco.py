@@ -281,8 +281,10 @@ def test_dlcomm_config_prints_the_knobs(home) -> None:
     assert "name: choco\n  gamma: 0.2\n  ratio: 0.01\n  segments: 1\n" in result.stdout
 
 
-def test_dlcomm_train_runs_choco_end_to_end(home) -> None:
-    result = run_cli(home, "train", *FAST, "algo=choco", "launcher=threads", "train.max_steps=4", "train.epochs=1")
+def test_dlcomm_train_runs_choco_end_to_end(home, cli_here) -> None:
+    # through cli.main in this process (ranks as threads either way); a fresh dlcomm process finding the
+    # plugin through its entry points is the config and refusal tests' (run_cli)
+    result = cli_here(home, "train", *FAST, "algo=choco", "launcher=threads", "train.max_steps=4", "train.epochs=1")
     assert result.returncode == 0, result.stderr[-3000:]
     tags = mlflow_run(result).data.tags
     assert tags["algo"] == "choco"
