@@ -162,17 +162,17 @@ def test_killing_the_manager_ends_a_managed_run_with_a_clear_error(home) -> None
     assert mlflow_run(result).info.status == "FAILED"
 
 
-def test_an_autonomous_run_has_no_manager_to_lose(home) -> None:
+def test_an_autonomous_run_has_no_manager_to_lose(home, cli_here) -> None:
     """The same fault aimed at rank 4: in an autonomous run there is no rank 4, so the fault could not
     happen and is refused in one line (issue 49: no knob silently without effect); the run itself
-    has no manager and finishes."""
+    has no manager and finishes. The refusal is the config's check, so it runs in this process."""
     from dlcomm.algorithms.gossip_pull import GossipPull, GossipPullConfig
 
     from conftest import mlflow_run, run_cli
 
     assert GossipPull.roles(GossipPullConfig(scheduler="autonomous")) == ()
     autonomous = [*GOSSIP, "algo.scheduler=autonomous", "train.epochs=3"]
-    refused = run_cli(home, *autonomous, "debug.fail_rank=4", "debug.fail_step=4", timeout=180)
+    refused = cli_here(home, *autonomous, "debug.fail_rank=4", "debug.fail_step=4")
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         "dlcomm: error: debug.fail_rank=4 is invalid: this job's ranks are 0 to 3 (4 workers); pass one of them, "
