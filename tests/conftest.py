@@ -178,7 +178,7 @@ def wait_until_ended(home: Path, parent: str, count: int, timeout_s: float) -> l
         if len(runs) == count and parent_status != "RUNNING" and all(run.info.status != "RUNNING" for run in runs):
             return runs
         assert time.monotonic() < deadline, (parent_status, [(run.info.run_name, run.info.status) for run in runs])
-        time.sleep(3)
+        time.sleep(1)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def test_a_run_is_one_job_that_returns_at_once(home) -> None:
     assert f"/runs/{result.run_id}?workflowType=machine_learning" in result.stdout  # where to see it (MLflow UI)
     deadline = time.monotonic() + 240
     while mlflow_run(result).info.status == "RUNNING" and time.monotonic() < deadline:
-        time.sleep(2)
+        time.sleep(0.5)
     run = mlflow_run(result)
     assert run.info.status == "FINISHED", (job_id, returned_after)
     assert run.data.metrics["final/steps"] == 20
@@ -279,7 +279,7 @@ def test_plain_sbatch_array_runs_the_lines_of_an_exported_sweep(home) -> None:
     deadline = time.monotonic() + 300
     while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline
-        time.sleep(3)
+        time.sleep(1)
     runs = store_client(home).search_runs([store_client(home).get_experiment_by_name("dlcomm").experiment_id])
     assert sorted((run.data.params["seed"], run.info.status) for run in runs) == [("1", "FINISHED"), ("2", "FINISHED")]
     assert all(run.data.tags["launcher"] == "srun" and run.data.tags["world_size"] == "2" for run in runs)
