@@ -3,7 +3,8 @@ might write it: each rank posts its send to the right, then its receive from the
 messages of their own, and waits for both. gloo's delivery lets it through; under NCCL's rules
 the receive is queued behind a send whose match is queued behind another send: a deadlock.
 
-Usage (tests/test_threads_launcher.py): ``python tests/hand_ordered_dpsgd.py train algo=dpsgd ...``
+Usage: ``python tests/hand_ordered_dpsgd.py train algo=dpsgd ...``; tests/test_threads_launcher.py
+patches :func:`hand_ordered_after_step` into DPSGD and runs ``cli.main`` in the test's process.
 """
 
 from __future__ import annotations

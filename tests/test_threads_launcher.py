@@ -82,9 +82,9 @@ def test_every_algorithm_gives_the_same_numbers_under_threads_and_processes(home
     "mode,expected",
     [("kill", "rank 2 was killed (debug.fail_mode=kill)"), ("raise", "rank 2 raised RuntimeError: fault injected")],
 )
-def test_a_failing_rank_thread_ends_the_run_naming_it(home, mode, expected) -> None:
+def test_a_failing_rank_thread_ends_the_run_naming_it(home, cli_here, mode, expected) -> None:
     started = time.monotonic()
-    result = run_cli(
+    result = cli_here(  # through cli.main in this process: the ranks are its threads either way
         home,
         "train",
         *FAST,
@@ -94,16 +94,15 @@ def test_a_failing_rank_thread_ends_the_run_naming_it(home, mode, expected) -> N
         "debug.fail_rank=2",
         "debug.fail_step=5",
         f"debug.fail_mode={mode}",
-        timeout=120,
     )
-    assert time.monotonic() - started < 60  # 10-30 s here, with another test running beside it
+    assert time.monotonic() - started < 60  # 10-30 s here as a process, with another test running beside it
     assert result.returncode == 1
     assert expected in result.stderr
     assert mlflow_run(result).info.status == "FAILED"
 
 
-def test_a_failing_service_thread_ends_the_run_naming_it(home) -> None:
-    result = run_cli(
+def test_a_failing_service_thread_ends_the_run_naming_it(home, cli_here) -> None:
+    result = cli_here(
         home,
         "train",
         *FAST,
@@ -113,7 +112,6 @@ def test_a_failing_service_thread_ends_the_run_naming_it(home) -> None:
         "train.epochs=50",
         "debug.fail_rank=2",
         "debug.fail_step=1",
-        timeout=120,
     )
     assert result.returncode == 1
     assert "rank 2 (server) was killed" in result.stderr
@@ -172,21 +170,14 @@ def test_a_job_too_large_for_this_machine_is_refused_with_the_estimate(home) -> 
     assert "(4096 ranks x " in lines[0] and "; use at most " in lines[0]
 
 
-def _run_hand_ordered(home, *args: str):
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rules(home, cli_here, monkeypatch) -> None:
+    """D-PSGD's exchange replaced by tests/hand_ordered_dpsgd.py's, a user's own algorithm: the runs
+    through cli.main in this process (their ranks are threads either way)."""
+    from dlcomm.algorithms.dpsgd import DPSGD
 
-    from conftest import CliResult, cli_env
+    from hand_ordered_dpsgd import hand_ordered_after_step
 
-    script = Path(__file__).with_name("hand_ordered_dpsgd.py")
-    done = subprocess.run(
-        [sys.executable, str(script), *args], cwd=home, env=cli_env(home), capture_output=True, text=True, timeout=120
-    )
-    return CliResult(done.returncode, done.stdout, done.stderr, home)
-
-
-def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rules(home) -> None:
+    monkeypatch.setattr(DPSGD, "after_step", hand_ordered_after_step)
     job = [
         "train",
         *FAST,
@@ -196,10 +187,10 @@ def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rule
         "train.max_steps=3",
         "launcher.hang_timeout_s=3",
     ]
-    gloo = _run_hand_ordered(home, *job)
+    gloo = cli_here(home, *job)
     assert gloo.returncode == 0, gloo.stderr[-2000:]
     started = time.monotonic()
-    nccl = _run_hand_ordered(home, *job, "launcher.semantics=nccl")
+    nccl = cli_here(home, *job, "launcher.semantics=nccl")
     assert time.monotonic() - started < 30
     assert nccl.returncode == 1, nccl.stderr[-2000:]
     assert "Traceback" not in nccl.stderr
@@ -210,9 +201,9 @@ def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rule
     assert mlflow_run(nccl).info.status == "FAILED"
 
 
-def test_a_rank_killed_mid_exchange_under_nccls_rules_ends_the_run_naming_it(home) -> None:
+def test_a_rank_killed_mid_exchange_under_nccls_rules_ends_the_run_naming_it(home, cli_here) -> None:
     started = time.monotonic()
-    result = run_cli(
+    result = cli_here(
         home,
         "train",
         *FAST,
@@ -224,7 +215,6 @@ def test_a_rank_killed_mid_exchange_under_nccls_rules_ends_the_run_naming_it(hom
         "debug.fail_rank=2",
         "debug.fail_step=5",
         "debug.fail_mode=kill",
-        timeout=120,
     )
     assert time.monotonic() - started < 30
     assert result.returncode == 1
