@@ -27,19 +27,11 @@ def _slurm_up() -> bool:
 needs_slurm = pytest.mark.skipif(not _slurm_up(), reason="no SLURM here: run scripts/slurm_local.sh up")
 
 
-def test_no_sbatch_is_a_one_line_error(home, tmp_path) -> None:
+def test_no_sbatch_is_a_one_line_error(home, tmp_path, cli_here, monkeypatch) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
-    env = cli_env(home)
-    env["PATH"] = str(empty)
-    done = subprocess.run(
-        [sys.executable, "-m", "dlcomm.cli", "train", "launcher=slurm"],
-        cwd=home,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    monkeypatch.setenv("PATH", str(empty))
+    done = cli_here(home, "train", "launcher=slurm")  # the check, through cli.main in this process
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no sbatch on PATH" in lines[0] and "scripts/slurm_local.sh up" in lines[0]
@@ -66,14 +58,15 @@ def test_a_run_is_one_job_that_returns_at_once(home) -> None:
 
 
 @needs_slurm
-def test_more_nodes_than_the_partition_has_is_refused(home) -> None:
-    """The local cluster has one node: nodes=2 would pend forever, so it is an error up front."""
-    result = run_cli(home, "train", "launcher=slurm", "nodes=2", timeout=120)
+def test_more_nodes_than_the_partition_has_is_refused(home, cli_here) -> None:
+    """The local cluster has one node: nodes=2 would pend forever, so it is an error up front (the
+    check asks sinfo; through cli.main in this process)."""
+    result = cli_here(home, "train", "launcher=slurm", "nodes=2")
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "nodes=2 is invalid with launcher=slurm: the default partition has 1 node(s)" in lines[0]
     assert not (home / "results" / "mlflow.db").exists()
-    unknown = run_cli(home, "train", "launcher=slurm", "launcher.partition=nope", timeout=120)
+    unknown = cli_here(home, "train", "launcher=slurm", "launcher.partition=nope")
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == (
         "dlcomm: error: launcher.partition=nope is invalid: this cluster's partitions are local; "
