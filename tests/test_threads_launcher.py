@@ -82,6 +82,7 @@ def test_every_algorithm_gives_the_same_numbers_under_threads_and_processes(home
     "mode,expected",
     [("kill", "rank 2 was killed (debug.fail_mode=kill)"), ("raise", "rank 2 raised RuntimeError: fault injected")],
 )
+@pytest.mark.timeout(120)  # the bound its process had: a run the failure does not end fails here
 def test_a_failing_rank_thread_ends_the_run_naming_it(home, cli_here, mode, expected) -> None:
     started = time.monotonic()
     result = cli_here(  # through cli.main in this process: the ranks are its threads either way
@@ -101,6 +102,7 @@ def test_a_failing_rank_thread_ends_the_run_naming_it(home, cli_here, mode, expe
     assert mlflow_run(result).info.status == "FAILED"
 
 
+@pytest.mark.timeout(120)
 def test_a_failing_service_thread_ends_the_run_naming_it(home, cli_here) -> None:
     result = cli_here(
         home,
@@ -170,6 +172,7 @@ def test_a_job_too_large_for_this_machine_is_refused_with_the_estimate(home) -> 
     assert "(4096 ranks x " in lines[0] and "; use at most " in lines[0]
 
 
+@pytest.mark.timeout(240)  # its two processes' bounds
 def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rules(home, cli_here, monkeypatch) -> None:
     """D-PSGD's exchange replaced by tests/hand_ordered_dpsgd.py's, a user's own algorithm: the runs
     through cli.main in this process (their ranks are threads either way)."""
@@ -201,6 +204,7 @@ def test_an_algorithm_that_would_hang_on_gpus_fails_in_one_line_under_nccls_rule
     assert mlflow_run(nccl).info.status == "FAILED"
 
 
+@pytest.mark.timeout(120)
 def test_a_rank_killed_mid_exchange_under_nccls_rules_ends_the_run_naming_it(home, cli_here) -> None:
     started = time.monotonic()
     result = cli_here(
