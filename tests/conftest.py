@@ -137,17 +137,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``hosts``) share one worker (``--dist loadgroup``), so that they never queue behind each other's
     jobs; the ``alone`` ones run afterwards in a pytest of their own.
 
-    The ``slow`` tests come first, each tier in the order collected (a stable sort): xdist hands out
-    tests in this order, and the parallel part ends when its busier worker does, so a long test
-    handed out last (test_threads_launcher's every-algorithm sweep, ~84 s in CI, was the 1702nd of
-    1768) leaves the other worker idle for whatever of it outlasts the tests after it; after the
-    slow tier come the unit tests, minutes of sub-second work that even the workers out."""
+    The files with ``slow`` tests come first, each file whole and in the order collected (a stable
+    sort; a module's fixtures are then set up once): xdist hands out tests in this order, and the
+    parallel part ends when its busier worker does, so a long test handed out last
+    (test_threads_launcher's every-algorithm sweep, ~84 s in CI, was the 1702nd of 1768) leaves the
+    other worker idle for whatever of it outlasts the tests after it; after these come the files of
+    unit tests only, minutes of sub-second work that even the workers out."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slurm") or item.get_closest_marker("hosts"):
             item.add_marker(pytest.mark.xdist_group("local_slurm"))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 def mlflow_run(result: CliResult):
