@@ -308,10 +308,10 @@ def test_two_runs_at_once_do_not_collide(home) -> None:
     assert [process.returncode for process in processes] == [0, 0], outputs
 
 
-def test_eval_size_evaluates_the_first_images_only(home) -> None:
+def test_eval_size_evaluates_the_first_images_only(home, cli_here) -> None:
     """train.eval_size=100: accuracies are counts out of 100 (the whole synthetic test set is 512);
-    the mean over two replicas, out of 200."""
-    result = run_cli(
+    the mean over two replicas, out of 200. Through cli.main in this process (ranks as threads)."""
+    result = cli_here(
         home,
         "train",
         *FAST,
