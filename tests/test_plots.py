@@ -639,3 +639,19 @@ def test_the_time_breakdown_stacks_waiting_for_peers_between_compute_and_communi
     ]
     assert bars == [(0, 20.0), (0, 21.0), (20.0, 70.0), (21.0, 40.0), (90.0, 4.0), (61.0, 2.0)]
     plt.close("all")
+
+
+def test_a_log_axis_is_labelled_in_plain_numbers_not_tex() -> None:
+    """Figure text is literal (text.parse_math off, so a '$' in a name is no TeX): matplotlib's
+    own log labels ('$\\mathdefault{10^{2}}$') would print as code; the bytes axis reads 50, 100, 200, 500."""
+    from dlcomm.report import plots
+
+    plt = plots._pyplot()
+    figure, axis = plt.subplots()
+    axis.plot([41.1, 606.5], [86.7, 85.2], "o")
+    plots._plain_log_x(axis)
+    figure.canvas.draw()
+    labels = [label.get_text() for label in axis.get_xticklabels() if label.get_text()]
+    plt.close(figure)
+    assert labels and not any("$" in label for label in labels)
+    assert {"50", "100", "200", "500"} <= set(labels)

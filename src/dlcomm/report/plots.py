@@ -95,6 +95,17 @@ def _pyplot():
     return plt
 
 
+def _plain_log_x(axis) -> None:
+    """A logarithmic x axis ticked at 1, 2 and 5 times the powers of ten, labelled as plain numbers:
+    matplotlib's own log labels are TeX (``$10^{2}$``), printed as is under ``text.parse_math=False``."""
+    from matplotlib import ticker
+
+    axis.set_xscale("log")
+    axis.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
 def _label(setting: str, method: str, several: bool) -> str:
     return f"{method_text(method)} — {setting_text(setting)}" if several else method_text(method)
 
@@ -526,7 +537,7 @@ def tradeoff(
             axis.plot(
                 [], [], linestyle="", marker=markers[position % len(markers)], color="grey", label=setting_text(setting)
             )
-    axis.set_xscale("log")
+    _plain_log_x(axis)
     chance_note = (
         _accuracy_axis(axis, chance, points[spread].max() if spread in points else 0.0)
         if y.endswith("acc_mean")
