@@ -21,12 +21,10 @@ DIVERGED = r"loss became NaN at step \d+ \(rank \d+\); lower optim.lr or enable 
 
 
 @pytest.mark.parametrize("launcher", ["threads", "local"])
-def test_a_diverging_run_fails_with_one_line_and_its_reason_tag(home, launcher, cli_here) -> None:
+def test_a_diverging_run_fails_with_one_line_and_its_reason_tag(home, launcher) -> None:
     import re
 
-    args = ["train", *FAST, f"launcher={launcher}", "optim.lr=1e10", "train.max_steps=30"]
-    # threads: through cli.main in this process (its ranks are threads either way); local: a process
-    result = cli_here(home, *args) if launcher == "threads" else run_cli(home, *args, timeout=180)
+    result = run_cli(home, "train", *FAST, f"launcher={launcher}", "optim.lr=1e10", "train.max_steps=30", timeout=180)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("dlcomm: error: ")]
@@ -55,9 +53,7 @@ def _running_run(uri: str, deadline: float):
     raise AssertionError("no RUNNING run appeared")
 
 
-def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_command_closes_the_run(
-    home, cli_here
-) -> None:
+def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_command_closes_the_run(home) -> None:
     # one long epoch: 40,000 samples / 4 workers / batch 32 = 312 iterations
     args = [*FAST, "dataset.train_size=40000", "train.batch_size=32", "train.epochs=1", "tracking.stream_every_s=1"]
     driver = subprocess.Popen(
@@ -90,7 +86,7 @@ def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_comm
     assert 40 <= len(kept) < 312 and sorted(p.step for p in kept) == list(range(len(kept)))
     assert client.get_run(run.info.run_id).info.status == "RUNNING"  # nothing could close it
 
-    report = cli_here(home, "report", "--all")  # the next command, through cli.main in this process
+    report = run_cli(home, "report", "--all", timeout=60)
     assert (
         f"dlcomm: closed lost run {run.info.run_id} (experiment dlcomm) as FAILED: its driver process {driver.pid}"
         in report.stdout
