@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, run_cli
+from conftest import cli_env
 
 # slow: processes and a real store, 30-70 s a test here; alone: signals land at moments, and a
 # bound on the whole test's time, that a busy machine moves
@@ -46,7 +46,9 @@ def _store_opens(database: Path) -> None:
     MlflowClient(tracking_uri=f"sqlite:///{database}").search_experiments(max_results=1)
 
 
-def test_a_first_run_interrupted_while_the_store_is_created_leaves_a_store_the_next_run_uses(tmp_path) -> None:
+def test_a_first_run_interrupted_while_the_store_is_created_leaves_a_store_the_next_run_uses(
+    tmp_path, cli_here
+) -> None:
     start = time.monotonic()
     homes = []
     tries = [(signal.SIGTERM, 0.2), (signal.SIGTERM, 0.4), (signal.SIGINT, 0.5), (signal.SIGTERM, 0.7)]
@@ -69,7 +71,8 @@ def test_a_first_run_interrupted_while_the_store_is_created_leaves_a_store_the_n
         first.communicate(timeout=60)
         _store_opens(home / "results" / "mlflow.db")
         homes.append(home)
-    following = run_cli(homes[0], "train", *JOB, timeout=120)
+    # the next run needs only the store: through cli.main in this process, its ranks threads
+    following = cli_here(homes[0], "train", *JOB, "launcher=threads")
     assert following.returncode == 0, following.stderr[-2000:]
     assert "Traceback" not in following.stderr
     assert not list((homes[0] / "results").glob(".mlflow.db.creating-*")), "a killed creator's file was left"
@@ -82,7 +85,7 @@ def _full_disk() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
 
-def test_a_disk_that_fills_while_the_store_is_created_is_one_line_exit_2_and_no_store(tmp_path) -> None:
+def test_a_disk_that_fills_while_the_store_is_created_is_one_line_exit_2_and_no_store(tmp_path, cli_here) -> None:
     first = _start(tmp_path, preexec_fn=_full_disk)
     _, err = first.communicate(timeout=120)
     assert first.returncode == 2, err[-2000:]
@@ -94,6 +97,7 @@ def test_a_disk_that_fills_while_the_store_is_created_is_one_line_exit_2_and_no_
     results = tmp_path / "results"
     assert not (results / "mlflow.db").exists()
     assert not [path.name for path in results.glob(".mlflow.db.creating-*")]
-    following = run_cli(tmp_path, "train", *JOB, timeout=120)  # with room again: the store is made
+    # with room again the store is made (through cli.main in this process, its ranks threads)
+    following = cli_here(tmp_path, "train", *JOB, "launcher=threads")
     assert following.returncode == 0, following.stderr[-2000:]
     assert os.path.getsize(results / "mlflow.db") > 200_000
