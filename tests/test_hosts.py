@@ -94,9 +94,9 @@ def test_each_host_reaches_the_others_through_its_own_link(two_hosts) -> None:
     assert socket.gethostbyname("h2") == "10.77.0.12"
 
 
-def test_a_two_host_run_puts_one_rank_on_each_host(two_hosts, home, monkeypatch) -> None:
+def test_a_two_host_run_puts_one_rank_on_each_host(two_hosts, home, monkeypatch, cli_here) -> None:
     monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
-    result = run_cli(
+    result = cli_here(  # the submission (and its wait) through cli.main in this process: the ranks are SLURM's
         home,
         "train",
         *FAST,
@@ -105,7 +105,6 @@ def test_a_two_host_run_puts_one_rank_on_each_host(two_hosts, home, monkeypatch)
         "workers_per_node=1",
         "train.max_steps=20",
         "launcher.wait=true",
-        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     run = mlflow_run(result)
@@ -114,9 +113,9 @@ def test_a_two_host_run_puts_one_rank_on_each_host(two_hosts, home, monkeypatch)
     assert run.data.tags["rank_hosts"] == "h1,h2" and run.data.tags["num_hosts"] == "2"
 
 
-def test_a_sweeps_elements_land_on_different_hosts(two_hosts, home, monkeypatch) -> None:
+def test_a_sweeps_elements_land_on_different_hosts(two_hosts, home, monkeypatch, cli_here) -> None:
     monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
-    result = run_cli(
+    result = cli_here(  # the submission through cli.main in this process
         home,
         "train",
         "-m",
@@ -126,7 +125,6 @@ def test_a_sweeps_elements_land_on_different_hosts(two_hosts, home, monkeypatch)
         "nodes=1",
         "workers_per_node=1",
         "train.max_steps=20",
-        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     runs = wait_until_ended(home, parent_id(result), 2, 240)
@@ -231,14 +229,14 @@ def test_a_transfer_timeout_reads_as_a_lost_host_and_a_peer_reset_as_its_consequ
     assert comm_failure_line(ValueError("loss became NaN"), 0, 30) is None
 
 
-def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
+def _fault(home: Path, monkeypatch, cli_here, act) -> tuple[object, float]:
     """A 2-host run that would take minutes; ``act()`` once rank 0 has streamed a training loss (the
     ranks are past their rendezvous and training across both hosts); the run once it has ended, and
     the seconds from ``act`` to the end of the run, its ranks and its job."""
     import time
 
     monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
-    started = run_cli(
+    started = cli_here(  # the submission through cli.main in this process
         home,
         "train",
         *FAST,
@@ -249,7 +247,6 @@ def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
         # a lost link is silence: the transfer waits exactly this long (20 s before, 10 s of the test saved)
         "launcher.comm_timeout_s=10",
         "tracking.stream_every_s=0.5",
-        timeout=120,
     )
     assert started.returncode == 0, started.stderr
     deadline = time.monotonic() + 90  # polled, not a fixed 15 s: the ranks train ~5 s after the submission here
@@ -268,21 +265,25 @@ def _fault(home: Path, monkeypatch, act) -> tuple[object, float]:
     return mlflow_run(started), time.monotonic() - acted
 
 
-def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(two_hosts, home, monkeypatch) -> None:
+def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(
+    two_hosts, home, monkeypatch, cli_here
+) -> None:
     pid = Path("/var/lib/dlcomm-cluster/h2/slurmd.pid").read_text().strip()
-    run, took = _fault(home, monkeypatch, lambda: os.kill(int(pid), 9))
+    run, took = _fault(home, monkeypatch, cli_here, lambda: os.kill(int(pid), 9))
     subprocess.run([str(SCRIPT), "down"], capture_output=True)  # h2 is DOWN: the next test needs a fresh pair
     assert run.info.status == "FAILED", run.data.tags
     assert run.data.tags["error"].startswith("host(s) h2 stopped answering SLURM"), run.data.tags["error"]
     assert took < 120
 
 
-def test_a_host_whose_link_goes_down_fails_the_run_and_leaves_nothing_running(home, monkeypatch) -> None:
+def test_a_host_whose_link_goes_down_fails_the_run_and_leaves_nothing_running(home, monkeypatch, cli_here) -> None:
     if WHY:
         pytest.skip(WHY)
     subprocess.run([str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"], capture_output=True, check=True, timeout=180)
     try:
-        run, took = _fault(home, monkeypatch, lambda: subprocess.run([str(SCRIPT), "link", "h2", "down"], check=True))
+        run, took = _fault(
+            home, monkeypatch, cli_here, lambda: subprocess.run([str(SCRIPT), "link", "h2", "down"], check=True)
+        )
     finally:
         subprocess.run([str(SCRIPT), "down"], capture_output=True)
     assert run.info.status == "FAILED", run.data.tags
