@@ -27,6 +27,7 @@ from omegaconf import MISSING, OmegaConf
 from dlcomm.algorithms.registry import all_algorithms
 from dlcomm.compose import all_schemas, compose
 from dlcomm.config.choices import CHOICE_GROUPS, choice_files, choice_schemas, schema_name
+from dlcomm.config.typed import plain
 
 GROUPS = ("algo", *CHOICE_GROUPS, "launcher", "network")
 DOCUMENTED_IN_FILE = ("algo", *CHOICE_GROUPS)  # groups whose files also name every knob in a comment
@@ -87,7 +88,7 @@ def test_a_choice_file_never_repeats_its_schema(group, choice, content, schema, 
 @pytest.mark.parametrize("name", sorted(all_algorithms()))
 def test_the_composed_algorithm_is_its_dataclass(name) -> None:
     """What `dlcomm train algo=<name>` runs with is what `cls.Config()` builds."""
-    composed = OmegaConf.to_container(compose([f"algo={name}"]).algo)
+    composed = plain(compose([f"algo={name}"]).algo)
     assert composed == dataclasses.asdict(all_algorithms()[name].Config())
 
 

@@ -20,7 +20,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dlcomm.compose import all_schemas
-from dlcomm.config.validate import check_values
+from dlcomm.config.validate import check_value, check_values
 from dlcomm.errors import UserError
 
 CLOSED_BY_TYPE = (bool,)
@@ -123,10 +123,9 @@ def test_a_value_just_outside_a_declared_domain_is_refused_naming_the_key(key, s
     node = OmegaConf.structured(schema)
     # a field without a default (optim.lr in the optimizers' base) reads as missing, not as a list
     listed = not OmegaConf.is_missing(node, field_name) and OmegaConf.is_list(node[field_name])
-    node[field_name] = [value] if listed else value
-    prefix = key[: -len(field_name)]
+    field = {item.name: item for item in dataclasses.fields(schema)}[field_name]
     with pytest.raises(UserError, match=rf"^{re.escape(key)}=.* is invalid: "):
-        check_values(node, prefix)
+        check_value(key, [value] if listed else value, field)
 
 
 @pytest.mark.parametrize(
@@ -147,3 +146,18 @@ def test_each_bound_is_worded_and_an_open_bound_refuses_itself(rules, value, wor
         _check_number("k", value, value, full, "", None)
     inside = (full["above"] or full["low"] or 0) + 0.5 if full["above"] is not None else full["low"]
     _check_number("k", inside, inside, full, "", None)
+
+
+def test_the_walk_over_a_composed_run_reaches_nested_sections_and_list_elements() -> None:
+    """check_values walks the typed run (dataclasses, lists, mappings) with each key's dotted name."""
+    from dlcomm.compose import compose
+
+    cfg = compose(["network=eth_1g"])
+    cfg.network.inter.bandwidth_gbps = 0.0  # a nested section's field
+    with pytest.raises(UserError, match=r"^network\.inter\.bandwidth_gbps=0\.0 is invalid: "):
+        check_values(cfg)
+    cfg = compose(["network=eth_1g"])
+    cfg.network.worker_bandwidth_gbps = [10.0, math.nan]  # a list's element
+    with pytest.raises(UserError, match=r"^network\.worker_bandwidth_gbps=\[10\.0, nan\] is invalid: "):
+        check_values(cfg)
+    check_values(compose(["network=eth_1g"]))  # a composed run passes

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.compose import compose, compose_run
+from dlcomm.compose import compose
 from dlcomm.config.validate import validate_run
 
 EXPERIMENTS = sorted(
@@ -16,7 +16,7 @@ EXPERIMENTS = sorted(
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_composes_and_validates(name) -> None:
-    cfg = compose_run([f"experiment={name}"])
+    cfg = compose([f"experiment={name}"])
     validate_run(cfg)
     assert cfg.tracking.experiment == name
 
@@ -39,4 +39,4 @@ def test_the_sweeps_documented_in_an_experiment_compose(name) -> None:
     for command in commands:
         words = [w for w in shlex.split(command) if w != "-m"]
         for element in expand(words):
-            validate_run(compose_run(element))
+            validate_run(compose(element))

@@ -301,7 +301,6 @@ def test_nccl_errors_are_raised_in_the_rank_unless_the_site_chose(monkeypatch) -
 
 
 def test_the_slurm_jobs_srun_kills_the_step_when_a_task_exits_non_zero(tmp_path: Path, monkeypatch) -> None:
-    from omegaconf import OmegaConf
 
     from dlcomm.launch.slurm import _executor
 
@@ -311,8 +310,7 @@ def test_the_slurm_jobs_srun_kills_the_step_when_a_task_exits_non_zero(tmp_path:
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    cfg = OmegaConf.to_container(compose(["launcher=slurm", "nodes=2", "workers_per_node=4"]), resolve=True)
-    executor = _executor(tmp_path / "slurm", cfg)
+    executor = _executor(tmp_path / "slurm", compose(["launcher=slurm", "nodes=2", "workers_per_node=4"]))
     assert executor.parameters["srun_args"] == ["--kill-on-bad-exit=1"]
     script = executor._make_submission_file_text("python -m task", "uid")
     srun_lines = [line for line in script.splitlines() if line.startswith("srun ")]

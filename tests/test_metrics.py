@@ -149,10 +149,11 @@ def _runs(cluster, channel, container: dict, folder: str) -> dict:
 
 
 def test_a_resumed_run_keeps_the_rows_and_statistics_of_a_straight_one(tmp_path) -> None:
-    from dlcomm.compose import compose, to_container
+    from dlcomm.compose import compose
+    from dlcomm.config.typed import plain
     from dlcomm.launch.harness import run_ranks
 
-    container = to_container(
+    container = plain(
         compose(
             [
                 "algo=allreduce",

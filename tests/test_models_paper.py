@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from dlcomm.compose import compose, to_container
+from dlcomm.compose import compose
+from dlcomm.config.typed import plain
 from dlcomm.launch import harness
 from dlcomm.metrics import names
 from dlcomm.models import build_model, check_model_fits, model_names
@@ -78,7 +79,7 @@ def _train_cfg(model: str, algo: str) -> dict:
             "seed=3",
         ]
     )
-    return to_container(cfg)
+    return plain(cfg)
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -152,7 +153,7 @@ def test_vit_table_ii_sizes_and_parameter_counts(name, sizes):
     """The yaml defaults are Table II's; the built model has exactly timm's parameter count
     (the formula in dlcomm.models.vit) on 3x32x32 and 1x28x28 with 10 classes."""
     cfg = _model_cfg(name)
-    assert {key: cfg[key] for key in sizes} == sizes
+    assert {key: getattr(cfg, key) for key in sizes} == sizes
     for shape in [(3, 32, 32), (1, 28, 28)]:
         with torch.device("meta"):  # shapes only: no memory, no initialisation cost
             model = build_model(cfg, shape, 10)

@@ -12,6 +12,7 @@ from dlcomm.comm.cost import Link
 from dlcomm.comm.layout import ClusterLayout
 from dlcomm.comm.network import NetworkModel
 from dlcomm.compose import compose
+from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 
 import rank_programs
@@ -22,7 +23,7 @@ GBIT = 1e9 / 8  # bytes/s
 
 def network(preset: str, *overrides: str) -> dict:
     """The composed ``network`` config of a preset, as a plain dict."""
-    return OmegaConf.to_container(compose([f"network={preset}", *overrides]).network)
+    return plain(compose([f"network={preset}", *overrides]).network)
 
 
 # ---- cost formulas against hand-computed values ---------------------------------------
@@ -239,5 +240,5 @@ def test_a_preset_whose_links_are_overridden_is_named_with_the_values_it_ran_wit
     overrides = ("network=eth_10g", "network.inter.bandwidth_gbps=25", "network.intra.latency_ms=0.01", "nodes=2")
     spec = RunSpec.from_config(compose(list(overrides)), "sqlite:///x.db", overrides)
     assert spec.network_label() == "eth_10g, inter 25 Gb/s, intra 0.01 ms"
-    plain = RunSpec.from_config(compose(["network=eth_10g"]), "sqlite:///x.db", ("network=eth_10g",))
-    assert plain.network_label() == "eth_10g"
+    unchanged = RunSpec.from_config(compose(["network=eth_10g"]), "sqlite:///x.db", ("network=eth_10g",))
+    assert unchanged.network_label() == "eth_10g"

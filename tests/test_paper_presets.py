@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dlcomm.compose import compose_run
+from dlcomm.compose import compose
 from dlcomm.errors import UserError
 from dlcomm.run import check_runnable
 
@@ -81,11 +81,11 @@ def slurm_here(tmp_path, monkeypatch) -> None:
 def test_a_missing_data_set_is_named_in_one_line(name, tmp_path) -> None:
     missing = tmp_path / "nowhere"
     with pytest.raises(UserError) as info:
-        check_runnable(compose_run([*_first_element(name), f"dataset.root={missing}"]))
+        check_runnable(compose([*_first_element(name), f"dataset.root={missing}"]))
     message = str(info.value)
     assert "\n" not in message and f"dataset.root={missing}" in message, message
     fix = {"imagefolder": "ILSVRC2012", "cifar10": "cifar-10-python.tar.gz", "fashion_mnist": "dataset-fashion-mnist"}
-    assert fix[compose_run([f"experiment={name}"]).dataset.name] in message, message  # where to get the files
+    assert fix[compose([f"experiment={name}"]).dataset.name] in message, message  # where to get the files
 
 
 @pytest.mark.parametrize("name", sorted(PAPERS))
@@ -95,7 +95,7 @@ def test_the_pre_launch_checks_pass_given_the_data(name, tmp_path, slurm_here) -
     import torch
 
     root = _fake_data(tmp_path / "data", name)
-    cfg = compose_run([*_first_element(name), *([f"dataset.root={root}"] if root else [])])
+    cfg = compose([*_first_element(name), *([f"dataset.root={root}"] if root else [])])
     assert cfg.train.device == "cuda"
     try:
         check_runnable(cfg)
@@ -111,7 +111,7 @@ def test_the_pre_launch_checks_pass_given_the_data(name, tmp_path, slurm_here) -
 @pytest.mark.parametrize("name", sorted(PAPERS))
 def test_two_steps_on_synthetic_data_of_the_papers_shapes(name, home, cli_here) -> None:
     shape, classes, shrink = PAPERS[name]
-    world = compose_run([f"experiment={name}"])
+    world = compose([f"experiment={name}"])
     result = cli_here(
         home,
         "train",

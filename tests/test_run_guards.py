@@ -107,10 +107,10 @@ def test_the_plan_refuses_what_the_ranks_would_have_refused() -> None:
 
 
 def test_node_based_k_prime_is_checked_before_launch_with_the_same_words() -> None:
-    from dlcomm.compose import compose_run
+    from dlcomm.compose import compose
     from dlcomm.run import check_runnable
 
-    cfg = compose_run(
+    cfg = compose(
         [
             "algo=node_based",
             "algo.k_prime=17",

@@ -285,9 +285,10 @@ def _three_runs(cluster, channel, container: dict, folder: str) -> dict:
 
 
 def test_a_run_resumed_with_an_exchange_in_flight_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:
-    from dlcomm.compose import compose, to_container
+    from dlcomm.compose import compose
+    from dlcomm.config.typed import plain
 
-    container = to_container(
+    container = plain(
         compose(
             [
                 "algo=streaming_diloco",

@@ -116,13 +116,12 @@ def test_a_sweep_whose_ranks_share_this_machine_compares_on_a_cluster_s_clock(mo
     import os
 
     from dlcomm.compose import compose
-    from dlcomm.config.typed import to_run_config
     from dlcomm.sweep import comparison_clock
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
 
     def clock(*overrides: str) -> tuple[str, str]:
-        return comparison_clock(overrides, [to_run_config(compose(element)) for element in expand(list(overrides))])
+        return comparison_clock(overrides, [compose(element) for element in expand(list(overrides))])
 
     assert clock("seed=1,2", "algo=allreduce,local_sgd") == ("network=eth_10g", "4 ranks shared 2 cores")
     assert clock("nodes=1,4") == ("network=eth_10g", "4 ranks shared 2 cores")  # any element sharing

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import all_algorithms
-from dlcomm.compose import compose, compose_run
+from dlcomm.compose import _hydra_compose, compose
 from dlcomm.config.schema import (
     Choice,
     Device,
@@ -21,7 +21,7 @@ from dlcomm.config.schema import (
     Schedule,
     TrainConfig,
 )
-from dlcomm.config.typed import plain, to_run_config
+from dlcomm.config.typed import plain
 from dlcomm.errors import UserError
 from dlcomm.spec import RunSpec
 
@@ -30,8 +30,10 @@ from conftest import FAST
 
 @pytest.mark.parametrize("name", sorted(all_algorithms()))
 def test_each_section_is_the_dataclass_it_was_composed_with(name: str) -> None:
-    cfg = compose([f"algo={name}", "network=eth_1g", "optim=lars"])
-    run = to_run_config(cfg)
+    overrides = [f"algo={name}", "network=eth_1g", "optim=lars"]
+    run = compose(overrides)  # converted once, right after Hydra
+    cfg = _hydra_compose(overrides)  # what Hydra composed
+    OmegaConf.resolve(cfg)
     assert isinstance(run, RunConfig)
     assert type(run.algo) is all_algorithms()[name].Config  # e.g. DPSGDConfig, not a DictConfig
     for section in ("model", "dataset", "optim", "task", "network", "launcher", "train"):
@@ -97,6 +99,35 @@ def test_a_closed_knob_refuses_another_value_with_its_words(override: str, messa
 
 
 def test_the_words_of_a_closed_knob_are_accepted_and_kept() -> None:
-    run = compose_run(["network=eth_1g", "network.mode=off", "train.device=auto", "launcher.backend=gloo"])
+    run = compose(["network=eth_1g", "network.mode=off", "train.device=auto", "launcher.backend=gloo"])
     assert run.network.mode is NetworkMode.off and run.train.device is Device.auto
     assert RunSpec.from_config(compose(["network.mode=emulate"]), "x").config["network"]["mode"] == "emulate"
+
+
+def test_a_sweep_converts_validates_and_checks_each_element_once(monkeypatch, tmp_path) -> None:
+    """Issue 52: the composition becomes the typed run once, right after Hydra, and every check reads
+    that: per element one conversion, one ``validate_run`` and one task check (there were 3, 2 and 2)."""
+    import dlcomm.config.typed
+    import dlcomm.config.validate
+    import dlcomm.tasks
+    from dlcomm.run import prepare_sweep
+
+    calls = {"to_run_config": 0, "validate_run": 0, "check_task": 0}
+
+    def counted(module, name):
+        original = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(dlcomm.config.typed, "to_run_config")
+    counted(dlcomm.config.validate, "validate_run")
+    counted(dlcomm.tasks, "check_task")
+    monkeypatch.setenv("DLCOMM_HOME", str(tmp_path))
+    specs, _ = prepare_sweep([*FAST, "model=mlp", "nodes=2", "seed=1,2"], compare_here=False)
+    assert [spec.cfg().seed for spec in specs] == [1, 2]
+    assert calls == {"to_run_config": 2, "validate_run": 2, "check_task": 2}
+    assert all(isinstance(spec.cfg(), RunConfig) and spec.config == plain(spec.cfg()) for spec in specs)

@@ -324,15 +324,13 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     """Print (and with ``out`` write) the compute profile of the run ``overrides`` describe."""
     import torch
 
-    from dlcomm.compose import compose_run
-    from dlcomm.config.validate import validate_run
+    from dlcomm.compose import compose
     from dlcomm.data import build_dataset, check_dataset
     from dlcomm.launch.gpus import trains_on_cuda
     from dlcomm.paths import check_writable, profiles_dir
     from dlcomm.train.profile import all_threads, cached_profile, measure, write_atomically
 
-    cfg = compose_run(overrides)
-    validate_run(cfg)
+    cfg = compose(overrides)
     check_dataset(cfg.dataset)
     if out:
         check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
@@ -365,7 +363,7 @@ def _show_config(overrides: list[str], explain: str = "") -> int:
 
         print(explain_group(cfg, explain))
         return 0
-    print(OmegaConf.to_yaml(cfg), end="")
+    print(OmegaConf.to_yaml(OmegaConf.structured(cfg)), end="")
     if not cfg.tracking.uri:  # '' is the default store: say which one it is from here
         print(f"# tracking.uri '' is the default store: {resolve_tracking_uri('')} (results/ under {home_setting()})")
     return 0
@@ -410,14 +408,14 @@ def _export_sweep(overrides: list[str]) -> int:
     ``dlcomm train -m`` would before it runs anything (composition, ranges, the model against the
     data's shape, the plan, what torch refuses, the launcher's settings); not the data's files, the
     store or the cluster, which the job checks where it runs."""
-    from dlcomm.compose import compose_run
+    from dlcomm.compose import compose
     from dlcomm.run import check_runnable
     from dlcomm.sweep import expand, export_lines, screening_order
 
     elements = expand(overrides)
     for element in (elements[position] for position in screening_order(elements)):
         try:
-            check_runnable(compose_run(element), data_here=False)
+            check_runnable(compose(element), data_here=False)
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
     print("\n".join(export_lines(overrides)))

@@ -101,21 +101,28 @@ def check_overrides(overrides: list[str]) -> None:
         given[key] = override
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """The typed, composed run configuration; composition errors become one-line UserErrors."""
+def compose(overrides: list[str]) -> "RunConfig":
+    """The run configuration ``overrides`` describe, checked, as the typed objects every later check,
+    the driver and every rank read (:class:`~dlcomm.config.schema.RunConfig`: ``cfg.algo`` is the
+    chosen algorithm's own ``Config``). Hydra composes; what only the composition can show (a
+    deleted group, an undeclared key) is refused on its ``DictConfig``; interpolations are resolved
+    and the result converted once (:func:`dlcomm.config.typed.to_run_config`); then every check that
+    needs no torch runs on the typed form: each field's declared domain, the rules across keys
+    (:func:`dlcomm.config.validate.validate_run`) and the chosen algorithm's, optimizer's, task's and
+    compressor's own. Every refusal is one :class:`UserError` line."""
     from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
     from dlcomm.config.schema import RunConfig
-    from dlcomm.config.validate import check_groups, check_values
+    from dlcomm.config.typed import to_run_config
+    from dlcomm.config.validate import check_groups, check_values, validate_run
 
     try:
-        cfg = _hydra_compose(overrides)
-        check_groups(cfg, RunConfig)
-        check_knobs(cfg)
-        OmegaConf.resolve(cfg)
-        check_values(cfg)  # every declared domain first: the checks below may divide by a knob
-        check_algorithm(cfg)
+        node = _hydra_compose(overrides)
+        check_groups(node, RunConfig)
+        check_knobs(node)
+        OmegaConf.resolve(node)
+        cfg = to_run_config(node)
     except OverrideParseException as error:
         raise UserError(unparsable(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
@@ -127,15 +134,10 @@ def compose(overrides: list[str]) -> DictConfig:
         ) from None
     except ValueError as error:  # Hydra's own for a group set to null (model=null)
         raise UserError(_null_group(overrides) or str(error)) from None
+    check_values(cfg)  # every declared domain first: the checks below may divide by a knob
+    validate_run(cfg)
+    check_algorithm(cfg)
     return cfg
-
-
-def compose_run(overrides: list[str]) -> "RunConfig":
-    """:func:`compose`, as the typed objects every check after composition and every rank reads
-    (:func:`dlcomm.config.typed.to_run_config`)."""
-    from dlcomm.config.typed import to_run_config
-
-    return to_run_config(compose(overrides))
 
 
 def unparsable(error: Exception) -> str:
@@ -185,7 +187,7 @@ def _hydra_compose(overrides: list[str]) -> DictConfig:
         return hydra_compose(config_name="config", overrides=list(overrides) + extra)
 
 
-def check_algorithm(cfg: DictConfig) -> None:
+def check_algorithm(cfg: "RunConfig") -> None:
     """The chosen algorithm's, optimizer's, task's and compressor's own checks (one line each)."""
     from dlcomm.algorithms.registry import all_algorithms, get_algorithm
     from dlcomm.compress.registry import COMPRESSORS
@@ -286,7 +288,3 @@ def _one_line(error: Exception) -> str:
     if "not in struct" in message or "Could not override" in message:
         message += ". See the keys with `dlcomm config`; a typo in the key is the usual cause"
     return message
-
-
-def to_container(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

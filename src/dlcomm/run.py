@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from dlcomm import progress
 from dlcomm.compose import compose
 from dlcomm.config.schema import RunConfig
-from dlcomm.config.typed import to_run_config
-from dlcomm.config.validate import check_fault_injection, validate_run
+from dlcomm.config.validate import check_fault_injection
 from dlcomm.errors import UserError
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
 
 
 def check_runnable(cfg: RunConfig, data_here: bool = True) -> None:
-    """Everything that can be known wrong before any process starts or any run is recorded, the
-    checks that need no torch first (a refusal there comes in about a second).
+    """Everything that can be known wrong before any process starts or any run is recorded,
+    beyond what :func:`dlcomm.compose.compose` checked (every torch-free rule of the configuration
+    alone), the checks that need no torch first.
     ``data_here`` False (``dlcomm sweep export``, whose jobs run elsewhere): the data set's files
     are not looked for, and what depends on them (its shape, its size) is checked where it is
     known without them."""
-    validate_run(cfg)
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
-    from dlcomm.tasks import check_task
     from dlcomm.train.plan import UNBOUNDED, check_plan
 
-    check_task(cfg)
     if data_here:
         check_dataset(cfg.dataset)
     algorithm = get_algorithm(cfg.algo.name)
@@ -83,7 +78,7 @@ def _scales_loss_here(train) -> bool:
     return scales_loss(train.amp, train.amp_dtype, torch.device("cuda" if trains_on_cuda(train) else "cpu"))
 
 
-def prepare_run(overrides: list[str], cfg: DictConfig | None = None) -> RunSpec:
+def prepare_run(overrides: list[str], cfg: RunConfig | None = None) -> RunSpec:
     """The run ``overrides`` describe, checked (``cfg``: their composition, when already made)."""
     from dlcomm.tracking.mlflow_run import resolve_tracking_uri
     from dlcomm.tracking.store import probe
@@ -93,7 +88,7 @@ def prepare_run(overrides: list[str], cfg: DictConfig | None = None) -> RunSpec:
         f"checking the data set, the model and the launcher ({cfg.dataset.name}, {cfg.model.name}, "
         f"launcher={cfg.launcher.name})"
     )
-    check_runnable(to_run_config(cfg))
+    check_runnable(cfg)
     uri = resolve_tracking_uri(cfg.tracking.uri)
     progress.stage(f"opening the MLflow store {uri}")
     probe(uri, cfg.tracking.connect_timeout_s)
@@ -111,14 +106,11 @@ def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list
     swept = set(swept_keys(overrides))
     elements = expand(overrides)
     found: dict[int, RunSpec] = {}
-    composed: dict[int, DictConfig] = {}
     typed: dict[int, RunConfig] = {}
     order = screening_order(elements)
     for position in order:  # every swept value early, composed and range-checked first (torch-free, fast)
         try:
-            composed[position] = compose(elements[position])
-            typed[position] = to_run_config(composed[position])
-            validate_run(typed[position])
+            typed[position] = compose(elements[position])
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
     from dlcomm.train.prelaunch import check_rank_objects, suspects_first
@@ -140,14 +132,12 @@ def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list
     for position in order:  # then what needs the data, the model and the store
         element = elements[position]
         try:
-            spec = prepare_run(element, composed[position])
+            spec = prepare_run(element, typed[position])
         except UserError as error:
             raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
         found[position] = replace(spec, varied=tuple(item for item in element if item.partition("=")[0] in swept))
     specs = [found[position] for position in range(len(elements))]
-    where = {
-        (spec.tracking_uri, spec.config["tracking"]["experiment"], spec.config["launcher"]["name"]) for spec in specs
-    }
+    where = {(spec.tracking_uri, spec.cfg().tracking.experiment, spec.cfg().launcher.name) for spec in specs}
     if len(where) > 1:
         raise UserError(
             "a sweep may not vary tracking.uri, tracking.experiment or launcher: its runs share one parent run; "
@@ -187,4 +177,4 @@ def _close_lost(uri: str) -> None:
 def _launcher(spec: RunSpec):
     from dlcomm.launch.registry import get_launcher
 
-    return get_launcher(spec.config["launcher"]["name"])
+    return get_launcher(spec.cfg().launcher.name)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
-
 from dlcomm.config.schema import RunConfig
+from dlcomm.config.typed import plain
 
 RUN_NAME_CHARS = 64  # a run's default name, which the MLflow UI's runs list shows whole at about this width
 # Keys that say where and how a run is recorded or launched, not what it computes.
@@ -20,42 +20,39 @@ _NOT_HASHED = ("tracking", "launcher", "debug", "report")
 
 @dataclass(frozen=True)
 class RunSpec:
-    """``config``: the plain data (hashed, logged as params, shown); ``typed``: the same as the
-    schemas' dataclasses, what :meth:`cfg` gives every check and every rank."""
+    """``run``: the configuration as the schemas' dataclasses, what :meth:`cfg` gives every check,
+    the driver and every rank; :attr:`config` (plain data: hashed, logged as params, shown) and
+    :attr:`config_hash` are derived from it."""
 
-    config: dict[str, Any]
-    config_hash: str
+    run: RunConfig
     git_commit: str
     tracking_uri: str
     run_id: str = ""
     run_dir: str = ""
     parent_run_id: str = ""  # the sweep's parent run, for a sweep's element
-    overrides: tuple[str, ...] = ()  # the command line's overrides that composed ``config``
+    overrides: tuple[str, ...] = ()  # the command line's overrides that composed ``run``
     varied: tuple[str, ...] = ()  # a sweep element's overrides of the keys its sweep varies
     # what the ranks shared on the driver's machine ("8 ranks took turns on 2 cores"; empty: hardware
     # of their own, or a launcher that cannot tell): its wall clock is then no cluster's
     shared: str = ""
-    typed: RunConfig | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, tracking_uri: str, overrides: tuple[str, ...] = ()) -> "RunSpec":
-        from dlcomm.config.typed import to_run_config
-
-        config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))  # of a DictConfig
-        return cls(
-            config=config,
-            typed=to_run_config(cfg),
-            config_hash=config_hash(config),
-            git_commit=git_commit(),
-            tracking_uri=tracking_uri,
-            overrides=tuple(overrides),
-        )
+    def from_config(cls, cfg: RunConfig, tracking_uri: str, overrides: tuple[str, ...] = ()) -> "RunSpec":
+        """The run ``cfg`` (:func:`dlcomm.compose.compose`'s) describes, recorded in ``tracking_uri``."""
+        return cls(run=cfg, git_commit=git_commit(), tracking_uri=tracking_uri, overrides=tuple(overrides))
 
     def cfg(self) -> RunConfig:
         """The run's configuration as typed objects (``cfg().algo`` is the algorithm's ``Config``)."""
-        if self.typed is None:
-            raise ValueError("a RunSpec made without RunSpec.from_config has no typed config")
-        return self.typed
+        return self.run
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """The configuration as plain data (a closed knob as its word), for params, hashing and files."""
+        return cast(dict[str, Any], plain(self.run))
+
+    @cached_property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
 
     def with_run(self, run_id: str, run_dir: Path) -> "RunSpec":
         return replace(self, run_id=run_id, run_dir=str(run_dir))
@@ -72,9 +69,9 @@ class RunSpec:
         varies (a sweep's element) or the command line's other settings (a single run), then the
         seed, e.g. ``crossover 2x4 eth_1g algo.segments=4 seed=2``; at most :data:`RUN_NAME_CHARS`
         characters (the rest of a long command line is in the run's params)."""
-        cfg = self.config
-        if cfg["tracking"]["run_name"]:
-            return cfg["tracking"]["run_name"]
+        cfg = self.run
+        if cfg.tracking.run_name:
+            return cfg.tracking.run_name
         shown = ("algo", "nodes", "workers_per_node", "seed", "network", "experiment")
         quiet = ("tracking", "launcher", "debug", "report")
         extra = [
@@ -82,14 +79,14 @@ class RunSpec:
             for item in (self.varied if self.parent_run_id or self.varied else self.overrides)
             if _key(item) not in shown and _key(item).split(".")[0] not in quiet
         ]
-        network = cfg["network"]["name"]
+        network = cfg.network.name
         words = [
-            cfg["algo"]["name"],
-            f"{cfg['nodes']}x{cfg['workers_per_node']}",
+            cfg.algo.name,
+            f"{cfg.nodes}x{cfg.workers_per_node}",
             *([network] if network not in ("off", "") else []),
             *extra,
         ]
-        seed = f" seed={cfg['seed']}"
+        seed = f" seed={cfg.seed}"
         head = " ".join(words)
         if len(head) + len(seed) > RUN_NAME_CHARS:
             head = head[: RUN_NAME_CHARS - len(seed) - 3].rstrip() + "..."
@@ -109,7 +106,7 @@ class RunSpec:
                 changed.append(f"{parts[0]} {value} {unit}" if unit else f"{'.'.join(parts)}={value}")
             elif parts[0] in ("wide_workers", "wide_bandwidth_gbps", "worker_bandwidth_gbps"):
                 changed.append(f"{parts[0]}={value}")
-        return ", ".join([self.config["network"]["name"], *changed])
+        return ", ".join([self.run.network.name, *changed])
 
 
 def _key(override: str) -> str:

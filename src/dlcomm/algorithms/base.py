@@ -31,7 +31,6 @@ from dlcomm.metrics.stats import Stat
 
 if TYPE_CHECKING:  # an algorithm's module loads without torch: composing a config (dlcomm config) imports them all
     import torch
-    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Channel
     from dlcomm.comm.cluster import Cluster
@@ -70,14 +69,13 @@ class Algorithm(Generic[C]):
         compress = compress or CompressConfig()
         self.compressor: Compressor = COMPRESSORS.get(compress.name)(compress, seed)
 
-    # check_config, check_compressor and check_world also run on the composed DictConfig's node
-    # (dlcomm.compose.check_algorithm, before the config becomes dataclasses), the others on ``C``.
+    # check_config, check_compressor and check_world run while composing (dlcomm.compose.check_algorithm)
     @classmethod
-    def check_config(cls, cfg: C | DictConfig) -> None:
+    def check_config(cls, cfg: C) -> None:
         """Raise ``UserError`` (via ``dlcomm.config.validate.require``) for invalid knobs."""
 
     @classmethod
-    def check_compressor(cls, cfg: C | DictConfig, compressor: type[Compressor]) -> None:
+    def check_compressor(cls, cfg: C, compressor: type[Compressor]) -> None:
         """Raise ``UserError`` for a compressor (``compress=<name>``, of a kind in
         :attr:`compression`) that these knobs cannot carry. None refused by default."""
 
@@ -87,7 +85,7 @@ class Algorithm(Generic[C]):
         return ()
 
     @classmethod
-    def check_world(cls, cfg: C | DictConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: C, nodes: int, workers_per_node: int) -> None:
         """Raise ``UserError`` for knobs that do not fit the cluster's shape (e.g. groups that do
         not divide the world size)."""
 

@@ -51,7 +51,6 @@ from dlcomm.topology.graphs import fair_random_sources, random_sources, receiver
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
     from dlcomm.compress.base import Compressor
 
@@ -153,7 +152,7 @@ class Crossover(Algorithm[CrossoverConfig]):
     compression = ("payload",)  # CHOCO-Gossip with a public copy per directed pair
 
     @classmethod
-    def check_compressor(cls, cfg: CrossoverConfig | DictConfig, compressor: type[Compressor]) -> None:
+    def check_compressor(cls, cfg: CrossoverConfig, compressor: type[Compressor]) -> None:
         require(
             compressor.identity or cfg.fair,
             "algo.fair",

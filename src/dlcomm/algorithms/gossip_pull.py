@@ -58,7 +58,6 @@ from dlcomm.metrics.stats import Count, Mean, Stat
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Handle
 
@@ -125,7 +124,7 @@ class GossipPull(Algorithm[GossipPullConfig]):
         return ("manager",) if cfg.scheduler == "managed" and cfg.overlap != "none" else ()
 
     @classmethod
-    def check_world(cls, cfg: GossipPullConfig | DictConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: GossipPullConfig, nodes: int, workers_per_node: int) -> None:
         require(
             nodes * workers_per_node >= 2, "nodes", nodes, "pull-gossip needs at least 2 workers; pass nodes=2 or more"
         )

@@ -35,7 +35,6 @@ from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
 
 @dataclass
@@ -56,7 +55,7 @@ class NodeBased(Algorithm[NodeBasedConfig]):
     compression = ("tensor",)  # the node's gradient and the change since the last consensus point
 
     @classmethod
-    def check_config(cls, cfg: NodeBasedConfig | DictConfig) -> None:
+    def check_config(cls, cfg: NodeBasedConfig) -> None:
         # -1 or 1 and more: the declared domain is the widest range (-1 or more), so 0 is refused here
         require(
             cfg.k_prime == -1 or cfg.k_prime >= 1,

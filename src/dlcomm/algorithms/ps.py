@@ -42,7 +42,6 @@ from dlcomm.metrics.stats import Mean, Stat
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
 DONE = -1.0  # a header whose lr is DONE: the worker is finished
 
@@ -87,7 +86,7 @@ class ParameterServer(Algorithm[C]):
         return ("server",)
 
     @classmethod
-    def check_world(cls, cfg: AlgoConfig | DictConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: AlgoConfig, nodes: int, workers_per_node: int) -> None:
         require(
             nodes * workers_per_node >= 2,
             "nodes",

@@ -46,7 +46,6 @@ from dlcomm.topology.graphs import group_of, shuffled_groups
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
 
 PERIOD = domain(low=1, means="the number of local steps between averagings")
@@ -81,7 +80,7 @@ class SESGD(Algorithm[SESGDConfig]):
     compression = ("payload",)  # each bucket to the group's other members, against per-pair copies
 
     @classmethod
-    def check_world(cls, cfg: SESGDConfig | DictConfig, nodes: int, workers_per_node: int) -> None:
+    def check_world(cls, cfg: SESGDConfig, nodes: int, workers_per_node: int) -> None:
         world = nodes * workers_per_node
         require(
             world % cfg.groups == 0,

@@ -46,7 +46,6 @@ from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
 
 @dataclass
@@ -110,7 +109,7 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
     compression = ("tensor",)  # the outer gradients, averaged through the compressor
 
     @classmethod
-    def check_config(cls, cfg: StreamingDiLoCoConfig | DictConfig) -> None:
+    def check_config(cls, cfg: StreamingDiLoCoConfig) -> None:
         require(
             cfg.fragments <= cfg.period,
             "algo.fragments",

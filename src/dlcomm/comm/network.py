@@ -56,9 +56,7 @@ class NetworkModel:
             bandwidth[rank] = cfg.wide_bandwidth_gbps * GBPS
         for rank, gbps in enumerate(cfg.worker_bandwidth_gbps):
             bandwidth[rank] = gbps * GBPS
-        collectives = getattr(cfg, "collectives", None) or "nccl"
-        launch_us = getattr(cfg, "launch_us", None) or 0.0
-        return cls(layout, link_of(cfg.intra), inter, tuple(bandwidth), collectives, launch_us / 1e6)
+        return cls(layout, link_of(cfg.intra), inter, tuple(bandwidth), str(cfg.collectives), cfg.launch_us / 1e6)
 
     def link(self, a: int, b: int) -> Link:
         """The link between ranks ``a`` and ``b``: intra-node, or inter-node at the slower end."""

@@ -31,7 +31,6 @@ from dlcomm.config.schema import CompressConfig
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Channel
     from dlcomm.compress.layerdrop import LayerDrop
@@ -64,9 +63,9 @@ class Compressor(Generic[C]):
     """``compress=none``: the algorithms keep their own uncompressed path (bit for bit today's)."""
 
     @classmethod
-    def check(cls, cfg: C | DictConfig) -> None:
-        """Raise a one-line UserError for invalid knobs (``dlcomm.config.validate.require``): on the
-        composed DictConfig's node (:func:`dlcomm.compose.check_algorithm`)."""
+    def check(cls, cfg: C) -> None:
+        """Raise a one-line UserError for invalid knobs (``dlcomm.config.validate.require``), while
+        composing (:func:`dlcomm.compose.check_algorithm`)."""
 
     def __init__(self, cfg: C, seed: int = 0) -> None:
         self.cfg = cfg

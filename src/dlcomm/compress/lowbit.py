@@ -27,15 +27,11 @@ feedback by default (``error_feedback=true`` adds GRACE's residual memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
 from dlcomm.config.schema import CompressConfig, domain
 from dlcomm.config.validate import require
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 #: bits -> (exponent bits, mantissa bits, whether the top code is NaN and left out)
 FORMATS = {4: (3, 0, False), 8: (4, 3, True)}
@@ -97,7 +93,7 @@ class LowBit(Compressor[LowBitConfig]):
     Config = LowBitConfig
 
     @classmethod
-    def check(cls, cfg: LowBitConfig | DictConfig) -> None:
+    def check(cls, cfg: LowBitConfig) -> None:
         require(cfg.bits in FORMATS, "compress.bits", cfg.bits, "pass 4 (E3M0) or 8 (E4M3)")
 
     def __init__(self, cfg: LowBitConfig, seed: int = 0) -> None:

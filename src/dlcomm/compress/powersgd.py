@@ -36,7 +36,6 @@ from dlcomm.config.schema import SEED_MAX, CompressConfig, domain
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
     from dlcomm.comm.channel import Channel
 
@@ -91,7 +90,7 @@ class PowerSGD(Compressor[PowerSGDConfig]):
     kinds = ("tensor",)  # its factors are summed as they are computed: no message a peer decompresses alone
 
     @classmethod
-    def check(cls, cfg: PowerSGDConfig | DictConfig) -> None:
+    def check(cls, cfg: PowerSGDConfig) -> None:
         from dlcomm.config.validate import require
 
         require(

@@ -13,7 +13,7 @@ import difflib
 from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional, cast
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from dlcomm.config.schema import SCHEMAS, DatasetConfig, ModelConfig, OptimConfig
 from dlcomm.errors import UserError
@@ -85,7 +85,7 @@ def schema_of(group: str, choice: str) -> type:
     return choice_schemas(group).get(choice) or BASES[group]
 
 
-def check_knobs(cfg: Any, prefix: str = "") -> None:
+def check_knobs(cfg: DictConfig, prefix: str = "") -> None:
     """Refuse a key that no schema declares, which Hydra lets in when appended (``+model.embed_dim=8``,
     ``+algo.foo=1``, ``+train.foo=1``, ``+foo=1``): dlcomm would carry it and read nothing. One line:
     for ``model``/``dataset``/``optim`` the choices that have the knob, elsewhere the key nearest it."""
@@ -93,9 +93,9 @@ def check_knobs(cfg: Any, prefix: str = "") -> None:
     if schema is None or not dataclasses.is_dataclass(schema):
         return
     own = knobs(schema)
-    for key in cfg:
-        if str(key) not in own:
-            raise UserError(_unknown_knob(cfg, prefix, str(key), own))
+    for key in map(str, cfg):  # a structured config's keys are strings
+        if key not in own:
+            raise UserError(_unknown_knob(cfg, prefix, key, own))
         if not (OmegaConf.is_missing(cfg, key) or OmegaConf.is_interpolation(cfg, key)) and OmegaConf.is_dict(cfg[key]):
             check_knobs(cfg[key], f"{prefix}{key}.")
 

@@ -18,11 +18,12 @@ import textwrap
 import tokenize
 from enum import Enum
 from functools import lru_cache
-from typing import Any
-
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    from dlcomm.config.schema import RunConfig
 
 
 @lru_cache(maxsize=None)
@@ -77,8 +78,6 @@ def _default(field: dataclasses.Field) -> Any:
 def _shown(value: Any) -> str:
     if isinstance(value, Enum):  # a closed knob (dlcomm.config.schema.Choice): its word
         return str(value.value)
-    if isinstance(value, (DictConfig, ListConfig)):
-        value = OmegaConf.to_container(value, resolve=True)
     if dataclasses.is_dataclass(value):
         return "(section)"
     if isinstance(value, str):
@@ -90,47 +89,51 @@ def _wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width)) if len(text) > width else text
 
 
-def rows(section: DictConfig, prefix: str, defaults: object = None) -> list[tuple[str, str, str, str, str]]:
-    """``(key, type, value, default, doc)`` for every knob of ``section`` (nested sections after
-    their parent's line, their keys dotted). ``defaults``: the parent's default of this section
-    (a nested section's defaults are what its parent builds it with, not its class's)."""
-    cls = OmegaConf.get_type(section)
-    if cls is None or not dataclasses.is_dataclass(cls):
-        return [(f"{prefix}.{key!s}", "", _shown(value), "", "") for key, value in section.items()]
+def _section(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def rows(section: Any, prefix: str, defaults: object = None) -> list[tuple[str, str, str, str, str]]:
+    """``(key, type, value, default, doc)`` for every knob of ``section`` (a schema dataclass;
+    nested sections after their parent's line, their keys dotted). ``defaults``: the parent's
+    default of this section (a nested section's defaults are what its parent builds it with, not
+    its class's)."""
+    cls = type(section)
     out = []
-    for field in dataclasses.fields(cls):
-        value = section.get(field.name)
+    for field in dataclasses.fields(section):
+        value = getattr(section, field.name)
         key = f"{prefix}.{field.name}"
         kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
         if isinstance(default, Enum):  # a closed knob: its words are its type
             kind = " | ".join(str(member.value) for member in type(default))
-        if isinstance(value, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(value)):
+        if _section(value):
             out.append((key, kind, "(section)", "", doc_of(cls, field.name)))
-            out.extend(rows(value, key, default if dataclasses.is_dataclass(default) else None))
+            out.extend(rows(value, key, default if _section(default) else None))
             continue
         out.append((key, kind, _shown(value), _shown(default), doc_of(cls, field.name)))
     return out
 
 
-def explain(cfg: DictConfig, group: str) -> str:
+def explain(cfg: "RunConfig", group: str) -> str:
     """The table of ``group``'s knobs in ``cfg`` (a composed run configuration)."""
-    if group not in cfg or not isinstance(cfg[group], DictConfig):
-        sections = [str(key) for key, value in cfg.items() if isinstance(value, DictConfig)]
+    sections = [item.name for item in dataclasses.fields(cfg) if _section(getattr(cfg, item.name))]
+    if group not in sections:
         raise UserError(
             f"--explain {group} is invalid: not a section of the configuration; pass one of {', '.join(sections)}"
         )
     from tabulate import tabulate
 
-    cls = OmegaConf.get_type(cfg[group])
-    written = cls is not None and cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(")  # not dataclass's own
+    section = getattr(cfg, group)
+    cls = type(section)
+    written = cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(")  # not dataclass's own
     head = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ") if written else ""
-    name = cfg[group].get("name")
-    title = f"{group}" + (f"={name}" if name else "") + (f" ({cls.__name__})" if cls is not None else "")
+    name = getattr(section, "name", None)
+    title = f"{group}" + (f"={name}" if name else "") + f" ({cls.__name__})"
     # cells wrapped here: tabulate's own wrapping (maxcolwidths) turns the text "False" into True
     wrapped = [
         (key, kind, _wrap(value, 24), _wrap(default, 16), _wrap(doc, 70))
-        for key, kind, value, default, doc in rows(cfg[group], group)
+        for key, kind, value, default, doc in rows(section, group)
     ]
     table = tabulate(
         wrapped, headers=["key", "type", "value", "default", "what it is"], tablefmt="simple", disable_numparse=True

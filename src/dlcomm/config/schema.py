@@ -607,7 +607,7 @@ class RunConfig:
     nodes: int = field(default=4, metadata=domain(low=1, means="the number of machines"))
     workers_per_node: int = field(default=1, metadata=domain(low=1, means="each node's number of workers"))
     seed: int = field(default=0, metadata=domain(low=0, high=SEED_MAX))
-    algo: Any = MISSING
+    algo: AlgoConfig = MISSING  # the chosen algorithm's own Config (a subclass)
     task: TaskConfig = MISSING
     model: ModelConfig = MISSING
     dataset: DatasetConfig = MISSING

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlcomm.config.schema import RunConfig
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
-def to_run_config(cfg: Any) -> RunConfig:
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
     """The composed, resolved ``DictConfig`` as typed objects: each node becomes the dataclass
     Hydra composed it with (``OmegaConf.to_object``), so ``cfg.algo`` is e.g. a ``DPSGDConfig``."""
     from omegaconf import OmegaConf

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from dlcomm.config.schema import NetworkConfig, RunConfig
 
 
@@ -23,7 +25,7 @@ def require(ok: bool, key: str, value: Any, rule: str) -> None:
 INT64 = 2**63
 
 
-def check_groups(cfg: Any, schema: type) -> None:
+def check_groups(cfg: DictConfig, schema: type) -> None:
     """Refuse a composed config that lacks a key of its schema (``~tracking``, ``~seed`` delete one):
     one line naming the override and the fix."""
     for item in dataclasses.fields(schema):
@@ -39,32 +41,37 @@ def check_groups(cfg: Any, schema: type) -> None:
 
 
 def check_values(node: Any, prefix: str = "") -> None:
-    """One pass over a composed, resolved config: every float finite, every integer within 64
-    bits, and the domain each schema field declares with :func:`dlcomm.config.schema.domain`
-    (each element of a list against its field's domain). The first value out is one line: the key,
-    the value, the field's own words and rule, and the schema's default as an example."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+    """One pass over a composed run configuration (the schemas' dataclasses): every float finite,
+    every integer within 64 bits, and the domain each schema field declares with
+    :func:`dlcomm.config.schema.domain` (:func:`check_value`). The first value out is one line. A
+    mapping a field holds (no schema) is walked the same way."""
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        for item in dataclasses.fields(node):
+            check_value(f"{prefix}{item.name}", getattr(node, item.name), item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            check_value(f"{prefix}{key}", value, None)
+    else:  # a DictConfig: its schema's domains would go unread
+        raise TypeError(f"check_values reads the typed run (dataclasses), not a {type(node).__name__}")
 
-    schema = OmegaConf.get_type(node)
-    fields = {item.name: item for item in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
-    for key in node:
-        if OmegaConf.is_missing(node, key):
-            continue
-        value, name = node[key], f"{prefix}{key}"
-        spec = fields.get(str(key))
-        rules: Mapping[str, Any] = spec.metadata.get("limits", {}) if spec is not None else {}
-        example = _default(spec)
-        if isinstance(value, DictConfig):
-            check_values(value, name + ".")
-        elif isinstance(value, ListConfig):
-            items = list(value)
-            length = rules.get("length")
-            require(length is None or len(items) == length, name, items, f"give {length} values, e.g. {example}")
-            for item in items:
-                if not isinstance(item, (DictConfig, ListConfig)):
-                    _check_scalar(name, items, item, rules, "each value ", example)
-        else:
-            _check_scalar(name, value, value, rules, "", example)
+
+def check_value(name: str, value: Any, spec: Optional[dataclasses.Field]) -> None:
+    """``value`` of the key ``name`` against the domain its schema field ``spec`` declares (each
+    element of a list too; None: no field, only finiteness and 64 bits): a refusal names the key,
+    the value, the field's own words and rule, and the schema's default as an example."""
+    rules: Mapping[str, Any] = spec.metadata.get("limits", {}) if spec is not None else {}
+    example = _default(spec)
+    if isinstance(value, dict) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        check_values(value, name + ".")
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+        length = rules.get("length")
+        require(length is None or len(items) == length, name, items, f"give {length} values, e.g. {example}")
+        for item in items:
+            if not isinstance(item, (dict, list, tuple)):
+                _check_scalar(name, items, item, rules, "each value ", example)
+    else:
+        _check_scalar(name, value, value, rules, "", example)
 
 
 def _default(spec: Any) -> Any:

@@ -5,10 +5,8 @@ Every data set is a registered :class:`~dlcomm.data.source.DataSource` (dlcomm's
 :mod:`dlcomm.data.registry`). ``build_dataset(cfg)`` gives an :class:`ImageClassificationData`
 for the ``dataset`` config group (``cfg.name`` a registered name); ``check_dataset(cfg)``,
 ``dataset_shape(cfg)`` and ``dataset_sizes(cfg)`` answer without loading any data, so the CLI can
-fail fast with a one-line :class:`~dlcomm.errors.UserError`. ``cfg`` may be an omegaconf
-DictConfig or the data set's schema in :mod:`dlcomm.config.schema` (e.g.
-:class:`~dlcomm.config.schema.CifarConfig`): only attribute access is used, and only of the knobs
-the chosen data set's schema has.
+fail fast with a one-line :class:`~dlcomm.errors.UserError`. ``cfg`` is the data set's schema
+(e.g. :class:`~dlcomm.config.schema.CifarConfig`, or a plugin's ``Config``).
 
 Importing this package imports no torch (composing a configuration imports the registry): the
 torch-backed names below are loaded on first use.
@@ -21,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 from dlcomm.data.registry import get_source
 
 if TYPE_CHECKING:
+    from dlcomm.config.schema import DatasetConfig
     from dlcomm.data.base import ImageClassificationData, InMemoryImageData
     from dlcomm.data.partition import epoch_partition, epoch_permutation
 
@@ -51,7 +50,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def check_dataset(cfg: Any) -> None:
+def check_dataset(cfg: DatasetConfig) -> None:
     """Return when ``cfg`` names a known data set whose files are where it says (or, for
     ``synthetic``, whose sizes make sense); else raise a one-line :class:`UserError` naming the
     config key, the path and how to get the data. Lists files and folders and reads headers,
@@ -60,7 +59,7 @@ def check_dataset(cfg: Any) -> None:
     get_source(str(cfg.name)).check(cfg)
 
 
-def dataset_shape(cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+def dataset_shape(cfg: DatasetConfig) -> Tuple[Tuple[int, int, int], int]:
     """``(input_shape (C,H,W), num_classes)`` of the data set ``cfg`` describes, without loading
     it (``imagefolder`` counts the class folders of ``root/train_dir``). Raises
     :class:`UserError` as :func:`check_dataset` does, for the unknown names and missing folders
@@ -68,14 +67,14 @@ def dataset_shape(cfg: Any) -> Tuple[Tuple[int, int, int], int]:
     return get_source(str(cfg.name)).shape(cfg)
 
 
-def dataset_sizes(cfg: Any) -> Optional[Tuple[int, int]]:
+def dataset_sizes(cfg: DatasetConfig) -> Optional[Tuple[int, int]]:
     """``(training images, test images)`` of the data set ``cfg`` describes, without loading it;
     None where that is not cheap (``imagefolder``: counting a large tree's files is not free, its
     ranks check)."""
     return get_source(str(cfg.name)).sizes(cfg)
 
 
-def build_dataset(cfg: Any) -> "ImageClassificationData":
+def build_dataset(cfg: DatasetConfig) -> "ImageClassificationData":
     """The data set ``cfg`` describes, after :func:`check_dataset`; in-memory sets hold uint8
     pixels and normalise each batch as it is produced."""
     source = get_source(str(cfg.name))

@@ -2,8 +2,8 @@
 
 A subclass names its choice (``name``: ``dataset=<name>``, ``configs/dataset/<name>.yaml``) and
 its schema (``Config``: a dataclass subclassing :class:`~dlcomm.config.schema.DatasetConfig`;
-several names may share one), and answers these questions about the ``cfg`` it is given (the
-composed ``dataset`` node, or an instance of ``Config``: only attribute access is used):
+several names may share one; ``class Cifar(DataSource[CifarConfig])``), and answers these
+questions about the ``cfg`` it is given (an instance of ``Config``):
 
 - :meth:`DataSource.check`: return when the data is where ``cfg`` says, else raise a one-line
   :class:`~dlcomm.errors.UserError` naming the key, the path and the fix; reads no pixels;
@@ -24,7 +24,7 @@ Sources are registered by name (:mod:`dlcomm.data.registry`): dlcomm's own in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Tuple
+from typing import TYPE_CHECKING, ClassVar, Generic, Optional, Protocol, Tuple, TypeVar
 
 from dlcomm.config.schema import DatasetConfig
 
@@ -32,38 +32,45 @@ if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
 
 
-class DataSource:
+C = TypeVar("C", bound=DatasetConfig)  # the source's own ``Config``
+
+
+class DataSource(Generic[C]):
     """A data set by name; see the module's docstring. Classmethods only: a source holds no state."""
 
     name: ClassVar[str]
-    Config: ClassVar[type] = DatasetConfig
+    Config: ClassVar[type[DatasetConfig]] = DatasetConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: C) -> None:
         """Return when the data ``cfg`` describes is there (default: nothing to check)."""
 
     @classmethod
-    def shape(cls, cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+    def shape(cls, cfg: C) -> Tuple[Tuple[int, int, int], int]:
         """``(input_shape (C, H, W), num_classes)``, without loading the data."""
         raise NotImplementedError(f"data source {cls.name} lacks shape()")
 
     @classmethod
-    def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
+    def sizes(cls, cfg: C) -> Optional[Tuple[int, int]]:
         """``(training images, test images)`` without loading the data; None when unknown."""
         return None
 
     @classmethod
-    def classes(cls, cfg: Any) -> Optional[int]:
-        """The number of classes from ``cfg`` alone, reading no file (``cfg``'s values may be the
-        strings a run recorded); None when only the data can tell (the default)."""
+    def classes(cls, cfg: C) -> Optional[int]:
+        """The number of classes from ``cfg`` alone, reading no file (a report asks it of the
+        ``Config`` rebuilt from a run's recorded parameters); None when only the data can tell (the default)."""
         return None
 
     @classmethod
-    def build(cls, cfg: Any) -> "ImageClassificationData":
+    def build(cls, cfg: C) -> "ImageClassificationData":
         """The data set; called after :meth:`check`."""
         raise NotImplementedError(f"data source {cls.name} lacks build()")
 
 
-def root(cfg: Any) -> str:
+class _Rooted(Protocol):
+    root: str
+
+
+def root(cfg: _Rooted) -> str:
     """``cfg.root`` as a string ('' when unset)."""
     return str(cfg.root or "")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, TypeVar
 
 from dlcomm import progress
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import LauncherConfig, RunConfig
 from dlcomm.errors import UserError
 
 SweepEnd = Callable[[str, str], None]  # (tracking uri, parent run id): what runs once a sweep has ended
@@ -121,7 +121,7 @@ class Launcher:
         first = specs[0]
         parent = open_parent_run(
             first.tracking_uri,
-            first.config["tracking"]["experiment"],
+            first.cfg().tracking.experiment,
             overrides,
             len(specs),
             cls.name,
@@ -130,6 +130,18 @@ class Launcher:
         # below the status line, never on it (its "... 3 s" was once followed by "sweep of" on one line)
         progress.say(f"sweep of {len(specs)} runs: parent mlflow run {parent}")
         return parent, [spec.in_sweep(parent) for spec in specs]
+
+
+L = TypeVar("L", bound=LauncherConfig)
+
+
+def launcher_settings(cfg: RunConfig, kind: type[L]) -> L:
+    """``cfg.launcher`` as the settings of launcher family ``kind`` (composition gives each launcher
+    its own ``Config``: ``launcher=slurm`` a :class:`~dlcomm.config.schema.SlurmLauncherConfig`);
+    another type here is a programming error."""
+    if not isinstance(cfg.launcher, kind):
+        raise TypeError(f"launcher={cfg.launcher.name} has no {kind.__name__} settings")
+    return cfg.launcher
 
 
 def element_label(spec: RunSpec) -> str:

@@ -117,12 +117,12 @@ class DriverLauncher(Launcher):
             run_id = open_run(spec, tags)
             spec = spec.with_run(run_id, runs_dir(spec.tracking_uri) / run_id)
             Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-            world = spec.config["nodes"] * spec.config["workers_per_node"]
+            world = spec.cfg().nodes * spec.cfg().workers_per_node
             progress.say(f"dlcomm: starting {world} workers {cls.where}, MLflow run '{spec.run_name()}' ({run_id})")
             signals.release()  # a signal that came while the run was opened acts here
             prepare_profile(spec)
             progress.follow(f"starting {world} workers", Path(spec.run_dir) / progress.STAGE_FILE)
-            with system_metrics(spec.tracking_uri, run_id, spec.config["tracking"]["system_metrics_every_s"]):
+            with system_metrics(spec.tracking_uri, run_id, spec.cfg().tracking.system_metrics_every_s):
                 result = cls.run_job(spec)
         except KeyboardInterrupt:
             result = LaunchResult(interrupted=True)
@@ -169,8 +169,8 @@ def job_ranks(spec: RunSpec) -> int:
     """The job's processes or threads: its workers and its algorithm's service roles."""
     from dlcomm.algorithms.registry import get_algorithm
 
-    cfg = spec.config
-    return cfg["nodes"] * cfg["workers_per_node"] + len(get_algorithm(cfg["algo"]["name"]).roles(spec.cfg().algo))
+    cfg = spec.cfg()
+    return cfg.nodes * cfg.workers_per_node + len(get_algorithm(cfg.algo.name).roles(cfg.algo))
 
 
 def prepare_profile(spec: RunSpec) -> None:

@@ -21,8 +21,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, Optional, Tuple
 
 import torch
 
@@ -37,6 +36,16 @@ PROCESS_OVERHEAD_MIB = (
     450.0  # measured: 16 ranks of the default job summed 8,811 MiB PSS (551 each, less data and model)
 )
 USABLE = 0.9  # of what the kernel reports available (plus what this process holds)
+
+
+@dataclass(frozen=True)
+class ShapeOnly:
+    """The data's shape without the data (:class:`dlcomm.tasks.base.DataShape`): what a probe model is built from."""
+
+    input_shape: Tuple[int, int, int]
+    num_classes: int
+    pixel_mean: Optional[Tuple[float, ...]] = None
+    pixel_std: Optional[Tuple[float, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ def probe_model(cfg: RunConfig) -> tuple[torch.nn.Module, tuple[int, int, int]]:
     key = json.dumps(plain({"model": cfg.model, "dataset": cfg.dataset, "task": cfg.task}), sort_keys=True)
     if key not in _PROBES:
         shape, classes = dataset_shape(cfg.dataset)
-        data = SimpleNamespace(input_shape=shape, num_classes=classes, pixel_mean=None, pixel_std=None)
+        data = ShapeOnly(shape, classes)
         model = build_task(cfg).build_model(cfg.model, data)
         _PROBES[key] = model, shape
     return _PROBES[key]

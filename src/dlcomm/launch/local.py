@@ -34,8 +34,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Sequence
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import ProcessLauncherConfig, RunConfig
 from dlcomm.errors import EXIT_USAGE, Diverged, UserError
+from dlcomm.launch.base import launcher_settings
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.launch.procstart import is_alive, rank_processes
@@ -85,7 +86,7 @@ def _failure_message(error: BaseException, spec: RunSpec) -> str:
     otherwise the exception's type and text."""
     from dlcomm.launch.job_end import comm_failure
 
-    found = comm_failure(error, spec.config["launcher"]["comm_timeout_s"], gloo=False)
+    found = comm_failure(error, launcher_settings(spec.cfg(), ProcessLauncherConfig).comm_timeout_s, gloo=False)
     if found is None:
         return f"raised {type(error).__name__}: {error}"
     what, consequence = found
@@ -131,8 +132,8 @@ def launch_local(spec: RunSpec) -> LaunchResult:
     """Run every rank of ``spec`` as a local process; return when all finished or one failed."""
     from dlcomm.launch.rank import job_layout
 
-    cfg = spec.config
-    layout = job_layout(spec.cfg())
+    cfg = spec.cfg()
+    layout = job_layout(cfg)
     world = layout.job_size  # the workers and the algorithm's service processes
     store = loopback_store(world)
     context = rank_processes()
@@ -161,9 +162,9 @@ def launch_local(spec: RunSpec) -> LaunchResult:
                 raise
             # the fork server, which shares this process's group, got the same signal and is gone
         INTERRUPTS.release()  # a signal that came meanwhile acts now
-        return _watch(processes, errors, cfg["launcher"]["teardown_grace_s"], [layout.role_of(r) for r in range(world)])
+        return _watch(processes, errors, cfg.launcher.teardown_grace_s, [layout.role_of(r) for r in range(world)])
     except KeyboardInterrupt:
-        _teardown(processes, cfg["launcher"]["teardown_grace_s"])
+        _teardown(processes, cfg.launcher.teardown_grace_s)
         return LaunchResult(interrupted=True)
     finally:
         _end_groups(processes)

@@ -13,7 +13,7 @@ import shutil
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -26,6 +26,7 @@ from dlcomm.comm.layout import ClusterLayout
 from dlcomm.config.schema import ProcessLauncherConfig, RunConfig
 from dlcomm.data import build_dataset
 from dlcomm.errors import UserError
+from dlcomm.launch.base import launcher_settings
 from dlcomm.launch.netif import choose_interface
 from dlcomm.launch.store import join_store
 from dlcomm.paths import profiles_dir
@@ -137,7 +138,7 @@ def run_rank(
     alone = local_ranks * torch.get_num_threads() <= (os.cpu_count() or 1)  # no other rank competes for a core
     if rank == 0:
         progress.mark_stage(spec.run_dir, f"connecting the {layout.job_size} ranks ({backend})")
-    launcher = cast(ProcessLauncherConfig, cfg.launcher)  # run_rank runs under the process launchers alone
+    launcher = launcher_settings(cfg, ProcessLauncherConfig)  # run_rank runs under the process launchers alone
     cluster = Cluster.connect(
         layout, rank, store, backend, device, timeout_s=launcher.comm_timeout_s, computes_alone=alone
     )

@@ -23,7 +23,7 @@ from typing import Any, cast
 from dlcomm.config.schema import RunConfig, SlurmLauncherConfig
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
-from dlcomm.launch.base import Launcher, element_label
+from dlcomm.launch.base import Launcher, element_label, launcher_settings
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.launch.job_end import TermWatcher, cancel_job, comm_failure_line, down_hosts
 from dlcomm.launch.registry import register
@@ -143,8 +143,9 @@ class RankTask:
         from dlcomm.train.checkpoint import Preempted, WarningSignal
 
         env = submitit.JobEnvironment()
-        cfg, launcher = self.spec.config, self.spec.config["launcher"]
-        resumable = launcher["max_requeue"] > 0
+        cfg = self.spec.cfg()
+        launcher = slurm_settings(cfg)
+        resumable = launcher.max_requeue > 0
         warning = WarningSignal(signal.SIGUSR2) if resumable else None  # replaces submitit's own handler
         host, port = env.hostnames[0], rendezvous_port(env.raw_job_id)
         requeuing: list[bool] = []
@@ -171,7 +172,7 @@ class RankTask:
         TermWatcher(on_term)
         if store is None and env.global_rank == 0:  # the master store lives as long as rank 0 trains
             store = join_store(host, port, env.num_tasks, master=True, timeout=timedelta(seconds=300))
-        os.environ.setdefault("OMP_NUM_THREADS", str(cfg["launcher"]["cpus_per_task"]))
+        os.environ.setdefault("OMP_NUM_THREADS", str(launcher.cpus_per_task))
         try:
             summary = run_rank(
                 self.spec,
@@ -179,10 +180,10 @@ class RankTask:
                 host,
                 port,
                 machine_rank=env.local_rank,
-                local_ranks=cfg["workers_per_node"],
+                local_ranks=cfg.workers_per_node,
                 resumable=resumable,
                 warning=warning,
-                check_every=launcher["check_every"],
+                check_every=launcher.check_every,
             )
         except Preempted as stop:
             requeuing.append(True)
@@ -191,7 +192,7 @@ class RankTask:
             return {}
         except BaseException as error:
             ending.append(True)
-            line, consequence = comm_failure_line(error, env.global_rank, launcher["comm_timeout_s"]) or (
+            line, consequence = comm_failure_line(error, env.global_rank, launcher.comm_timeout_s) or (
                 _one_line(error),
                 False,
             )
@@ -220,7 +221,7 @@ class RankTask:
         from dlcomm.tracking.mlflow_run import set_tags
 
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-        limit = self.spec.config["launcher"]["max_requeue"]
+        limit = slurm_settings(self.spec.cfg()).max_requeue
         if restarts >= limit:
             self._end(
                 "KILLED", f"{stop} but the job was already requeued {restarts} times (launcher.max_requeue={limit})"
@@ -259,35 +260,39 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-def _executor(folder: Path, cfg: dict[str, Any]) -> Any:
+def slurm_settings(cfg: RunConfig) -> SlurmLauncherConfig:
+    return launcher_settings(cfg, SlurmLauncherConfig)
+
+
+def _executor(folder: Path, cfg: RunConfig) -> Any:
     """A submitit executor with the run's SLURM parameters (``launcher.*``)."""
     import submitit
 
-    launcher = cfg["launcher"]
+    launcher = slurm_settings(cfg)
     executor = submitit.SlurmExecutor(folder=folder)
     parameters: dict[str, Any] = {
-        "nodes": cfg["nodes"],
-        "ntasks_per_node": cfg["workers_per_node"],
-        "cpus_per_task": launcher["cpus_per_task"],
-        "time": launcher["time_min"],
-        "signal_delay_s": launcher["signal_delay_s"],
-        "array_parallelism": launcher["array_parallelism"],
-        "setup": list(launcher["setup"]),
+        "nodes": cfg.nodes,
+        "ntasks_per_node": cfg.workers_per_node,
+        "cpus_per_task": launcher.cpus_per_task,
+        "time": launcher.time_min,
+        "signal_delay_s": launcher.signal_delay_s,
+        "array_parallelism": launcher.array_parallelism,
+        "setup": list(launcher.setup),
         # a rank that exits non-zero (an NCCL abort, a crash) ends the step's other tasks at once
         # instead of leaving them to wait launcher.comm_timeout_s for it
         "srun_args": list(SRUN_ARGS),
         # a bare flag (e.g. --hold) is written as {hold: true}
         "additional_parameters": {
-            key: True if str(value).lower() == "true" else value for key, value in launcher["sbatch_args"].items()
+            key: True if str(value).lower() == "true" else value for key, value in launcher.sbatch_args.items()
         },
     }
     optional = {
-        "partition": launcher["partition"],
-        "account": launcher["account"],
-        "qos": launcher["qos"],
-        "constraint": launcher["constraint"],
-        "gpus_per_node": launcher["gpus_per_node"],
-        "mem": f"{int(launcher['mem_gb'] * 1024)}MB" if launcher["mem_gb"] > 0 else "",
+        "partition": launcher.partition,
+        "account": launcher.account,
+        "qos": launcher.qos,
+        "constraint": launcher.constraint,
+        "gpus_per_node": launcher.gpus_per_node,
+        "mem": f"{int(launcher.mem_gb * 1024)}MB" if launcher.mem_gb > 0 else "",
     }
     parameters.update({key: value for key, value in optional.items() if value})
     executor.update_parameters(**parameters)
@@ -296,7 +301,7 @@ def _executor(folder: Path, cfg: dict[str, Any]) -> Any:
 
 def submit(spec: RunSpec) -> Any:
     """Submit the run's job; return the submitit job (its ``job_id`` and ``paths``)."""
-    executor = _executor(Path(spec.run_dir) / "slurm", spec.config)
+    executor = _executor(Path(spec.run_dir) / "slurm", spec.cfg())
     executor.update_parameters(job_name=f"dlcomm-{spec.run_id[:8]}")
     return executor.submit(RankTask(spec))
 
@@ -304,7 +309,7 @@ def submit(spec: RunSpec) -> Any:
 def submit_array(specs: list[RunSpec], folder: Path, name: str, on_sweep_end: Any = None) -> list[Any]:
     """Submit the specs as the elements of ONE job array (``launcher.array_parallelism`` at once).
     They must share their SLURM shape (:func:`group_by_shape`); ``on_sweep_end``: see :class:`RankTask`."""
-    executor = _executor(folder, specs[0].config)
+    executor = _executor(folder, specs[0].cfg())
     executor.update_parameters(job_name=name)
     with executor.batch():
         jobs = [executor.submit(RankTask(spec, on_sweep_end)) for spec in specs]
@@ -373,7 +378,7 @@ class SlurmLauncher(Launcher):
         print(
             ui_lines(run_page(spec.tracking_uri, experiment_of(spec.tracking_uri, run_id), run_id), spec.tracking_uri)
         )
-        if not spec.config["launcher"]["wait"]:
+        if not slurm_settings(spec.cfg()).wait:
             return 0
         return cls.wait(job)
 
@@ -409,7 +414,7 @@ class SlurmLauncher(Launcher):
                 set_tags(spec.tracking_uri, spec.run_id, {"slurm_job_id": job.job_id})
             print(
                 f"submitted SLURM job array {array_id} ({len(jobs)} elements, "
-                f"at most {group[0].config['launcher']['array_parallelism']} at once)",
+                f"at most {slurm_settings(group[0].cfg()).array_parallelism} at once)",
                 flush=True,
             )
         set_tags(specs[0].tracking_uri, parent, {"slurm_array_job_ids": ",".join(array_ids)})

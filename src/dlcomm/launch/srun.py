@@ -68,10 +68,10 @@ def run_in_allocation(spec: RunSpec) -> dict[str, float]:
             "inside sbatch (see slurm/single.sbatch), or use launcher=slurm to submit from here"
         )
     env = submitit.JobEnvironment()
-    cfg = spec.config
-    if (cfg["nodes"], cfg["nodes"] * cfg["workers_per_node"]) != (env.num_nodes, env.num_tasks):
+    cfg = spec.cfg()
+    if (cfg.nodes, cfg.nodes * cfg.workers_per_node) != (env.num_nodes, env.num_tasks):
         raise UserError(
-            f"nodes={cfg['nodes']} workers_per_node={cfg['workers_per_node']} is invalid in this allocation of "
+            f"nodes={cfg.nodes} workers_per_node={cfg.workers_per_node} is invalid in this allocation of "
             f"{env.num_nodes} node(s) and {env.num_tasks} task(s): pass nodes=$SLURM_JOB_NUM_NODES "
             "workers_per_node=$SLURM_NTASKS_PER_NODE (as slurm/*.sbatch do)"
         )

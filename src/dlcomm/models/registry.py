@@ -15,7 +15,7 @@ and the zoo load without torch: composing imports them for the schemas.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, List, Optional, Tuple
+from typing import TYPE_CHECKING, ClassVar, List, Optional, Tuple
 
 from dlcomm.config.schema import ModelConfig
 from dlcomm.registry import Registry
@@ -34,7 +34,7 @@ class Model:
     imported when first built (the default :meth:`build`); or override :meth:`build`."""
 
     @classmethod
-    def build(cls, cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":
+    def build(cls, cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":
         """A freshly initialised module for inputs of shape ``(C, H, W)`` and ``num_classes`` logits."""
         if not cls.builder:
             raise NotImplementedError(f"model {cls.name} has neither a builder nor build()")
@@ -70,7 +70,7 @@ def model_schemas() -> List[Tuple[Optional[str], str, type]]:
     return extra_schemas("model", all_models(), "model")
 
 
-def build_model(cfg: Any, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":
+def build_model(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":
     """Build the model ``cfg.name`` for inputs of shape ``(C, H, W)`` and ``num_classes`` logits."""
     c, h, w = (int(d) for d in input_shape)
     return MODELS.get(cfg.name).build(cfg, (c, h, w), int(num_classes))

@@ -104,7 +104,7 @@ def report_setting(experiment: str, runs: pd.DataFrame, key: str, default: str) 
 
     if plain_name(experiment):  # a name from a store may be anything: no config file is named so
         try:
-            return str(compose([f"experiment={experiment}"]).report[key])
+            return str(getattr(compose([f"experiment={experiment}"]).report, key))
         except UserError:  # not a shipped experiment: a tracking.experiment of the user's own
             pass
     column = f"params.report.{key}"

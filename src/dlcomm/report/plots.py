@@ -200,8 +200,7 @@ def classes_of(runs: pd.DataFrame) -> int | None:
     """The number of classes the runs' data set has, from their recorded ``dataset.*``
     parameters (:meth:`dlcomm.data.source.DataSource.classes`: nothing is read); None when a run's
     data set cannot tell without its data, or the runs' data sets differ in it."""
-    from types import SimpleNamespace
-
+    from dlcomm.config.typed import typed_section
     from dlcomm.data.registry import all_sources
 
     prefix = PARAM + "dataset."
@@ -214,8 +213,8 @@ def classes_of(runs: pd.DataFrame) -> int | None:
             key.removeprefix(prefix): _recorded(v) for key, v in row.items() if key.startswith(prefix) and pd.notna(v)
         }
         try:
-            found.add(None if source is None else source.classes(SimpleNamespace(**given)))
-        except Exception:  # noqa: BLE001 - a plugin's classes() on recorded strings: unknown, no chance line
+            found.add(None if source is None else source.classes(typed_section(source.Config, given)))
+        except Exception:  # noqa: BLE001 - values its Config refuses, or a plugin's classes() failing: unknown, no chance line
             found.add(None)
     return found.pop() if len(found) == 1 and None not in found else None
 

@@ -3,14 +3,9 @@ plugin's); the interface is :class:`dlcomm.tasks.base.Task`. Importing this pack
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlcomm.config.schema import RunConfig
 from dlcomm.tasks.base import Task
 from dlcomm.tasks.registry import TASKS
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 
 def build_task(cfg: RunConfig) -> Task:
@@ -18,7 +13,7 @@ def build_task(cfg: RunConfig) -> Task:
     return TASKS.get(cfg.task.name)(cfg)
 
 
-def check_task(cfg: RunConfig | DictConfig) -> None:
-    """One-line errors for a task that cannot train this run (before anything starts): on the
-    composed DictConfig (:func:`dlcomm.compose.check_algorithm`) or the typed run."""
+def check_task(cfg: RunConfig) -> None:
+    """One-line errors for a task that cannot train this run (before anything starts; run by
+    :func:`dlcomm.compose.check_algorithm` on the composed run)."""
     TASKS.get(cfg.task.name).check(cfg)

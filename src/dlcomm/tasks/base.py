@@ -22,13 +22,29 @@ inside the methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Protocol, Tuple
 
-from dlcomm.config.schema import RunConfig, TaskConfig
+from dlcomm.config.schema import ModelConfig, OptimConfig, RunConfig, TaskConfig
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
+
+
+class DataShape(Protocol):
+    """What a model is built from: the data's shape and normalisation (an
+    :class:`~dlcomm.data.base.ImageClassificationData`, or a stand-in when no data is loaded)."""
+
+    @property
+    def input_shape(self) -> Tuple[int, int, int]: ...
+
+    @property
+    def num_classes(self) -> int: ...
+
+    @property
+    def pixel_mean(self) -> Optional[Tuple[float, ...]]: ...
+
+    @property
+    def pixel_std(self) -> Optional[Tuple[float, ...]]: ...
 
 
 class Task:
@@ -38,19 +54,19 @@ class Task:
     """What the evaluation's accuracy measures, as the progress lines name it."""
 
     @classmethod
-    def check(cls, cfg: RunConfig | DictConfig) -> None:
+    def check(cls, cfg: RunConfig) -> None:
         """Raise a one-line :class:`~dlcomm.errors.UserError` for a run this task cannot train
-        (before anything starts; on the composed DictConfig or the typed run). By default: none."""
+        (before anything starts, while composing). By default: none."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
 
-    def build_model(self, model_cfg: Any, data: Any) -> "torch.nn.Module":
+    def build_model(self, model_cfg: ModelConfig, data: DataShape) -> "torch.nn.Module":
         from dlcomm.models import build_model
 
         return build_model(model_cfg, data.input_shape, data.num_classes)
 
-    def param_groups(self, model: "torch.nn.Module", optim_cfg: Any) -> List[Dict[str, Any]]:
+    def param_groups(self, model: "torch.nn.Module", optim_cfg: OptimConfig) -> List[Dict[str, Any]]:
         """One group of every trainable parameter, with the optimizer's hyper-parameters."""
         return [{"params": [p for p in model.parameters() if p.requires_grad]}]
 

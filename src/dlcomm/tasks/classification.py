@@ -13,7 +13,6 @@ from dlcomm.tasks.registry import register
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
 
 @register
@@ -21,7 +20,7 @@ class Classification(Task):
     name = "classification"
 
     @classmethod
-    def check(cls, cfg: RunConfig | DictConfig) -> None:
+    def check(cls, cfg: RunConfig) -> None:
         if cfg.model.name == "acgan":
             raise UserError("model=acgan is the GAN's generator and discriminator: pass task=gan to train it")
 

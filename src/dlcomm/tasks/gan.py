@@ -21,14 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, cast
 
-from dlcomm.config.schema import RunConfig, TaskConfig, domain
+from dlcomm.config.schema import ACGANConfig, ModelConfig, OptimConfig, RunConfig, TaskConfig, domain
 from dlcomm.errors import UserError
-from dlcomm.tasks.base import Task
+from dlcomm.tasks.base import DataShape, Task
 from dlcomm.tasks.registry import register
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
     from dlcomm.models.gan import AcGan
 
@@ -58,7 +57,7 @@ class GanTask(Task):
     )
 
     @classmethod
-    def check(cls, cfg: RunConfig | DictConfig) -> None:
+    def check(cls, cfg: RunConfig) -> None:
         if cfg.model.name != "acgan":
             raise UserError(
                 f"task=gan trains model=acgan (its generator and discriminator), not model={cfg.model.name}: "
@@ -72,12 +71,15 @@ class GanTask(Task):
         self._sums: Dict[str, float] = {"gan_d_loss": 0.0, "gan_g_loss": 0.0}
         self._count = 0
 
-    def build_model(self, model_cfg: Any, data: Any) -> "torch.nn.Module":
+    def build_model(self, model_cfg: ModelConfig, data: DataShape) -> "torch.nn.Module":
         from dlcomm.models.gan import build_acgan
+
+        if not isinstance(model_cfg, ACGANConfig):  # check() refuses another model while composing
+            raise TypeError(f"task=gan builds model=acgan, not a {type(model_cfg).__name__}")
 
         return build_acgan(model_cfg, data.input_shape, data.num_classes, data.pixel_mean, data.pixel_std)
 
-    def param_groups(self, model: "torch.nn.Module", optim_cfg: Any) -> List[Dict[str, Any]]:
+    def param_groups(self, model: "torch.nn.Module", optim_cfg: OptimConfig) -> List[Dict[str, Any]]:
         """One group per network, each with its own learning rate (0: ``optim.lr``)."""
         from dlcomm.models.gan import AcGan
 

@@ -267,33 +267,32 @@ def open_run(spec: RunSpec, extra_tags: dict[str, str] | None = None) -> str:
     """Create the run (status RUNNING) with its tags and params; return its id.
     ``extra_tags`` adds, e.g., ``mlflow.parentRunId`` for a sweep's element, ``driver_pid``
     for a local run, ``slurm_job_id`` for a run opened inside its SLURM job."""
-    cfg = spec.config
+    cfg = spec.cfg()
     client = _user_client(spec.tracking_uri)
-    experiment_id = _experiment_id(client, cfg["tracking"]["experiment"], spec.tracking_uri)
-    world = cfg["nodes"] * cfg["workers_per_node"]
+    experiment_id = _experiment_id(client, cfg.tracking.experiment, spec.tracking_uri)
     tags = {
-        "algo": cfg["algo"]["name"],
-        "model": cfg["model"]["name"],
-        "dataset": cfg["dataset"]["name"],
-        "world_size": str(world),
-        "nodes": str(cfg["nodes"]),
-        "workers_per_node": str(cfg["workers_per_node"]),
+        "algo": cfg.algo.name,
+        "model": cfg.model.name,
+        "dataset": cfg.dataset.name,
+        "world_size": str(cfg.nodes * cfg.workers_per_node),
+        "nodes": str(cfg.nodes),
+        "workers_per_node": str(cfg.workers_per_node),
         **({"git_commit": spec.git_commit, "mlflow.source.git.commit": spec.git_commit} if spec.git_commit else {}),
         "dlcomm_version": dlcomm_version(),
         "config_hash": spec.config_hash,
         "hostname": socket.gethostname(),
         "cpu": cpu_model(),
-        "launcher": cfg["launcher"]["name"],
+        "launcher": cfg.launcher.name,
         "network": spec.network_label(),  # the preset and the link values the command line changed
-        "network_mode": cfg["network"]["mode"],
+        "network_mode": str(cfg.network.mode),
         **(extra_tags or {}),
     }
     run = retrying(
         client.create_run, experiment_id, run_name=mask(spec.run_name()), tags={k: mask(v) for k, v in tags.items()}
     )
     try:
-        _log_params(client, run.info.run_id, flatten(cfg))
-        retrying(client.log_inputs, run.info.run_id, [dataset_input(cfg)])
+        _log_params(client, run.info.run_id, flatten(spec.config))  # params: the plain data
+        retrying(client.log_inputs, run.info.run_id, [dataset_input(spec.config)])
     except UserError as error:  # a full disk, a locked store: the run just made must not stay RUNNING
         _end_unfinished(client, run.info.run_id, str(error))
         raise

@@ -53,8 +53,8 @@ class Rank0Reporter:
         self._time_ema = math.nan
         self._next_postfix = 0.0
         self._timings: list[pd.DataFrame] = []
-        self.timing_warmup = int(spec.config["train"]["timing_warmup"])
-        self.stream = MetricStream(self.logger.log_series, float(spec.config["tracking"]["stream_every_s"]))
+        self.timing_warmup = spec.cfg().train.timing_warmup
+        self.stream = MetricStream(self.logger.log_series, float(spec.cfg().tracking.stream_every_s))
 
     def start(self, total_steps: int, done_steps: int = 0, rows: list[IterationRow] | None = None) -> None:
         """``done_steps`` and the finished epochs' ``rows`` are those of a resumed run."""
@@ -66,11 +66,10 @@ class Rank0Reporter:
             self.logger.log_artifact(profile_path)
         if rows:
             self._timings.append(_table(rows))
-        train = self.spec.config["train"]
-        self.budget_s = float(train["time_budget_s"])
+        self.budget_s = float(self.spec.cfg().train.time_budget_s)
         mark_stage(self.run_dir, TRAINING)  # the driver's status line stops: the bar takes over
         if self.budget_s > 0:  # the budget ends the run: the bar counts its clock's seconds, not iterations
-            clock = "simulated s" if self.spec.config["network"]["mode"] == "simulate" else "s"
+            clock = "simulated s" if self.spec.cfg().network.mode == "simulate" else "s"
             self.bar = tqdm(
                 total=self.budget_s,
                 desc=f"train ({clock} of the budget)",
@@ -335,7 +334,8 @@ def run_description(line: str, spec: RunSpec) -> str:
 
 
 def _summary_line(s: dict[str, float], spec: RunSpec, ended_by: str = "", accuracy_label: str = "test acc") -> str:
-    network = spec.config["network"]
+    cfg = spec.cfg()
+    network = cfg.network
     whose = "" if accuracy_label == "test acc" else f" [{accuracy_label}]"
     line = (
         f"done: test accuracy {_pct(s[names.FINAL_TEST_ACC])} (averaged model {_pct(s[names.FINAL_TEST_ACC_AVG_MODEL])}){whose}"
@@ -344,20 +344,20 @@ def _summary_line(s: dict[str, float], spec: RunSpec, ended_by: str = "", accura
     )
     if names.FINAL_SIM_TIME_PER_ITER in s:
         line += (
-            f" | {network['mode']}d {spec.network_label()}: {1000 * s[names.FINAL_SIM_TIME_PER_ITER]:.1f} ms/iter,"
+            f" | {network.mode}d {spec.network_label()}: {1000 * s[names.FINAL_SIM_TIME_PER_ITER]:.1f} ms/iter,"
             f" communication {_pct(s[names.FINAL_SIM_COMM_SHARE])} of it"
             f" (modelled {1000 * s[names.FINAL_COMM_MODELLED_PER_ITER]:.1f} ms/iter),"
             f" training {s[names.FINAL_SIM_TIME]:.1f} s"
         )
-    if names.FINAL_BEST_TEST_ACC in s and spec.config["train"]["time_budget_s"] > 0:
-        clock = "simulated s" if network["mode"] == "simulate" else "s"
-        line += f" | best test accuracy {_pct(s[names.FINAL_BEST_TEST_ACC])} within {spec.config['train']['time_budget_s']:g} {clock}"
-    target = spec.config["train"]["target_acc"]
+    if names.FINAL_BEST_TEST_ACC in s and cfg.train.time_budget_s > 0:
+        clock = "simulated s" if network.mode == "simulate" else "s"
+        line += f" | best test accuracy {_pct(s[names.FINAL_BEST_TEST_ACC])} within {cfg.train.time_budget_s:g} {clock}"
+    target = cfg.train.target_acc
     if target > 0:
         if names.FINAL_TIME_TO_TARGET in s:
             line += f" | reached {_pct(target)} after {s[names.FINAL_TIME_TO_TARGET]:.1f} s wall"
             if names.FINAL_SIM_TIME_TO_TARGET in s:
-                line += f", {s[names.FINAL_SIM_TIME_TO_TARGET]:.1f} s {network['mode']}d"
+                line += f", {s[names.FINAL_SIM_TIME_TO_TARGET]:.1f} s {network.mode}d"
         else:
             line += f" | {_pct(target)} not reached"
     if ended_by:

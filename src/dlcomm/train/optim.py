@@ -46,7 +46,6 @@ from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
 
 
 C = TypeVar("C", bound=OptimConfig)  # the optimizer's own ``Config``: ``class SGD(Optimizer[SGDConfig])``
@@ -59,9 +58,9 @@ class Optimizer(Generic[C]):
     Config: ClassVar[type] = OptimConfig
 
     @classmethod
-    def check(cls, cfg: C | DictConfig) -> None:
-        """Raise a one-line ``UserError`` for a knob of ``cfg`` out of range (default: none); ``cfg``
-        is the composed DictConfig's node (:func:`dlcomm.compose.check_algorithm`)."""
+    def check(cls, cfg: C) -> None:
+        """Raise a one-line ``UserError`` for a knob of ``cfg`` out of range (default: none), while
+        composing (:func:`dlcomm.compose.check_algorithm`)."""
 
     @classmethod
     def build(cls, cfg: C, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
@@ -177,7 +176,7 @@ class AngularGrad(Optimizer[AngularGradConfig]):
     Config = AngularGradConfig
 
     @classmethod
-    def check(cls, cfg: AngularGradConfig | DictConfig) -> None:
+    def check(cls, cfg: AngularGradConfig) -> None:
         if cfg.method not in ("cos", "tan"):
             raise UserError(f"optim.method={cfg.method} is invalid: angulargrad's coefficient: use cos or tan")
 
@@ -208,7 +207,7 @@ def optimizer_schemas() -> list[tuple[Optional[str], str, type]]:
     return extra_schemas("optim", all_optimizers(), "optimizer")
 
 
-def check_optimizer(cfg: OptimConfig | DictConfig) -> None:
+def check_optimizer(cfg: OptimConfig) -> None:
     """The optimizer's own checks of the composed ``optim`` node (:meth:`Optimizer.check`)."""
     get_optimizer(cfg.name).check(cfg)
 

@@ -3,17 +3,20 @@ on it that can be made before anything starts (the launch checks and the ranks s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dlcomm.errors import UserError
 
+if TYPE_CHECKING:
+    from dlcomm.config.schema import TrainConfig
 
-def step_batch(train: Any) -> int:
+
+def step_batch(train: TrainConfig) -> int:
     """Samples one rank consumes per optimizer step: ``batch_size * comm_interval``."""
     return train.batch_size * train.comm_interval
 
 
-def plan_steps(train: Any, train_size: int, world_size: int) -> tuple[int, int]:
+def plan_steps(train: TrainConfig, train_size: int, world_size: int) -> tuple[int, int]:
     """``(iterations per epoch, iterations of the run)``: every rank holds
     ``train_size // world_size`` samples and drops its last incomplete step batch (see
     :func:`step_batch`); ``max_steps`` caps the run.
@@ -32,13 +35,13 @@ def plan_steps(train: Any, train_size: int, world_size: int) -> tuple[int, int]:
 UNBOUNDED = 2**62  # iterations of a run that only its time budget ends
 
 
-def schedule_steps(train: Any, per_epoch: int, total: int) -> int:
+def schedule_steps(train: TrainConfig, per_epoch: int, total: int) -> int:
     """The iterations a learning-rate schedule spans: the run's, or under a time budget without
     ``max_steps`` the ``epochs`` horizon (the budget's end is not known in iterations)."""
     return per_epoch * train.epochs if total == UNBOUNDED else total
 
 
-def ended_by(train: Any, steps: int, clock_s: float) -> str:
+def ended_by(train: TrainConfig, steps: int, clock_s: float) -> str:
     """Which limit ended a run that trained ``steps`` iterations with the training clock at
     ``clock_s``: the time budget, ``max_steps`` or ``epochs``."""
     if train.time_budget_s > 0 and clock_s >= train.time_budget_s:
@@ -49,7 +52,7 @@ def ended_by(train: Any, steps: int, clock_s: float) -> str:
 
 
 def check_plan(
-    train: Any, train_size: int, world_size: int, test_size: int | None = None, dataset: str = ""
+    train: TrainConfig, train_size: int, world_size: int, test_size: int | None = None, dataset: str = ""
 ) -> tuple[int, int]:
     """:func:`plan_steps`, after refusing in one line an epoch without an iteration and (when the
     test set's size is given) an ``eval_size`` beyond the test set."""

@@ -19,7 +19,7 @@ import dataclasses
 import re
 from typing import Any, Optional, Sequence
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig, SGDConfig
 from dlcomm.errors import UserError
 
 REFUSALS = (ValueError, TypeError, RuntimeError, ArithmeticError)
@@ -117,12 +117,12 @@ def suspects_first(configs: Sequence[RunConfig]) -> list[int]:
     return [i for i, bad in enumerate(flagged) if bad] + [i for i, bad in enumerate(flagged) if not bad]
 
 
-def optimizer_refusal(optim: Any, error: BaseException) -> str:
+def optimizer_refusal(optim: OptimConfig, error: BaseException) -> str:
     """The line for ``error``, raised while building the optimizer ``optim.name`` from ``optim``."""
     return _refusal("optim", optim, error, _refuser(error) or f"optim={optim.name}")
 
 
-def _refusal(group: str, node: Any, error: BaseException, refuser: str) -> str:
+def _refusal(group: str, node: OptimConfig | CompressConfig, error: BaseException, refuser: str) -> str:
     words = _words(error)
     knob = _knob(node, words)
     if knob is None:
@@ -131,7 +131,7 @@ def _refusal(group: str, node: Any, error: BaseException, refuser: str) -> str:
             f"see them with `dlcomm config --explain {group} {group}={node.name}`"
         )
     value = _shown(getattr(node, knob))
-    if knob == "nesterov":
+    if knob == "nesterov" and isinstance(node, SGDConfig):
         return (
             f"{group}.nesterov={value} is invalid with {group}.momentum={_shown(node.momentum)}: {refuser} refuses it "
             f"({words}); pass {group}.momentum > 0, e.g. 0.9, or {group}.nesterov=false"
@@ -148,7 +148,7 @@ def _words(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-def _knob(node: Any, words: str) -> Optional[str]:
+def _knob(node: OptimConfig | CompressConfig, words: str) -> Optional[str]:
     """The knob of ``node`` that torch's ``words`` name, if any: first the words torch uses for
     dlcomm's knobs, then any of the node's own keys."""
     names = [item.name for item in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
@@ -158,7 +158,7 @@ def _knob(node: Any, words: str) -> Optional[str]:
     return next((name for name in names if name != "name" and re.search(rf"\b{name}\b", words)), None)
 
 
-def _default(node: Any, knob: str) -> Any:
+def _default(node: OptimConfig | CompressConfig, knob: str) -> Any:
     """The schema's default of ``knob`` (the optimizer's own ``Config``)."""
     for item in dataclasses.fields(node) if dataclasses.is_dataclass(node) else []:
         if item.name == knob:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from dlcomm.config.schema import CifarConfig
 from dlcomm.data.registry import register
@@ -12,38 +12,38 @@ if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
 
 
-class CifarData(DataSource):
+class CifarData(DataSource[CifarConfig]):
     """A CIFAR variant; ``name`` picks its :class:`dlcomm.data.cifar.CifarSource`."""
 
     Config = CifarConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: CifarConfig) -> None:
         from dlcomm.data import cifar
 
         cifar.check(cifar.SOURCES[cls.name], root(cfg))
 
     @classmethod
-    def shape(cls, cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+    def shape(cls, cfg: CifarConfig) -> Tuple[Tuple[int, int, int], int]:
         from dlcomm.data import cifar
 
         return cifar.shape(cifar.SOURCES[cls.name])
 
     @classmethod
-    def classes(cls, cfg: Any) -> int:
+    def classes(cls, cfg: CifarConfig) -> int:
         from dlcomm.data import cifar
 
         return cifar.SOURCES[cls.name].num_classes
 
     @classmethod
-    def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
+    def sizes(cls, cfg: CifarConfig) -> Optional[Tuple[int, int]]:
         from dlcomm.data import cifar
 
         source = cifar.SOURCES[cls.name]
         return source.train_size, source.test_size
 
     @classmethod
-    def build(cls, cfg: Any) -> "ImageClassificationData":
+    def build(cls, cfg: CifarConfig) -> "ImageClassificationData":
         from dlcomm.data import cifar
 
         return cifar.load(cifar.SOURCES[cls.name], root(cfg), bool(cfg.augment))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from dlcomm.config.schema import IdxDatasetConfig
 from dlcomm.data.registry import register
@@ -12,33 +12,33 @@ if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
 
 
-class IdxData(DataSource):
+class IdxData(DataSource[IdxDatasetConfig]):
     """An MNIST-like set; ``name`` picks its :class:`dlcomm.data.mnist.IdxSource`."""
 
     Config = IdxDatasetConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: IdxDatasetConfig) -> None:
         from dlcomm.data import mnist
 
         mnist.check(mnist.SOURCES[cls.name], root(cfg))
 
     @classmethod
-    def shape(cls, cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+    def shape(cls, cfg: IdxDatasetConfig) -> Tuple[Tuple[int, int, int], int]:
         return (1, 28, 28), cls.classes(cfg)
 
     @classmethod
-    def classes(cls, cfg: Any) -> int:
+    def classes(cls, cfg: IdxDatasetConfig) -> int:
         return 10
 
     @classmethod
-    def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
+    def sizes(cls, cfg: IdxDatasetConfig) -> Optional[Tuple[int, int]]:
         from dlcomm.data import mnist
 
         return mnist.sizes(mnist.SOURCES[cls.name], root(cfg))
 
     @classmethod
-    def build(cls, cfg: Any) -> "ImageClassificationData":
+    def build(cls, cfg: IdxDatasetConfig) -> "ImageClassificationData":
         from dlcomm.data import mnist
 
         return mnist.load(mnist.SOURCES[cls.name], root(cfg))

@@ -3,7 +3,7 @@ checks the layout, :mod:`dlcomm.data.imagefolder` loads it with torchvision)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from dlcomm.config.schema import ImageFolderConfig
 from dlcomm.data import folder
@@ -15,28 +15,28 @@ if TYPE_CHECKING:
 
 
 @register
-class ImageFolder(DataSource):
+class ImageFolder(DataSource[ImageFolderConfig]):
     """Reads one image header per class folder to check; counts the class folders for its shape."""
 
     name = "imagefolder"
     Config = ImageFolderConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: ImageFolderConfig) -> None:
         folder.check(root(cfg), str(cfg.train_dir), str(cfg.val_dir))
         folder.check_images(root(cfg), str(cfg.train_dir), str(cfg.val_dir))
 
     @classmethod
-    def shape(cls, cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+    def shape(cls, cfg: ImageFolderConfig) -> Tuple[Tuple[int, int, int], int]:
         folder.check(root(cfg), str(cfg.train_dir), str(cfg.val_dir))
         return folder.shape(root(cfg), str(cfg.train_dir), int(cfg.image_size))
 
     @classmethod
-    def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
+    def sizes(cls, cfg: ImageFolderConfig) -> Optional[Tuple[int, int]]:
         return None  # counting a large tree's files is not free: its ranks check
 
     @classmethod
-    def build(cls, cfg: Any) -> "ImageClassificationData":
+    def build(cls, cfg: ImageFolderConfig) -> "ImageClassificationData":
         from dlcomm.data.imagefolder import ImageFolderData  # torchvision: imported only when used
 
         return ImageFolderData(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from dlcomm.config.schema import SyntheticConfig
 from dlcomm.data.registry import register
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
 
 
-def _args(cfg: Any) -> Tuple[Tuple[int, int, int], int, int, int]:
+def _args(cfg: SyntheticConfig) -> Tuple[Tuple[int, int, int], int, int, int]:
     """``(shape, num_classes, train_size, test_size)`` after their checks."""
     from dlcomm.data import synthetic
 
@@ -22,32 +22,32 @@ def _args(cfg: Any) -> Tuple[Tuple[int, int, int], int, int, int]:
 
 
 @register
-class Synthetic(DataSource):
+class Synthetic(DataSource[SyntheticConfig]):
     """Nothing is read from disk: its checks are of the sizes."""
 
     name = "synthetic"
     Config = SyntheticConfig
 
     @classmethod
-    def check(cls, cfg: Any) -> None:
+    def check(cls, cfg: SyntheticConfig) -> None:
         _args(cfg)
 
     @classmethod
-    def shape(cls, cfg: Any) -> Tuple[Tuple[int, int, int], int]:
+    def shape(cls, cfg: SyntheticConfig) -> Tuple[Tuple[int, int, int], int]:
         shape, num_classes, _, _ = _args(cfg)
         return shape, num_classes
 
     @classmethod
-    def classes(cls, cfg: Any) -> int:
+    def classes(cls, cfg: SyntheticConfig) -> int:
         return int(cfg.num_classes)
 
     @classmethod
-    def sizes(cls, cfg: Any) -> Optional[Tuple[int, int]]:
+    def sizes(cls, cfg: SyntheticConfig) -> Optional[Tuple[int, int]]:
         _, _, train_size, test_size = _args(cfg)
         return train_size, test_size
 
     @classmethod
-    def build(cls, cfg: Any) -> "ImageClassificationData":
+    def build(cls, cfg: SyntheticConfig) -> "ImageClassificationData":
         from dlcomm.data.synthetic import SyntheticData
 
         shape, num_classes, train_size, test_size = _args(cfg)
