@@ -10,6 +10,7 @@ keys); their Table II sizes are checked by parameter count and forward passes in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from functools import partial
@@ -17,10 +18,9 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from dlcomm.compose import compose
-from dlcomm.config.typed import plain
+from dlcomm.config.schema import RunConfig
 from dlcomm.launch import harness
 from dlcomm.metrics import names
 from dlcomm.models import build_model, check_model_fits, model_names
@@ -54,7 +54,7 @@ def _model_cfg(name: str):
     return compose([f"model={name}"]).model
 
 
-def _train_cfg(model: str, algo: str) -> dict:
+def _train_cfg(model: str, algo: str) -> RunConfig:
     shape, model_overrides, lr = TRAIN_SETTINGS[model]
     cfg = compose(
         [
@@ -79,7 +79,7 @@ def _train_cfg(model: str, algo: str) -> dict:
             "seed=3",
         ]
     )
-    return plain(cfg)
+    return cfg  # the typed run, as a rank gets it
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -99,8 +99,7 @@ def train_jobs(cluster, channel, jobs: list) -> dict:
     from dlcomm.train.plan import plan_steps
 
     out = {}
-    for key, container in jobs:
-        cfg = OmegaConf.create(container)
+    for key, cfg in jobs:
         data = build_dataset(cfg.dataset)
         task = build_task(cfg)
         torch.manual_seed(cfg.seed)
@@ -186,7 +185,7 @@ def test_vit_pads_28x28_to_the_patch_grid():
     """Patch 16 on 28x28: a 2x2 grid of patches (5 tokens with the class token); the input is
     zero-padded at the bottom and right, so it gives what the padded 32x32 image gives."""
     torch.manual_seed(0)
-    cfg = OmegaConf.merge(_model_cfg("vit_b"), {"embed_dim": 48, "depth": 2})  # patch 16, 12 heads as in Table II
+    cfg = dataclasses.replace(_model_cfg("vit_b"), embed_dim=48, depth=2)  # patch 16, 12 heads as in Table II
     model = build_model(cfg, (1, 28, 28), 10).eval()
     assert model.pos_embed.shape == (1, 5, 48)
     x = torch.randn(2, 1, 28, 28)
@@ -204,7 +203,7 @@ def test_recurrent_reads_rows(name):
     """The recurrent layer sees (B, H, C*W), step t being row t of every channel; the output
     depends on the order of the rows."""
     torch.manual_seed(0)
-    model = build_model(OmegaConf.merge(_model_cfg(name), {"hidden_size": 16}), (2, 5, 3), 4).eval()
+    model = build_model(dataclasses.replace(_model_cfg(name), hidden_size=16), (2, 5, 3), 4).eval()
     seen = []
     model.recurrent.register_forward_hook(lambda module, args, output: seen.append(args[0]))
     x = torch.randn(3, 2, 5, 3)
