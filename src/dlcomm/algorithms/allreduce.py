@@ -41,7 +41,6 @@ class AllreduceConfig(AlgoConfig):
 
 @register
 class Allreduce(Algorithm[AllreduceConfig]):
-    name = "allreduce"
     display_name = "AllReduce-SGD"
     Config = AllreduceConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

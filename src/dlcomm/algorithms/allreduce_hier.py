@@ -35,7 +35,6 @@ class AllreduceHierConfig(AlgoConfig):
 
 @register
 class AllreduceHier(Algorithm[AllreduceHierConfig]):
-    name = "allreduce_hier"
     display_name = "hierarchical AllReduce-SGD"
     Config = AllreduceHierConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

@@ -146,7 +146,6 @@ class CrossoverGossip:
 
 @register
 class Crossover(Algorithm[CrossoverConfig]):
-    name = "crossover"
     display_name = "Crossover-SGD"
     Config = CrossoverConfig
     compression = ("payload",)  # CHOCO-Gossip with a public copy per directed pair

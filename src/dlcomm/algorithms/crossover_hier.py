@@ -38,7 +38,6 @@ class CrossoverHier(Crossover):
     """``crossover``'s segments, draw and round (:class:`~dlcomm.algorithms.crossover.Crossover`),
     run by the leaders alone on the ``leaders`` group, framed by the node's reduce and broadcast."""
 
-    name = "crossover_hier"
     display_name = "hierarchical Crossover-SGD"
     Config = CrossoverHierConfig
     group = "leaders"

@@ -65,7 +65,6 @@ class DiLoCoConfig(AlgoConfig):
 
 @register
 class DiLoCo(Algorithm[DiLoCoConfig]):
-    name = "diloco"
     display_name = "DiLoCo"
     Config = DiLoCoConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

@@ -49,7 +49,6 @@ class DPSGDConfig(AlgoConfig):
 
 @register
 class DPSGD(Algorithm[DPSGDConfig]):
-    name = "dpsgd"
     display_name = "D-PSGD"
     Config = DPSGDConfig
     compression = ("payload",)  # CHOCO-Gossip: compressed changes of public copies

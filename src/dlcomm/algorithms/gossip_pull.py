@@ -114,7 +114,6 @@ _COUNTS = {
 
 @register
 class GossipPull(Algorithm[GossipPullConfig]):
-    name = "gossip_pull"
     display_name = "pull-gossip"
     Config = GossipPullConfig
     point_to_point = False  # pulls travel over the CPU control group (gloo); no device tensor point to point

@@ -41,7 +41,6 @@ class LocalSGDConfig(AlgoConfig):
 
 @register
 class LocalSGD(Algorithm[LocalSGDConfig]):
-    name = "local_sgd"
     display_name = "Local-SGD"
     Config = LocalSGDConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

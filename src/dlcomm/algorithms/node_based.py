@@ -48,7 +48,6 @@ class NodeBasedConfig(AlgoConfig):
 
 @register
 class NodeBased(Algorithm[NodeBasedConfig]):
-    name = "node_based"
     display_name = "node-based averaging"
     Config = NodeBasedConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

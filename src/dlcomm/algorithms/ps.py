@@ -76,7 +76,6 @@ C = TypeVar("C", bound=AlgoConfig)  # ps reads no knob of its own; ps_layerdrop'
 
 @register
 class ParameterServer(Algorithm[C]):
-    name = "ps"
     display_name = "parameter server"
     Config: ClassVar[type[AlgoConfig]] = PSConfig
     compression: ClassVar[tuple[str, ...]] = ("layers",)  # compress=layerdrop: which layers a worker sends

@@ -35,7 +35,6 @@ class PSLayerDropConfig(AlgoConfig):
 
 @register
 class PSLayerDrop(ParameterServer[PSLayerDropConfig]):
-    name = "ps_layerdrop"
     display_name = "parameter server with layer dropping"
     Config = PSLayerDropConfig
 

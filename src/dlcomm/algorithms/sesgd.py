@@ -74,7 +74,6 @@ class LocalSESGDConfig(SESGDConfig):
 
 @register
 class SESGD(Algorithm[SESGDConfig]):
-    name = "sesgd"
     display_name = "Shuffle-Exchange SGD"
     Config = SESGDConfig
     compression = ("payload",)  # each bucket to the group's other members, against per-pair copies
@@ -143,6 +142,5 @@ class SESGD(Algorithm[SESGDConfig]):
 
 @register
 class LocalSESGD(SESGD):
-    name = "local_sesgd"
     display_name = "local Shuffle-Exchange SGD"
     Config = LocalSESGDConfig

@@ -68,7 +68,6 @@ class SGPConfig(AlgoConfig):
 
 @register
 class SGP(Algorithm[SGPConfig]):
-    name = "sgp"
     display_name = "SGP"
     Config = SGPConfig
     compression = ("payload",)  # the pushed half against a public copy per directed pair

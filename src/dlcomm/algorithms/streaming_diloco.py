@@ -102,7 +102,6 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
 
 @register
 class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
-    name = "streaming_diloco"
     display_name = "Streaming DiLoCo"
     Config = StreamingDiLoCoConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

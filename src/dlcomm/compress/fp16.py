@@ -62,7 +62,6 @@ class _CastBack:
 
 @register
 class FP16(_HalfPrecision):
-    name = "fp16"
     display_name = "fp16"
     Config = FP16Config
     dtype_name = "float16"
@@ -70,7 +69,6 @@ class FP16(_HalfPrecision):
 
 @register
 class BF16(_HalfPrecision):
-    name = "bf16"
     display_name = "bf16"
     Config = BF16Config
     dtype_name = "bfloat16"

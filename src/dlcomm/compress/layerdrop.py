@@ -111,7 +111,6 @@ class LayerDropping(Compressor[LayerDropConfig]):
     (:class:`LayerDrop` over :class:`~dlcomm.compress.memory.ResidualMemory`);
     ``algo=ps compress=layerdrop`` is ``algo=ps_layerdrop`` (the same code, the same numbers)."""
 
-    name = "layerdrop"
     display_name = "layer dropping"
     Config = LayerDropConfig
     kinds = ("layers",)

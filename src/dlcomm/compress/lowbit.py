@@ -88,7 +88,6 @@ def _blocks(flat, block_size: int):
 
 @register
 class LowBit(Compressor[LowBitConfig]):
-    name = "lowbit"
     display_name = "low-bit float"
     Config = LowBitConfig
 

@@ -83,7 +83,6 @@ def orthogonalise(matrices: "torch.Tensor") -> None:
 
 @register
 class PowerSGD(Compressor[PowerSGDConfig]):
-    name = "powersgd"
     display_name = "PowerSGD"
     Config = PowerSGDConfig
     summable = True

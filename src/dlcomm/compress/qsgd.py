@@ -37,7 +37,6 @@ class QSGDConfig(CompressConfig):
 
 @register
 class QSGD(Compressor):
-    name = "qsgd"
     display_name = "QSGD"
     Config = QSGDConfig
 

@@ -41,7 +41,6 @@ def draw_seed(seed: int, key: object, step: int) -> int:
 
 @register
 class RandomK(Compressor):
-    name = "randomk"
     display_name = "random-k"
     Config = RandomKConfig
     summable = True

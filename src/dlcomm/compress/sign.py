@@ -74,7 +74,6 @@ class _ScaledMemory(ErrorFeedback):
 
 @register
 class Sign(Compressor):
-    name = "sign"
     display_name = "signSGD"
     Config = SignConfig
 

@@ -38,7 +38,6 @@ def kept(numel: int, ratio: float) -> int:
 
 @register
 class TopK(Compressor):
-    name = "topk"
     display_name = "top-k"
     Config = TopKConfig
 

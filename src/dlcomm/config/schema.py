@@ -588,6 +588,17 @@ class ReportConfig:
     # (the peak a link carries at once), and the accuracy-against-MB figure. Always on when
     # compressors are compared (a method label with "+").
     traffic: bool = False
+@dataclass
+class SrunLauncherConfig(SlurmLauncherConfig):
+    """``launcher=srun``: inside a SLURM allocation you made yourself (``sbatch slurm/single.sbatch``,
+    ``slurm/array.sbatch``), ``srun dlcomm train launcher=srun ...`` makes every task one rank.
+    ``nodes`` and ``workers_per_node`` must match the allocation (the sbatch files pass them from
+    SLURM's variables). Rank 0 opens the MLflow run; after a requeue the same run resumes from its
+    checkpoint. The knobs are ``launcher=slurm``'s."""
+
+    name: str = "srun"
+
+
 
 
 @dataclass

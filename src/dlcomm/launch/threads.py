@@ -84,7 +84,6 @@ class ThreadsLauncher(DriverLauncher):
     """``launcher=threads``: the ranks and the algorithm's service roles are threads of this
     process; it waits for them and closes the run."""
 
-    name = "threads"
     where = "as threads of this process"
     Config = ThreadsLauncherConfig
 

@@ -50,7 +50,6 @@ class GanTaskConfig(TaskConfig):
 
 @register
 class GanTask(Task):
-    name = "gan"
     Config = GanTaskConfig
     accuracy_label = (
         "discriminator's class accuracy on the test set"  # its auxiliary classifier's, not a generator's quality

@@ -11,7 +11,7 @@ then the momentum step with ``lr``. With ``exclude_bias_and_norm`` (the Crossove
 setting) one-dimensional tensors (biases, normalisation scales) are neither adapted nor decayed.
 
 Every optimizer is a registered :class:`Optimizer` subclass: its ``name`` (``optim=<name>``,
-``configs/optim/<name>.yaml``), its ``Config`` (a dataclass subclassing
+stored as Hydra's ``optim/<name>``), its ``Config`` (a dataclass subclassing
 :class:`~dlcomm.config.schema.OptimConfig`; several names may share one), ``build(cfg,
 param_groups)`` and, optionally, ``check(cfg)``: one-line :class:`~dlcomm.errors.UserError` for
 its own knobs, called while composing. dlcomm's own are in this module; installed packages add
@@ -80,7 +80,7 @@ def _betas(betas: list[float]) -> tuple[float, float]:
     return first, second
 
 
-OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", None, _plugins)  # all in this module
+OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", __name__, _plugins)  # all in this module
 register = OPTIMIZERS.register
 
 
