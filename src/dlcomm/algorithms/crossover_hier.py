@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class CrossoverHierConfig(CrossoverConfig):
-    """The leaders' Crossover round takes ``crossover``'s knobs."""
+    """``algo=crossover_hier``, hierarchical Crossover-SGD: reduce gradients to each node's leader,
+    the leaders step and run Crossover-SGD among themselves, then broadcast to their node (section
+    5, paper Sec. 3.3). The leaders' Crossover round takes ``crossover``'s knobs (``gamma``: the
+    leaders' consensus step)."""
 
     name: str = "crossover_hier"
 

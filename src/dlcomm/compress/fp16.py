@@ -25,11 +25,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class FP16Config(CompressConfig):
+    """``compress=fp16``: half precision on the wire, torch's fp16_compress_hook: cast, divide by W, sum
+    in fp16, cast back. No knobs."""
+
     name: str = "fp16"
 
 
 @dataclass
 class BF16Config(CompressConfig):
+    """``compress=bf16``: bfloat16 on the wire, torch's bf16_compress_hook: cast, divide by W, sum in
+    bf16, cast back. No knobs."""
+
     name: str = "bf16"
 
 

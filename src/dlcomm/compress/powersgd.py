@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class PowerSGDConfig(CompressConfig):
+    """``compress=powersgd``: PowerSGD (Vogels et al. 2019), the algorithm of torch's DDP
+    powerSGD_hook, per bucket."""
+
     name: str = "powersgd"
     rank: int = field(
         default=1, metadata=domain(low=1, means="r, the rank of each approximation,")

@@ -193,32 +193,39 @@ class TrainConfig:
 
 @dataclass
 class ModelConfig:
-    """Base of every model's schema: the choice, ``model=<name>`` (configs/model/<name>.yaml).
-    Models without knobs of their own (small_cnn, vgg16, densenet121, shufflenet_v2) use it as is."""
+    """The models without knobs but their name: small_cnn (two conv layers and two FC layers, 0.42 M
+    parameters on 28x28, no BatchNorm); vgg16, densenet121, shufflenet_v2 (torchvision, randomly
+    initialised; input channels and classes follow the dataset).
+
+    Base of every model's schema: the choice, ``model=<name>``, stored from its registered class
+    (:mod:`dlcomm.models.zoo`)."""
 
     name: str = MISSING
 
 
 @dataclass
 class ResNetConfig(ModelConfig):
-    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised)."""
+    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised); cifar_stem=true
+    for 32x32 inputs."""
 
-    cifar_stem: bool = False  # 3x3 stride-1 first conv and no max-pool (32x32 inputs)
+    cifar_stem: bool = False  # true: 3x3 stride-1 first conv (conv1) and no max-pool (32x32 inputs)
 
 
 @dataclass
 class MLPConfig(ModelConfig):
-    """mlp: flatten, hidden widths with ReLU, logits."""
+    """mlp: a multi-layer perceptron over the flattened input: hidden widths with ReLU, logits."""
 
-    hidden: List[int] = field(default_factory=lambda: [512, 256], metadata=domain(low=1))  # hidden widths
+    hidden: List[int] = field(
+        default_factory=lambda: [512, 256], metadata=domain(low=1)
+    )  # hidden widths, input to output
     dropout: float = field(
         default=0.0, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # after each hidden ReLU
+    )  # after each hidden ReLU; 0: none
 
 
 @dataclass
 class NiNConfig(ModelConfig):
-    """nin: Network-in-Network (Lin et al. 2014)."""
+    """nin: Network-in-Network (Lin et al. 2014): three mlpconv blocks and global average pooling."""
 
     # multiplier of every hidden width (1.0: the paper's); a width never drops below 1 (dlcomm.models.small.build_nin)
     width: float = field(default=1.0, metadata=domain(low=0.0, means="the multiplier of every hidden width"))
@@ -229,8 +236,11 @@ class NiNConfig(ModelConfig):
 
 @dataclass
 class ViTConfig(ModelConfig):
-    """vit_s, vit_b (timm VisionTransformer); the defaults are the node-based paper's ViT-B
-    (Table II), configs/model/vit_s.yaml sets ViT-S's sizes."""
+    """vit_s, vit_b (timm VisionTransformer, randomly initialised); the defaults are the node-based
+    paper's ViT-B (Table II: width 384, depth 12, 12 heads, patch 16), configs/model/vit_s.yaml
+    sets ViT-S's sizes. Note timm's standard ViT-B is embed_dim=768, depth 12, 12 heads (86 M
+    parameters at 224x224); the paper's is narrower. Sides not a multiple of the patch are
+    zero-padded (28x28 with patch 16 -> a 2x2 grid)."""
 
     embed_dim: int = field(default=384, metadata=domain(low=1))  # token width D
     depth: int = field(default=12, metadata=domain(low=1))  # transformer blocks
@@ -244,14 +254,17 @@ class ViTConfig(ModelConfig):
 
 @dataclass
 class RecurrentConfig(ModelConfig):
-    """rnn, lstm, gru over image rows."""
+    """rnn (simple, tanh), lstm, gru over image rows (H steps of C*W features), then BN + DP(0.25) +
+    FC(32) + DP(0.5) + FC(classes), as in the node-based paper's Table II."""
 
     hidden_size: int = field(default=128, metadata=domain(low=1))  # units of the recurrent layer
 
 
 @dataclass
 class ACGANConfig(ModelConfig):
-    """acgan: the generator and discriminator of task=gan."""
+    """acgan: the node-based paper's GAN (Table II), the generator and discriminator of task=gan
+    (which selects this model): generator (latent 128, FC + BN, 2x [upsample, 3x3 conv 128/64], 3x3
+    conv 32, image) and discriminator (3x3 stride-2 convs 16/32/64/128; validity and label heads)."""
 
     latent_dim: int = field(default=128, metadata=domain(low=1))  # the generator's noise dimension
 
@@ -261,7 +274,8 @@ DATA_ROOT = "a folder, checked before launch by dlcomm.data.check_dataset (it na
 
 @dataclass
 class DatasetConfig:
-    """Base of every data set's schema: the choice, ``dataset=<name>`` (configs/dataset/<name>.yaml)."""
+    """Base of every data set's schema: the choice, ``dataset=<name>``, stored from its registered
+    source (a preset YAML configs/dataset/<name>.yaml where the choice sets a value, e.g. its root)."""
 
     name: str = MISSING
 
@@ -279,30 +293,41 @@ class IdxDatasetConfig(DatasetConfig):
 class CifarConfig(DatasetConfig):
     """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
 
-    root: str = field(default="", metadata=domain(anything=DATA_ROOT))
+    root: str = field(
+        default="", metadata=domain(anything=DATA_ROOT)
+    )  # the folder holding the pickle folder; set per data set, in its file
     augment: bool = True  # random crop 32 (padding 4) + horizontal flip
 
 
 @dataclass
 class ImageFolderConfig(DatasetConfig):
-    """imagefolder: class sub-folders under root/train_dir and root/val_dir (ImageNet's layout)."""
+    """imagefolder: any folder of class sub-folders under root/train_dir and root/val_dir: ImageNet
+    (train/ val/) and fine-grained sets arranged the same way (docs/datasets.md). Images are decoded
+    by a DataLoader with ``loader_workers``."""
 
-    root: str = field(default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT))
-    train_dir: str = field(default="train", metadata=domain(anything=DATA_ROOT))
-    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))
+    root: str = field(
+        default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT)
+    )  # the folder holding train_dir/ and val_dir/
+    train_dir: str = field(
+        default="train", metadata=domain(anything=DATA_ROOT)
+    )  # class sub-folders of the training split
+    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))  # class sub-folders of the test split
     image_size: int = field(default=224, metadata=domain(low=1))  # side of the square crops
-    augment: bool = True  # random resized crop + horizontal flip
+    augment: bool = True  # random resized crop + horizontal flip (else resize + center crop)
     loader_workers: int = field(default=2, metadata=domain(low=0))  # DataLoader processes decoding images
 
 
 @dataclass
 class SyntheticConfig(DatasetConfig):
-    """synthetic: learnable data of any shape (labels from a fixed random linear teacher)."""
+    """synthetic: learnable data of any shape (labels from a fixed random linear teacher), for tests
+    and timing; nothing is read from disk."""
 
-    shape: List[int] = field(default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3))  # C, H, W
-    num_classes: int = field(default=10, metadata=domain(low=2))
-    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))
-    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))
+    shape: List[int] = field(
+        default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3)
+    )  # C, H, W of the images
+    num_classes: int = field(default=10, metadata=domain(low=2))  # labels
+    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the training split
+    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the test split
 
 
 @dataclass
@@ -312,7 +337,7 @@ class OptimConfig:
 
     name: str = MISSING
     lr: float = field(default=MISSING, metadata=LR)  # the rate of the global (all-worker) mean gradient
-    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)
+    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)  # L2 weight decay (adamw: decoupled)
     schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
     milestones: List[int] = field(default_factory=list, metadata=domain(low=0))  # epochs, for multistep
     gamma: float = field(
@@ -324,17 +349,19 @@ class OptimConfig:
 
 @dataclass
 class SGDConfig(OptimConfig):
-    """sgd: SGD with momentum (torch)."""
+    """sgd: SGD with momentum (torch); lr is the rate of the global (all-worker) mean gradient.
+    Every optimizer's schedule: constant | cosine | multistep (dlcomm.train.optim)."""
 
     lr: float = field(default=0.05, metadata=LR)
-    momentum: float = field(default=0.9, metadata=domain(below=1.0))  # torch refuses < 0 itself
-    nesterov: bool = False
+    momentum: float = field(default=0.9, metadata=domain(below=1.0))  # heavy-ball momentum (torch refuses < 0 itself)
+    nesterov: bool = False  # true: Nesterov's momentum
 
 
 @dataclass
 class LarsConfig(SGDConfig):
-    """lars (timm's Lars): SGD with momentum and a layer-wise trust ratio; large mini-batches
-    (the Crossover paper: coefficient 0.0025, warm-up, label smoothing 0.1, train.comm_interval)."""
+    """lars (timm's Lars): SGD with momentum whose step per tensor is scaled by a trust ratio
+    trust * ||w|| / (||g|| + wd * ||w||). Large mini-batch training (the Crossover paper:
+    coefficient 0.0025, warm-up epochs, label smoothing 0.1, together with train.comm_interval)."""
 
     lr: float = field(default=1.0, metadata=LR)
     weight_decay: float = field(default=0.00005, metadata=WEIGHT_DECAY)
@@ -348,26 +375,33 @@ class LarsConfig(SGDConfig):
 
 @dataclass
 class AdamConfig(OptimConfig):
-    """adam, adamw (torch); adamw.yaml sets AdamW's weight decay."""
+    """adam, adamw (torch); adamw.yaml sets AdamW's weight decay (decoupled)."""
 
     lr: float = field(default=0.001, metadata=LR)
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2))
-    eps: float = field(default=1e-8, metadata=EPS)
+    betas: List[float] = field(
+        default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2)
+    )  # the moments' decay rates
+    eps: float = field(default=1e-8, metadata=EPS)  # the denominator's epsilon
 
 
 @dataclass
 class AdaBeliefConfig(AdamConfig):
-    """adabelief (timm): the AdaBelief authors' CIFAR settings; for ImageNet they use
-    decoupled_weight_decay=true weight_decay=1e-2."""
+    """adabelief (Zhuang et al., NeurIPS 2020; timm.optim.AdaBelief): Adam whose second moment is the
+    EMA of (g - m)^2. Defaults: the AdaBelief authors' CIFAR settings (eps 1e-8, L2 weight decay,
+    no rectification); for ImageNet they use decoupled_weight_decay=true weight_decay=1e-2."""
 
-    weight_decay: float = field(default=0.0005, metadata=domain(low=0.0))  # timm's AdaBelief does not check it
+    weight_decay: float = field(
+        default=0.0005, metadata=domain(low=0.0)
+    )  # L2 weight decay (decoupled with decoupled_weight_decay=true); timm's AdaBelief does not check it
     decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
     rectify: bool = False  # RAdam's variance rectification
 
 
 @dataclass
 class AngularGradConfig(AdamConfig):
-    """angulargrad (dlcomm.train.angulargrad): the authors' defaults (Adam's lr, betas and eps)."""
+    """angulargrad (Roy et al., 2021, arXiv:2105.10190; dlcomm.train.angulargrad): Adam whose first
+    moment is scaled per element by 0.5 tanh(|cos A_min|) + 0.5, A_min the smallest angle so far
+    between consecutive gradients. Defaults: the authors' (lr 1e-3, Adam's betas and eps)."""
 
     method: str = field(
         default="cos", metadata=domain(one_of=("cos", "tan"), means="angulargrad's coefficient")
@@ -376,16 +410,22 @@ class AngularGradConfig(AdamConfig):
 
 @dataclass
 class TaskConfig:
-    """Base of every task's schema (dlcomm.tasks): the choice, ``task=<name>`` (configs/task/<name>.yaml).
-    A task with knobs of its own subclasses it beside its class (task=gan: GanTaskConfig)."""
+    """task=classification (the default, its name here): image classification, cross-entropy on the
+    model's logits (dlcomm.tasks.classification).
+
+    Base of every task's schema (dlcomm.tasks): the choice, ``task=<name>``. A task with knobs of
+    its own subclasses it beside its class (task=gan: GanTaskConfig)."""
 
     name: str = "classification"
 
 
 @dataclass
 class CompressConfig:
-    """Base of every compressor's schema (dlcomm.compress): the choice, ``compress=<name>``
-    (configs/compress/<name>.yaml); ``none`` sends every tensor as it is."""
+    """compress=none (the default, its name here): no compression, every algorithm sends its tensors
+    as they are.
+
+    Base of every compressor's schema (dlcomm.compress): the choice, ``compress=<name>``, its
+    ``Config`` beside its class."""
 
     name: str = "none"
 
@@ -458,6 +498,9 @@ class NetworkConfig:
 
 @dataclass
 class LauncherConfig:
+    """Base of every launcher's schema: the choice, ``launcher=<name>``, its ``Config`` beside its
+    class (:mod:`dlcomm.launch`); the knobs every launcher has."""
+
     name: str = "local"
     backend: Backend = (
         Backend.auto
@@ -469,7 +512,9 @@ class LauncherConfig:
 
 @dataclass
 class ProcessLauncherConfig(LauncherConfig):
-    """The launchers whose ranks are processes joined by a gloo or NCCL process group (local, slurm, srun)."""
+    """The launchers whose ranks are processes joined by a gloo or NCCL process group (local, slurm,
+    srun); ``launcher=local``: every rank is a process on this machine (gloo on CPU, nccl with one GPU
+    per rank)."""
 
     comm_timeout_s: float = field(
         default=300.0, metadata=domain(low=1.0)
@@ -478,7 +523,11 @@ class ProcessLauncherConfig(LauncherConfig):
 
 @dataclass
 class SlurmLauncherConfig(ProcessLauncherConfig):
-    """``launcher=slurm``: one SLURM job of ``nodes`` nodes x ``workers_per_node`` tasks, one rank each."""
+    """``launcher=slurm``: one SLURM job per run, submitted with submitit: ``nodes`` nodes x
+    ``workers_per_node`` tasks, one rank each (nccl when GPUs are given, gloo otherwise). ``dlcomm
+    train launcher=slurm`` prints the job id and its log paths and returns at once;
+    ``launcher.wait=true`` blocks until the job ends. Try it on this machine first:
+    ``scripts/slurm_local.sh up``."""
 
     name: str = "slurm"
     partition: str = field(
@@ -540,6 +589,17 @@ class SlurmLauncherConfig(ProcessLauncherConfig):
 
 
 @dataclass
+class SrunLauncherConfig(SlurmLauncherConfig):
+    """``launcher=srun``: inside a SLURM allocation you made yourself (``sbatch slurm/single.sbatch``,
+    ``slurm/array.sbatch``), ``srun dlcomm train launcher=srun ...`` makes every task one rank.
+    ``nodes`` and ``workers_per_node`` must match the allocation (the sbatch files pass them from
+    SLURM's variables). Rank 0 opens the MLflow run; after a requeue the same run resumes from its
+    checkpoint. The knobs are ``launcher=slurm``'s."""
+
+    name: str = "srun"
+
+
+@dataclass
 class TrackingConfig:
     uri: str = field(
         default="",
@@ -588,17 +648,6 @@ class ReportConfig:
     # (the peak a link carries at once), and the accuracy-against-MB figure. Always on when
     # compressors are compared (a method label with "+").
     traffic: bool = False
-@dataclass
-class SrunLauncherConfig(SlurmLauncherConfig):
-    """``launcher=srun``: inside a SLURM allocation you made yourself (``sbatch slurm/single.sbatch``,
-    ``slurm/array.sbatch``), ``srun dlcomm train launcher=srun ...`` makes every task one rank.
-    ``nodes`` and ``workers_per_node`` must match the allocation (the sbatch files pass them from
-    SLURM's variables). Rank 0 opens the MLflow run; after a requeue the same run resumes from its
-    checkpoint. The knobs are ``launcher=slurm``'s."""
-
-    name: str = "srun"
-
-
 
 
 @dataclass
