@@ -3,7 +3,8 @@
 Every module of :mod:`dlcomm.data.sources` decorates its :class:`~dlcomm.data.source.DataSource`
 subclasses with :func:`register`; :func:`all_sources` imports that package's modules once, then
 adds the installed plugins' (entry points ``dlcomm.datasets``), so a new data set needs nothing but
-its source's file and its ``configs/dataset/<name>.yaml``. Those modules load without torch:
+its source's file (and ``configs/dataset/<name>.yaml`` only where it sets values, such as its
+root; the one pattern: :mod:`dlcomm.registry`). Those modules load without torch:
 composing a configuration imports them (:func:`source_schemas`).
 """
 
