@@ -70,6 +70,17 @@ def test_each_yaml_file_is_a_registered_class_s_preset_and_each_class_a_choice(g
         assert cls.name == name
 
 
+@pytest.mark.parametrize("group", sorted(REGISTRIES))
+def test_a_group_finds_its_choices_in_the_modules_that_register_them(group: str) -> None:
+    """The one way to find a choice: the modules the registry imports (those of its home package that
+    decorate a class with ``@register``) are exactly the modules of dlcomm's own classes; for a
+    module home (train/optim.py), that module."""
+    registry = REGISTRIES[group]
+    modules = {cls.__module__ for cls in _own(group).values()}
+    expected = {f"{registry.home}.{name}" for name in registry.choice_modules()} or {registry.home}
+    assert modules == expected, (sorted(modules), sorted(expected))
+
+
 def _sets_name(cls: type) -> bool:
     """Whether the body of ``cls`` assigns ``name`` (read from its source: registering sets ``cls.name``)."""
     (body,) = ast.parse(textwrap.dedent(inspect.getsource(cls))).body

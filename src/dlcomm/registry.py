@@ -9,9 +9,10 @@ share (``ResNetConfig``: resnet18 ... resnet101) sets ``name`` itself. A class t
 ``name`` and a ``Config`` whose ``name`` default differs is refused when it registers.
 
 How a group finds its choices, the same for every group: :meth:`Registry.all` imports the group's
-``home`` once (a package: each of its modules, or those ``modules`` names where the package also
-holds the group's machinery, as :mod:`dlcomm.launch` does; a module: that module), then adds the
-installed plugins' classes (:mod:`dlcomm.plugins`, one entry point group per registry). Composing
+``home`` once (a module: that module; a package: each of its modules that holds a choice, i.e.
+decorates a class with ``@register`` at its top level, read from its source, so that a package
+that also holds the group's machinery, as :mod:`dlcomm.launch` does, loads none of it), then adds
+the installed plugins' classes (:mod:`dlcomm.plugins`, one entry point group per registry). Composing
 stores every choice in Hydra's ConfigStore as ``<group>/<name>`` (its ``Config`` with ``name``
 set, :func:`dlcomm.catalog.stored_choices`), so a new choice needs nothing but its class; a YAML
 file ``configs/<group>/<name>.yaml`` exists only for a choice that sets values its schema does not
@@ -25,14 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import pkgutil
-from typing import Callable, Generic, Optional, Sequence, TypeVar
+import re
+from typing import Callable, Generic, Optional, TypeVar
 
 from dlcomm.errors import UserError
 
 T = TypeVar("T")
 
 MISSING = "???"  # omegaconf.MISSING: a Config's name left to the classes that share it
+_REGISTERS = re.compile(r"^@register\b", re.MULTILINE)  # a module that holds a choice: `@register` on a top-level class
 
 
 def config_name(config: object) -> Optional[str]:
@@ -69,26 +73,26 @@ def choice_name(cls: type) -> str:
     return str(own)
 
 
+def _source(module: str) -> str:
+    """The source text of ``module``, found and read without importing it ("" where there is none)."""
+    spec = importlib.util.find_spec(module)
+    get_source = getattr(spec.loader, "get_source", None) if spec is not None else None
+    text = get_source(module) if get_source is not None else None
+    return text if isinstance(text, str) else ""
+
+
 class Registry(Generic[T]):
     """The classes of one group by name. ``what`` names a choice in messages ("algorithm");
     ``key`` is its config key ("algo.name"); ``home`` the package or module whose import registers
-    the group's own choices (a package: each of its modules, imported once); ``plugins`` adds the
-    installed plugins' classes to a name -> class dict (refusing taken names); ``modules``, when
-    given, names the modules of the package ``home`` that hold choices (the others are not
-    imported: a package that also holds the choices' machinery, such as ``dlcomm.launch``)."""
+    the group's own choices (a package: each of its modules that holds one, imported once:
+    :meth:`choice_modules`); ``plugins`` adds the installed plugins' classes to a name -> class
+    dict (refusing taken names)."""
 
-    def __init__(
-        self,
-        what: str,
-        key: str,
-        home: str,
-        plugins: Callable[[dict[str, T]], None],
-        modules: Optional[Sequence[str]] = None,
-    ) -> None:
+    def __init__(self, what: str, key: str, home: str, plugins: Callable[[dict[str, T]], None]) -> None:
         self.what, self.key, self.home, self.plugins = what, key, home, plugins
-        self.modules = tuple(modules) if modules is not None else None
         self._classes: dict[str, T] = {}
         self._discovered = False
+        self._modules: Optional[list[str]] = None
 
     def register(self, cls: T) -> T:
         """Decorator: ``cls`` under its name (:func:`choice_name`, set as ``cls.name``); two classes
@@ -100,19 +104,25 @@ class Registry(Generic[T]):
         self._classes[name] = cls
         return cls
 
-    def _module_names(self) -> list[str]:
-        """The modules of the package ``home`` that hold choices ([] for a module)."""
-        if self.modules is not None:
-            return list(self.modules)
-        home = importlib.import_module(self.home)
-        path = getattr(home, "__path__", None)
-        return [module.name for module in pkgutil.iter_modules(path)] if path is not None else []
+    def choice_modules(self) -> list[str]:
+        """The modules of the package ``home`` that hold choices: those whose source decorates a
+        class with ``@register`` at its top level ([] for a module ``home``: importing it registers
+        them). Read, not imported: the others (a base class, the machinery) load only when used."""
+        if self._modules is None:
+            home = importlib.import_module(self.home)
+            path = getattr(home, "__path__", None)
+            found = []
+            for module in pkgutil.iter_modules(path) if path is not None else []:
+                if _REGISTERS.search(_source(f"{self.home}.{module.name}")):
+                    found.append(module.name)
+            self._modules = found
+        return list(self._modules)
 
     def all(self) -> dict[str, T]:
         """Every class by name: the home's (its modules imported once) and the plugins'."""
         if not self._discovered:
             importlib.import_module(self.home)
-            for module in self._module_names():
+            for module in self.choice_modules():
                 importlib.import_module(f"{self.home}.{module}")
             self.plugins(self._classes)
             self._discovered = True
@@ -120,7 +130,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The class of ``name``; a one-line :class:`UserError` listing the names otherwise."""
-        if name not in self._classes and not self._discovered and name in self._module_names():
+        if name not in self._classes and not self._discovered and name in self.choice_modules():
             importlib.import_module(f"{self.home}.{name}")  # this choice's module alone
         if name in self._classes:
             return self._classes[name]

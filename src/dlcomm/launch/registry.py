@@ -1,11 +1,11 @@
 """Launchers by name (the one registration pattern: :class:`dlcomm.registry.Registry`).
 
 ``launcher=<name>`` composes the launcher's ``Config`` (stored as ``launcher/<name>``); its class
-lives in ``dlcomm/launch/<name>.py``, decorated with :func:`register`, and :data:`MODULES` names
-those modules: the package also holds the launchers' machinery (the driver, the rank's program),
-which finding a choice does not import. :func:`get_launcher` imports the named module alone the
-first time the name is asked for, so asking for one launcher never imports the others'
-machinery. Installed packages add launchers through the ``dlcomm.launchers`` entry points
+lives in ``dlcomm/launch/<name>.py``, decorated with :func:`register`. The package also holds the
+launchers' machinery (the driver, the rank's program), which finding the choices does not import:
+only the modules that register one are (:meth:`dlcomm.registry.Registry.choice_modules`).
+:func:`get_launcher` imports the named module alone the first time the name is asked for, so
+asking for one launcher never imports the others' machinery. Installed packages add launchers through the ``dlcomm.launchers`` entry points
 (:mod:`dlcomm.plugins`).
 """
 
@@ -19,16 +19,13 @@ if TYPE_CHECKING:
     from dlcomm.launch.base import Launcher
 
 
-MODULES = ("local", "slurm", "srun", "threads")  # dlcomm's own launchers: the modules of this package named after them
-
-
 def _plugins(classes: dict) -> None:
     from dlcomm.plugins import register_plugins
 
     register_plugins("launcher", classes)  # installed packages' launchers (entry points dlcomm.launchers)
 
 
-LAUNCHERS: Registry[type["Launcher"]] = Registry("launcher", "launcher.name", "dlcomm.launch", _plugins, MODULES)
+LAUNCHERS: Registry[type["Launcher"]] = Registry("launcher", "launcher.name", "dlcomm.launch", _plugins)
 register = LAUNCHERS.register
 
 
