@@ -32,7 +32,7 @@ from dlcomm.config.choices import BASES, CHOICE_GROUPS, PACKAGE, knobs
 from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    from importlib.abc import Traversable
 
     from omegaconf import DictConfig
 
@@ -113,19 +113,22 @@ def stored_choices() -> List[Tuple[str, str, Any]]:
     for group in REGISTRIES:
         written = files(group)
         for name, cls in sorted(classes(group).items()):
-            config = getattr(cls, "Config", None)
-            if name in written or not (isinstance(config, type) and dataclasses.is_dataclass(config)):
-                continue
-            found.append((group, name, config(name=name)))
+            config: Any = getattr(cls, "Config", None)
+            if name not in written and isinstance(config, type) and dataclasses.is_dataclass(config):
+                found.append((group, name, _named(config, name)))
     return found
+
+
+def _named(config: Any, name: str) -> Any:
+    """An instance of the dataclass ``config`` (its defaults) named ``name``."""
+    return config(name=name)
 
 
 def choice_schemas(group: str) -> Dict[str, type]:
     """``{choice: the dataclass it composes to}`` of ``group``: each registered class's ``Config``."""
+    found = {name: getattr(cls, "Config", None) for name, cls in classes(group).items()}
     return {
-        name: cls.Config
-        for name, cls in classes(group).items()
-        if isinstance(getattr(cls, "Config", None), type) and dataclasses.is_dataclass(cls.Config)
+        name: config for name, config in found.items() if isinstance(config, type) and dataclasses.is_dataclass(config)
     }
 
 

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from dlcomm import progress, secrets
 from dlcomm.errors import EXIT_USAGE, UserError
@@ -39,12 +39,13 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"dlcomm: error: {message}; `{self.prog} --help` lists what it takes\n")
 
+    lazy_epilog: Callable[[], str] | None = None
+    """An epilog made when the help is shown (listing the choices imports every group's choice
+    modules, which a command that shows no help need not pay for)."""
+
     def format_help(self) -> str:
-        """An epilog given as a function is made when the help is shown (listing the choices imports
-        every group's choice modules, which a command that shows no help need not pay for)."""
-        epilog: Any = self.epilog
-        if callable(epilog):
-            self.epilog = epilog()
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
         return super().format_help()
 
 
@@ -81,9 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run one training job (overrides: key=value ...), or a sweep with -m",
         description="Run one training job, or a sweep with -m. Settings are Hydra overrides: "
         "group=choice picks a configuration, key=value sets a knob.",
-        epilog=_groups_epilog,  # made when shown (_OneLineParser.format_help)
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    train.lazy_epilog = _groups_epilog  # the groups and their choices, made when shown
     train.add_argument(
         "-m",
         "--multirun",
