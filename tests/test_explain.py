@@ -47,7 +47,7 @@ def test_a_stored_choice_is_explained_by_its_config(choice: str, head: str, knob
     cfg = compose([choice])
     shown = explain(cfg, group).splitlines()
     assert shown[1].startswith(head), shown[:2]
-    table = {row[0]: row for row in rows(cfg[group], group)}
+    table = {row[0]: row for row in rows(getattr(cfg, group), group)}
     assert doc in table[knob][4], table[knob]
 
 
