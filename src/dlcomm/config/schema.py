@@ -203,72 +203,6 @@ class ModelConfig:
     name: str = MISSING
 
 
-@dataclass
-class ResNetConfig(ModelConfig):
-    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised); cifar_stem=true
-    for 32x32 inputs."""
-
-    cifar_stem: bool = False  # true: 3x3 stride-1 first conv (conv1) and no max-pool (32x32 inputs)
-
-
-@dataclass
-class MLPConfig(ModelConfig):
-    """mlp: a multi-layer perceptron over the flattened input: hidden widths with ReLU, logits."""
-
-    hidden: List[int] = field(
-        default_factory=lambda: [512, 256], metadata=domain(low=1)
-    )  # hidden widths, input to output
-    dropout: float = field(
-        default=0.0, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # after each hidden ReLU; 0: none
-
-
-@dataclass
-class NiNConfig(ModelConfig):
-    """nin: Network-in-Network (Lin et al. 2014): three mlpconv blocks and global average pooling."""
-
-    # multiplier of every hidden width (1.0: the paper's); a width never drops below 1 (dlcomm.models.small.build_nin)
-    width: float = field(default=1.0, metadata=domain(low=0.0, means="the multiplier of every hidden width"))
-    dropout: float = field(
-        default=0.5, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # between mlpconv blocks, as in the paper
-
-
-@dataclass
-class ViTConfig(ModelConfig):
-    """vit_s, vit_b (timm VisionTransformer, randomly initialised); the defaults are the node-based
-    paper's ViT-B (Table II: width 384, depth 12, 12 heads, patch 16), configs/model/vit_s.yaml
-    sets ViT-S's sizes. Note timm's standard ViT-B is embed_dim=768, depth 12, 12 heads (86 M
-    parameters at 224x224); the paper's is narrower. Sides not a multiple of the patch are
-    zero-padded (28x28 with patch 16 -> a 2x2 grid)."""
-
-    embed_dim: int = field(default=384, metadata=domain(low=1))  # token width D
-    depth: int = field(default=12, metadata=domain(low=1))  # transformer blocks
-    num_heads: int = field(default=12, metadata=domain(low=1))  # attention heads (embed_dim must be a multiple)
-    patch_size: int = field(
-        default=16, metadata=domain(low=1)
-    )  # p x p patches; sides not a multiple of p are zero-padded up to one
-    # block MLP hidden width = int(embed_dim * mlp_ratio)
-    mlp_ratio: float = field(default=4.0, metadata=domain(above=0.0))
-
-
-@dataclass
-class RecurrentConfig(ModelConfig):
-    """rnn (simple, tanh), lstm, gru over image rows (H steps of C*W features), then BN + DP(0.25) +
-    FC(32) + DP(0.5) + FC(classes), as in the node-based paper's Table II."""
-
-    hidden_size: int = field(default=128, metadata=domain(low=1))  # units of the recurrent layer
-
-
-@dataclass
-class ACGANConfig(ModelConfig):
-    """acgan: the node-based paper's GAN (Table II), the generator and discriminator of task=gan
-    (which selects this model): generator (latent 128, FC + BN, 2x [upsample, 3x3 conv 128/64], 3x3
-    conv 32, image) and discriminator (3x3 stride-2 convs 16/32/64/128; validity and label heads)."""
-
-    latent_dim: int = field(default=128, metadata=domain(low=1))  # the generator's noise dimension
-
-
 DATA_ROOT = "a folder, checked before launch by dlcomm.data.check_dataset (it names the missing files or folder)"
 
 
@@ -687,12 +621,6 @@ SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
     (None, "run_schema", RunConfig),
     ("task", "task_schema", TaskConfig),
     ("model", "model_schema", ModelConfig),
-    ("model", "resnet_schema", ResNetConfig),
-    ("model", "mlp_schema", MLPConfig),
-    ("model", "nin_schema", NiNConfig),
-    ("model", "vit_schema", ViTConfig),
-    ("model", "recurrent_schema", RecurrentConfig),
-    ("model", "acgan_schema", ACGANConfig),
     ("dataset", "idx_schema", IdxDatasetConfig),
     ("dataset", "cifar_schema", CifarConfig),
     ("dataset", "imagefolder_schema", ImageFolderConfig),

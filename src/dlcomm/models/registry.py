@@ -64,8 +64,9 @@ def model_names() -> List[str]:
 
 
 def model_schemas() -> List[Tuple[Optional[str], str, type]]:
-    """``("model", "<name>_schema", Config)`` of the plugins' models, for Hydra's ConfigStore
-    (:func:`dlcomm.plugins.extra_schemas`; the built-ins' are in config.schema.SCHEMAS)."""
+    """``("model", "<name>_schema", Config)`` of every model, for Hydra's ConfigStore
+    (:func:`dlcomm.plugins.extra_schemas`), dlcomm's and the plugins'; a preset YAML names it
+    (``configs/model/vit_s.yaml``: ``vit_s_schema``)."""
     from dlcomm.plugins import extra_schemas
 
     return extra_schemas("model", all_models(), "model")
