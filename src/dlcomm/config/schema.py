@@ -215,56 +215,6 @@ class DatasetConfig:
 
 
 @dataclass
-class IdxDatasetConfig(DatasetConfig):
-    """mnist, fashion_mnist: the four idx files."""
-
-    root: str = field(
-        default="", metadata=domain(anything=DATA_ROOT)
-    )  # folder of the idx files (or root/raw, root/<Folder>/raw)
-
-
-@dataclass
-class CifarConfig(DatasetConfig):
-    """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
-
-    root: str = field(
-        default="", metadata=domain(anything=DATA_ROOT)
-    )  # the folder holding the pickle folder; set per data set, in its file
-    augment: bool = True  # random crop 32 (padding 4) + horizontal flip
-
-
-@dataclass
-class ImageFolderConfig(DatasetConfig):
-    """imagefolder: any folder of class sub-folders under root/train_dir and root/val_dir: ImageNet
-    (train/ val/) and fine-grained sets arranged the same way (docs/datasets.md). Images are decoded
-    by a DataLoader with ``loader_workers``."""
-
-    root: str = field(
-        default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT)
-    )  # the folder holding train_dir/ and val_dir/
-    train_dir: str = field(
-        default="train", metadata=domain(anything=DATA_ROOT)
-    )  # class sub-folders of the training split
-    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))  # class sub-folders of the test split
-    image_size: int = field(default=224, metadata=domain(low=1))  # side of the square crops
-    augment: bool = True  # random resized crop + horizontal flip (else resize + center crop)
-    loader_workers: int = field(default=2, metadata=domain(low=0))  # DataLoader processes decoding images
-
-
-@dataclass
-class SyntheticConfig(DatasetConfig):
-    """synthetic: learnable data of any shape (labels from a fixed random linear teacher), for tests
-    and timing; nothing is read from disk."""
-
-    shape: List[int] = field(
-        default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3)
-    )  # C, H, W of the images
-    num_classes: int = field(default=10, metadata=domain(low=2))  # labels
-    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the training split
-    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the test split
-
-
-@dataclass
 class OptimConfig:
     """Base of every optimizer's schema: the choice, its learning rate and weight decay, and the
     learning-rate schedule (dlcomm.train.optim), which every optimizer shares."""
@@ -621,10 +571,6 @@ SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
     (None, "run_schema", RunConfig),
     ("task", "task_schema", TaskConfig),
     ("model", "model_schema", ModelConfig),
-    ("dataset", "idx_schema", IdxDatasetConfig),
-    ("dataset", "cifar_schema", CifarConfig),
-    ("dataset", "imagefolder_schema", ImageFolderConfig),
-    ("dataset", "synthetic_schema", SyntheticConfig),
     ("optim", "sgd_schema", SGDConfig),
     ("optim", "lars_schema", LarsConfig),
     ("optim", "adam_schema", AdamConfig),
