@@ -646,7 +646,7 @@ def test_every_value_torch_refuses_for_an_optimizer_is_refused_before_launch_nam
 
 
 def test_a_refusal_that_names_no_knob_names_the_group_and_quotes_torch() -> None:
-    from dlcomm.config.schema import SGDConfig
+    from dlcomm.train.optim import SGDConfig
     from dlcomm.train.prelaunch import optimizer_refusal
 
     line = optimizer_refusal(SGDConfig(name="sgd"), ValueError("Invalid\n  foo   value"))

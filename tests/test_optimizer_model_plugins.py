@@ -237,9 +237,8 @@ def test_every_listed_optimizer_has_its_registered_optimizer_and_schema() -> Non
 
 
 def test_build_optimizer_refuses_an_unknown_name_in_one_line() -> None:
-    from dlcomm.config.schema import SGDConfig
     from dlcomm.errors import UserError
-    from dlcomm.train.optim import build_optimizer
+    from dlcomm.train.optim import SGDConfig, build_optimizer
 
     with pytest.raises(UserError, match=r"^optim.name=nope is unknown: choose one of adabelief, adam, adamw, "):
         build_optimizer(SGDConfig(name="nope"), [])
