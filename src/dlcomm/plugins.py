@@ -207,8 +207,8 @@ def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], .
 def extra_schemas(group: str, classes: Mapping[str, object], what: str) -> list[tuple[str | None, str, type]]:
     """``(group, "<name>_schema", Config)`` of every class of ``classes`` (name -> a class with a
     ``Config``; other entries, such as a built-in model's builder path, are skipped) whose
-    ``Config`` is not among :data:`dlcomm.config.schema.SCHEMAS` (a plugin's), for Hydra's
-    ConfigStore; refuses a schema name one of those already has for another class (``what``
+    ``Config`` is not among :data:`dlcomm.config.schema.SCHEMAS` (dlcomm's and the plugins'), for
+    Hydra's ConfigStore; refuses a schema name one of those already has for another class (``what``
     names the choice in the message: "data set", "optimizer", "model")."""
     from dlcomm.config.schema import SCHEMAS
 

@@ -1,11 +1,11 @@
 """The config groups whose choices have knobs of their own, and what a choice's YAML file says.
 
-``model``, ``dataset`` and ``optim`` have one schema per family of choices (:data:`BASES`: the
-keys all share; a subclass per family), so a choice has only its own knobs. Which choice has
+``model``, ``dataset`` and ``optim`` have a base schema (:data:`BASES`: the keys all share) and a
+subclass per family of choices beside their classes, so a choice has only its own knobs. Which choice has
 which knob, the refusal of a key no choice has and the listing of every choice are
 :mod:`dlcomm.catalog`'s (it reads the registries, which sit above this package). A file
 ``configs/<group>/<choice>.yaml`` is a preset: it names its schema first in its defaults list
-(``<family>_schema``) and sets what its choice changes (:func:`choice_files`, :func:`schema_name`).
+(``<choice>_schema``) and sets what its choice changes (:func:`choice_files`, :func:`schema_name`).
 """
 
 from __future__ import annotations

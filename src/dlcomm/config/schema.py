@@ -1,10 +1,13 @@
-"""Typed schemas of every configuration group, registered in Hydra's ConfigStore.
+"""The run's schema (:class:`RunConfig`) and every group's base, registered in Hydra's ConfigStore.
 
-Each YAML file under ``configs/<group>/`` lists one of these schemas first in its defaults,
-so Hydra checks types and rejects unknown keys while composing. ``model``, ``dataset`` and
-``optim`` have one schema per family of choices (a small base with the keys all share, and a
-subclass per family), so a choice has only its own knobs; :data:`SCHEMAS` names them all, and
-:mod:`dlcomm.config.choices` tells which choice has which knob. Every number, string, list and
+Each group's base holds the choice (``name``) and the keys all its choices share; a choice's own
+``Config`` subclasses it beside the choice's class (``algorithms/<name>.py``, ``compress/``,
+``models/zoo/``, ``data/sources/``, ``train/optim.py``, ``tasks/``, ``launch/threads.py``), so a
+choice has only its own knobs. Here too: the sections every run has (train, tracking, report,
+debug, network) and the process launchers' family (:class:`ProcessLauncherConfig`,
+:class:`SlurmLauncherConfig`, :class:`SrunLauncherConfig`), which the rank's program and
+``launch/gpus.py`` read as well as their launchers. :data:`SCHEMAS` names the schemas a YAML
+file may list first in its defaults; :mod:`dlcomm.catalog` tells which choice has which knob. Every number, string, list and
 mapping field declares the values it takes with :func:`domain` (checked while composing,
 :func:`dlcomm.config.validate.check_values`); the rules across keys are in
 :func:`dlcomm.config.validate.validate_run`.
@@ -197,8 +200,8 @@ class ModelConfig:
     parameters on 28x28, no BatchNorm); vgg16, densenet121, shufflenet_v2 (torchvision, randomly
     initialised; input channels and classes follow the dataset).
 
-    Base of every model's schema: the choice, ``model=<name>``, stored from its registered class
-    (:mod:`dlcomm.models.zoo`)."""
+    Base of every model's schema: the choice, ``model=<name>``, stored from its registered class;
+    the families' subclasses are beside their classes in :mod:`dlcomm.models.zoo`."""
 
     name: str = MISSING
 

@@ -255,8 +255,9 @@ def get_optimizer(name: str) -> type[Optimizer]:
 
 
 def optimizer_schemas() -> list[tuple[Optional[str], str, type]]:
-    """``("optim", "<name>_schema", Config)`` of the plugins' optimizers, for Hydra's ConfigStore
-    (:func:`dlcomm.plugins.extra_schemas`)."""
+    """``("optim", "<name>_schema", Config)`` of every optimizer, dlcomm's and the plugins', for
+    Hydra's ConfigStore (:func:`dlcomm.plugins.extra_schemas`; ``configs/optim/adamw.yaml`` names
+    ``adamw_schema``)."""
     from dlcomm.plugins import extra_schemas
 
     return extra_schemas("optim", all_optimizers(), "optimizer")
