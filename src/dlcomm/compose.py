@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
     """Every schema as ``(group, name, dataclass)``, under the name the YAML defaults lists use:
-    :data:`SCHEMAS` (the groups' bases, the launchers' family), each algorithm's, data set's,
-    optimizer's, model's and compressor's ``Config`` (``<name>_schema``: ``vit_s_schema``,
-    ``adamw_schema``), each task's with knobs of its own (``<name>_schema``) and each launcher's
-    (``<name>_launcher_schema``)."""
+    :data:`SCHEMAS` (the run's, the task/model/network/launcher bases, the process launchers'
+    family), each algorithm's, data set's, optimizer's, model's and compressor's ``Config``
+    (``<name>_schema``: ``vit_s_schema``, ``adamw_schema``), each task's with knobs of its own
+    (``<name>_schema``) and each launcher's (``<name>_launcher_schema``)."""
     from dlcomm.algorithms.registry import all_algorithms
     from dlcomm.compress.registry import compressor_schemas
     from dlcomm.data.registry import source_schemas
