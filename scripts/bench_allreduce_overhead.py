@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
-from dlcomm.config.schema import ResNetConfig
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
+from dlcomm.models.zoo.torchvision import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 VARIANTS = ("ddp", "ours overlap=false", "ours overlap=true")

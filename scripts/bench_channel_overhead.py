@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.buckets import make_buckets
-from dlcomm.config.choices import schema_of
+from dlcomm.catalog import schema_of
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step

@@ -63,9 +63,10 @@ def main() -> None:
     import torch
 
     from dlcomm.comm import traffic
-    from dlcomm.config.schema import ModelConfig, ResNetConfig
+    from dlcomm.config.schema import ModelConfig
     from dlcomm.launch.harness import run_ranks
     from dlcomm.models import build_model
+    from dlcomm.models.zoo.torchvision import ResNetConfig
 
     torch.set_num_threads(1)
     cfg = ResNetConfig(name=args.model) if args.model.startswith("resnet") else ModelConfig(name=args.model)

@@ -42,9 +42,10 @@ from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import VirtualClock
 from dlcomm.compose import compose
-from dlcomm.config.schema import MLPConfig, ResNetConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
+from dlcomm.models.zoo.small import MLPConfig
+from dlcomm.models.zoo.torchvision import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 from dlcomm.train.profile import ComputeProfile, ProfiledCompute, measure_step
 

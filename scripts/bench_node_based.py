@@ -27,9 +27,9 @@ from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.compose import compose
-from dlcomm.config.schema import ResNetConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
+from dlcomm.models.zoo.torchvision import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 SHAPES = [(2, 2), (4, 2), (4, 4)]

@@ -26,7 +26,7 @@
 #       stem; --cpu: small_cnn), batch 64, 40 steps (--cpu: 10); its wall ms/iter against the serial
 #       floor (N x one plain-torch step) and one batch of N x 64 in plain torch (bench_step_overhead.py
 #       --plain-batches); these rows run alone, before the pool
-#   * every algorithm (each src/dlcomm/configs/algo/*.yaml, listed when the script runs: 15 on
+#   * every algorithm (dlcomm's own registered ones, dlcomm.catalog, listed when the script runs: 15 on
 #     2026-11-27, diloco and streaming_diloco included) for STEPS steps under launcher=threads, all
 #     ranks on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl
 #     row's note says whether its losses equal the gloo row's (information, not a pass/fail criterion)
@@ -300,7 +300,7 @@ shape() {  # the job shape an algorithm is checked at
         *) echo "nodes=4" ;;
     esac
 }
-ALGOS=$(cd src/dlcomm/configs/algo && ls *.yaml | sed 's/\.yaml$//')
+ALGOS=$("$PY" -c "from dlcomm.catalog import classes; print(' '.join(n for n, c in sorted(classes('algo').items()) if c.__module__.startswith('dlcomm.')))")
 for algo in $ALGOS; do
     for semantics in gloo nccl; do
         row "threads $algo semantics=$semantics" train "" launcher=threads train.device=$DEVICE algo=$algo \

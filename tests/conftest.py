@@ -28,23 +28,12 @@ if "DLCOMM_PROFILES" not in os.environ:
     atexit.register(shutil.rmtree, _session, ignore_errors=True)
 
 
-# The algorithm choices, as Hydra lists them: the config files of configs/algo/ and of every
-# installed plugin's config package (entry points dlcomm.configs, e.g. examples/plugin's choco), sorted.
+# The algorithm choices, as `dlcomm --help` lists them (dlcomm.catalog.choices: dlcomm's registered
+# algorithms, the installed plugins' (e.g. examples/plugin's choco) and any YAML file of configs/algo/), sorted.
 def _algorithm_choices() -> list[str]:
-    from importlib.resources import files
+    from dlcomm.catalog import choices
 
-    from dlcomm.plugins import config_search_path
-
-    folders = [Path(__file__).resolve().parents[1] / "src" / "dlcomm" / "configs" / "algo"]
-    folders += [files(path.removeprefix("pkg://")).joinpath("algo") for path in config_search_path()]
-    return sorted(
-        {
-            entry.name[: -len(".yaml")]
-            for folder in folders
-            for entry in folder.iterdir()
-            if entry.name.endswith(".yaml")
-        }
-    )
+    return choices("algo")
 
 
 ALGORITHMS = _algorithm_choices()

@@ -7,7 +7,7 @@ of imports per row), then a generated part: random values for the numeric keys n
 anything but a run that checks out or a one-line refusal. The real process is checked by the
 subprocess tests at the end.
 
-Classes generated over every optimizer of configs/optim (issue 49 item 2): every value torch (or
+Classes generated over every registered optimizer (issue 49 item 2): every value torch (or
 timm) refuses when it builds the optimizer, each numeric knob at -1 and 0 and each flag turned over;
 no optimizer knob takes a negative value (torch checks some; dlcomm declares the others' ranges);
 schedule values torch accepts but that make no sense (gamma 0, a warm-up longer than the run, a
@@ -537,7 +537,7 @@ def test_every_algorithm_with_buckets_refuses_a_negative_size_with_the_same_line
 
 # -- issue 49 item 2: what a rank builds from the optim knobs, refused before launch, generated over every optimizer --
 def _optimizer_knobs() -> dict[str, dict[str, object]]:
-    """Every optimizer (configs/optim) -> its numeric knobs (lists of numbers too) and their defaults."""
+    """Every optimizer (registered) -> its numeric knobs (lists of numbers too) and their defaults."""
     from dlcomm.train.optim import all_optimizers
 
     found: dict[str, dict[str, object]] = {}
@@ -646,7 +646,7 @@ def test_every_value_torch_refuses_for_an_optimizer_is_refused_before_launch_nam
 
 
 def test_a_refusal_that_names_no_knob_names_the_group_and_quotes_torch() -> None:
-    from dlcomm.config.schema import SGDConfig
+    from dlcomm.train.optim import SGDConfig
     from dlcomm.train.prelaunch import optimizer_refusal
 
     line = optimizer_refusal(SGDConfig(name="sgd"), ValueError("Invalid\n  foo   value"))

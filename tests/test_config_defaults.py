@@ -1,6 +1,8 @@
-"""One source for each default: a YAML file under configs/algo|model|optim|dataset|launcher|network
+"""One source for each default: a YAML file under configs/model|optim|dataset|network (a preset)
 never repeats a value of its schema (inside nested sections too: a network preset's ``inter`` link),
-and sets none at all (``name`` aside) where its schema serves it alone.
+and sets none at all (``name`` aside) where its schema serves it alone. A choice that would set
+nothing has no file: it is stored from its class (:func:`dlcomm.catalog.stored_choices`), and every
+knob is documented beside its field in the dataclass, where ``dlcomm config --explain`` reads it.
 
 A schema shared by several choices (``ViTConfig``: vit_s and vit_b; ``AdamConfig``: adam and
 adamw; ``IdxDatasetConfig``: mnist and fashion_mnist; ``SlurmLauncherConfig``: slurm and srun;
@@ -25,8 +27,9 @@ import pytest
 from omegaconf import MISSING, OmegaConf
 
 from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.catalog import REGISTRIES, choice_schemas
 from dlcomm.compose import all_schemas, compose
-from dlcomm.config.choices import CHOICE_GROUPS, choice_files, choice_schemas, schema_name
+from dlcomm.config.choices import CHOICE_GROUPS, choice_files, schema_name
 from dlcomm.config.typed import plain
 
 GROUPS = ("algo", *CHOICE_GROUPS, "launcher", "network")
@@ -38,15 +41,25 @@ def _schemas(group: str) -> dict:
     return {name: node for where, name, node in all_schemas() if where == group}
 
 
+def _file_schemas(group: str) -> dict:
+    """``{choice: the schema its file names first}`` of dlcomm's ``configs/<group>/`` files."""
+    schemas = _schemas(group)
+    return {
+        choice: schemas[name]
+        for choice, content in choice_files(group).items()
+        if (name := schema_name(content)) is not None and name in schemas
+    }
+
+
 def _cases():
     for group in GROUPS:
         files = choice_files(group)
-        schemas = choice_schemas(group, _schemas(group))
-        shared = Counter(schema_name(content) for content in files.values())
+        schemas = _file_schemas(group)
+        # the choices of each schema: its classes' (a registered group), else its files' (network presets, data)
+        shared = Counter(choice_schemas(group).values() if group in REGISTRIES else schemas.values())
         for choice, content in files.items():
-            yield pytest.param(
-                group, choice, content, schemas.get(choice), shared[schema_name(content)] > 1, id=f"{group}={choice}"
-            )
+            schema = schemas.get(choice)
+            yield pytest.param(group, choice, content, schema, shared[schema] > 1, id=f"{group}={choice}")
 
 
 def _defaults(schema: type) -> dict:
@@ -98,7 +111,7 @@ def test_every_knob_of_a_choice_file_is_documented() -> None:
 
     missing = []
     for group in DOCUMENTED_IN_FILE:
-        for choice, schema in choice_schemas(group, _schemas(group)).items():
+        for choice, schema in _file_schemas(group).items():
             text = resources.files("dlcomm.configs").joinpath(group, f"{choice}.yaml").read_text()
             comments = "\n".join(line for line in text.splitlines() if line.startswith("#"))
             missing += [
@@ -131,12 +144,15 @@ def _tokens(source: str) -> list:
 
 
 def _undocumented(schema: type, prefix: str = "") -> list:
+    """The knobs of ``schema`` without a comment where ``dlcomm config --explain`` looks: the field's
+    declaration in the schema or, failing that, in the nearest base that has one."""
     missing = []
     for item in dataclasses.fields(schema):
         if item.name == "name":
             continue
         owner = next(klass for klass in schema.__mro__ if item.name in vars(klass).get("__annotations__", {}))
-        if not _field_comments(owner).get(item.name):
+        declared = [klass for klass in schema.__mro__ if item.name in vars(klass).get("__annotations__", {})]
+        if not any(_field_comments(klass).get(item.name) for klass in declared):
             missing.append(f"{prefix}{item.name} ({owner.__name__})")
         kind = (
             item.type if isinstance(item.type, type) else getattr(sys.modules[owner.__module__], str(item.type), None)
@@ -146,9 +162,14 @@ def _undocumented(schema: type, prefix: str = "") -> list:
     return missing
 
 
-@pytest.mark.parametrize("group", ["launcher", "network"])
+@pytest.mark.parametrize("group", [*sorted(REGISTRIES), "network"])
 def test_every_knob_is_documented_in_its_dataclass(group) -> None:
-    """A launcher's or network preset's file sets (almost) nothing; `dlcomm config --explain` prints
-    each knob's comment from the dataclass, so every knob (nested link sections too) has one."""
-    missing = sorted({knob for schema in _schemas(group).values() for knob in _undocumented(schema)})
+    """A choice's file sets (almost) nothing, or there is none; `dlcomm config --explain` prints
+    each knob's comment from the dataclass, so every knob (nested link sections too) has one, and
+    every choice's dataclass says what the choice is (its docstring, the table's head)."""
+    schemas = {*_schemas(group).values(), *choice_schemas(group).values()}
+    missing = sorted({knob for schema in schemas for knob in _undocumented(schema)})
     assert not missing, f"{group} knobs without a comment in their dataclass: {missing}"
+    own = [schema for schema in schemas if schema.__module__.startswith("dlcomm.")]  # a plugin's are its own business
+    generated = sorted(schema.__name__ for schema in own if (schema.__doc__ or "").startswith(f"{schema.__name__}("))
+    assert not generated, f"{group} dataclasses without a docstring of their own: {generated}"

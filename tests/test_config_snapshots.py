@@ -5,10 +5,11 @@
 every shipped experiment. Issue 52 turns the composed configuration into typed dataclasses and changes
 how choices are found: what a user sees must not change with it, and this test says where it did.
 
-The choices are the ones ``dlcomm --help`` lists (``cli._groups_epilog``: the YAML files of
-``dlcomm.configs`` and of installed plugins' config packages), plus every snapshot already on disk, so a
-choice that stops being listed fails too. Of the plugins' choices only examples/plugin's (``dlcomm_choco``,
-installed by ``.ci/run``) count; its snapshots are skipped where it is not installed.
+The choices are the ones ``dlcomm --help`` lists (``cli._groups_epilog``, :func:`dlcomm.catalog.choices`:
+the registered classes, dlcomm's and installed plugins', and the YAML files of ``dlcomm.configs`` and of
+installed plugins' config packages), plus every snapshot already on disk, so a choice that stops being
+listed fails too. Of the plugins' choices only examples/plugin's (``dlcomm_choco``, installed by
+``.ci/run``) count; its snapshots are skipped where it is not installed.
 
 Each output is made in this process through ``cli.main(["config", ...])`` with stdout and stderr
 captured (no process per choice: the whole file takes ~15 s here), one test per group. A choice that
@@ -26,6 +27,7 @@ import contextlib
 import difflib
 import io
 import os
+import re
 from importlib.resources import files
 from pathlib import Path
 
@@ -40,7 +42,8 @@ REGENERATE = (
 DEFAULT = "default"  # the parameter of `dlcomm config` alone (tests/snapshots/config/default.txt)
 # Plugins whose choices are snapshotted: examples/plugin, which .ci/run installs (pip install -e examples/plugin).
 # Another installed plugin's choices are left out: CI would not have them.
-CI_PLUGIN = "dlcomm_choco.configs"
+CI_PLUGIN = "dlcomm_choco"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
 # Choices `dlcomm config` refuses alone, with what they need: their refusal is pinned, and their knobs
 # through a second snapshot with the companion (<choice>+<override>.txt).
 COMPANIONS = {
@@ -66,23 +69,40 @@ def _listed() -> dict[str, set[str]]:
 
 
 def _plugin_choices() -> dict[str, dict[str, str]]:
-    """``{group: {choice: config package}}`` of installed plugins' config packages."""
+    """``{group: {choice: the plugin's top-level package}}`` of installed plugins' choices: their
+    registered classes and their config packages' YAML files."""
+    from dlcomm.catalog import REGISTRIES, classes
     from dlcomm.plugins import config_search_path
 
     found: dict[str, dict[str, str]] = {}
+    for group in REGISTRIES:
+        for name, cls in classes(group).items():
+            if not cls.__module__.startswith("dlcomm."):
+                found.setdefault(group, {})[name] = cls.__module__.split(".")[0]
     for path in config_search_path():
         package = path.removeprefix("pkg://")
         for group in (entry for entry in files(package).iterdir() if entry.is_dir()):
             for entry in group.iterdir():
                 if entry.name.endswith(".yaml"):
-                    found.setdefault(group.name, {})[entry.name[: -len(".yaml")]] = package
+                    found.setdefault(group.name, {})[entry.name[: -len(".yaml")]] = package.split(".")[0]
     return found
 
 
 def _example_plugin_choices() -> set[tuple[str, str]]:
-    """``{(group, choice)}`` of examples/plugin's YAML files, read from the checkout (installed or not)."""
-    root = Path(__file__).resolve().parents[1] / "examples" / "plugin" / "src" / "dlcomm_choco" / "configs"
-    return {(path.parent.name, path.stem) for path in root.glob("*/*.yaml")}
+    """``{(group, choice)}`` of examples/plugin, read from the checkout (installed or not): its entry
+    points' classes and its YAML files."""
+    from dlcomm.plugins import GROUPS
+
+    groups = {group.entry_points: name for name, group in GROUPS.items()}
+    found, section = set(), None  # pyproject.toml's [project.entry-points."<group>"] tables (tomllib: Python 3.11)
+    for line in (EXAMPLE / "pyproject.toml").read_text().splitlines():
+        header = re.fullmatch(r'\[project\.entry-points\."([\w.]+)"\]\s*', line)
+        if header or line.startswith("["):
+            section = groups.get(header.group(1)) if header else None
+        elif section and (key := re.match(r"(\w+)\s*=", line)):
+            found.add((section, key.group(1)))
+    root = EXAMPLE / "src" / "dlcomm_choco" / "configs"
+    return found | {(path.parent.name, path.stem) for path in root.glob("*/*.yaml")}
 
 
 LISTED = _listed()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dlcomm.config.schema import CifarConfig, DatasetConfig, IdxDatasetConfig, ImageFolderConfig, SyntheticConfig
+from dlcomm.config.schema import DatasetConfig
 from dlcomm.data import (
     ImageClassificationData,
     build_dataset,
@@ -21,6 +21,10 @@ from dlcomm.data import (
     epoch_permutation,
 )
 from dlcomm.data.cifar import random_crop_flip
+from dlcomm.data.sources.cifar import CifarConfig
+from dlcomm.data.sources.idx import IdxDatasetConfig
+from dlcomm.data.sources.imagefolder import ImageFolderConfig
+from dlcomm.data.sources.synthetic import SyntheticConfig
 from dlcomm.errors import UserError
 
 FMNIST_ROOT = "/usr/share/datasets/fashion-mnist"

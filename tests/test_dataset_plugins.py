@@ -181,9 +181,11 @@ def test_an_entry_point_must_name_a_data_source_of_its_own_name(tmp_path, entry,
     assert says in _refused(_dlcomm(tmp_path, "config"))
 
 
-def test_every_shipped_data_set_yaml_has_its_registered_source_and_schema() -> None:
-    from dlcomm.config.choices import choice_schemas
+def test_every_listed_data_set_has_its_registered_source_and_schema() -> None:
+    """Each ``dataset=<name>`` that ``dlcomm --help`` lists (a preset YAML or a stored choice) is a
+    registered source's, composed to its ``Config``."""
+    from dlcomm.catalog import choice_schemas, choices
     from dlcomm.data.registry import all_sources
 
-    sources = {name: source for name, source in all_sources().items() if source.__module__.startswith("dlcomm.")}
-    assert {name: source.Config for name, source in sources.items()} == choice_schemas("dataset")
+    assert set(choices("dataset")) == set(choice_schemas("dataset")) == set(all_sources())
+    assert {name: source.Config for name, source in all_sources().items()} == choice_schemas("dataset")

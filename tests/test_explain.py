@@ -21,8 +21,34 @@ def test_every_knob_of_the_chosen_algorithm_with_its_value_and_default() -> None
         key: (kind, value, default, doc)
         for key, kind, value, default, doc in rows(compose(["algo=crossover", "algo.segments=3"]).algo, "algo")
     }
-    assert table["algo.segments"] == ("int", "3", "0", "0: the model's top-level blocks; k: k balanced runs of layers")
+    assert table["algo.segments"] == (
+        "int",
+        "3",
+        "0",
+        "0: the model's top-level blocks (ResNet: stem, stages, FC); k: k balanced runs of layers",
+    )
     assert set(table) == {"algo.name", "algo.segments", "algo.segmentwise", "algo.fair", "algo.gamma"}
+
+
+@pytest.mark.parametrize(
+    ("choice", "head", "knob", "doc"),
+    [
+        ("algo=allreduce", "``algo=allreduce``, AllReduce-SGD: the mean gradient", "algo.overlap", "as DDP does"),
+        ("compress=topk", "``compress=topk``: top-k sparsification", "compress.ratio", "fraction of the entries"),
+        ("model=resnet18", "resnet18, resnet34, resnet50, resnet101", "model.cifar_stem", "3x3 stride-1"),
+        ("launcher=srun", "``launcher=srun``: inside a SLURM allocation", "launcher.partition", "SLURM partition"),
+        ("optim=adam", "adam, adamw (torch)", "optim.betas", "the moments' decay rates"),
+    ],
+)
+def test_a_stored_choice_is_explained_by_its_config(choice: str, head: str, knob: str, doc: str) -> None:
+    """A choice without a YAML file (stored from its class) is documented where its Config is: the
+    docstring heads the table, each knob's comment fills its row."""
+    group = choice.split("=")[0]
+    cfg = compose([choice])
+    shown = explain(cfg, group).splitlines()
+    assert shown[1].startswith(head), shown[:2]
+    table = {row[0]: row for row in rows(getattr(cfg, group), group)}
+    assert doc in table[knob][4], table[knob]
 
 
 def test_nested_sections_are_listed_under_their_parent() -> None:

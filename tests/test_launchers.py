@@ -1,5 +1,5 @@
-"""Launchers are registered classes: every configs/launcher/<name>.yaml has one, and what the
-rest of dlcomm asks of a launcher it asks the class (no launcher names compared elsewhere)."""
+"""Launchers are registered classes: every ``launcher=<name>`` is one (stored from its Config), and
+what the rest of dlcomm asks of a launcher it asks the class (no launcher names compared elsewhere)."""
 
 from __future__ import annotations
 

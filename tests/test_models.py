@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from dlcomm.config.choices import schema_of
+from dlcomm.catalog import schema_of
 from dlcomm.config.schema import ModelConfig
 from dlcomm.errors import UserError
 from dlcomm.models import build_model, check_model_fits, model_names

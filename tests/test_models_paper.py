@@ -50,7 +50,7 @@ ALGOS = {"allreduce": [], "node_based": [f"algo.k_prime={K_PRIME}"]}
 
 @functools.lru_cache(maxsize=None)
 def _model_cfg(name: str):
-    """``model=<name>`` as composed from configs/model/<name>.yaml (the shipped defaults)."""
+    """``model=<name>`` as composed (the shipped defaults: its Config, or its preset YAML)."""
     return compose([f"model={name}"]).model
 
 

@@ -36,7 +36,7 @@ BASE = [
     "seed=7",
 ]
 NETWORKS = {"off": ["network=off"], "simulate": ["network=eth_10g", "network.mode=simulate"]}
-# every algorithm (configs/algo/*.yaml) and crossover's ablations
+# every algorithm (dlcomm's registered ones) and crossover's ablations
 ALGORITHMS = {
     "allreduce": [],
     "allreduce_hier": [],

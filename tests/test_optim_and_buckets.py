@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from dlcomm.algorithms.buckets import make_buckets
-from dlcomm.config.choices import schema_of
-from dlcomm.config.schema import LarsConfig, SGDConfig, TrainConfig
-from dlcomm.train.optim import ConstantSchedule, build_optimizer, build_scheduler, lr_factor
+from dlcomm.catalog import schema_of
+from dlcomm.config.schema import TrainConfig
+from dlcomm.train.optim import ConstantSchedule, LarsConfig, SGDConfig, build_optimizer, build_scheduler, lr_factor
 from dlcomm.train.plan import plan_steps
 
 

@@ -226,18 +226,19 @@ def test_a_broken_optimizer_or_model_plugin_is_one_line_naming_its_package(tmp_p
     assert line.startswith("dlcomm: error: plugin fake_om 1.0") and says in line, line
 
 
-def test_every_shipped_optimizer_yaml_has_its_registered_optimizer_and_schema() -> None:
-    from dlcomm.config.choices import choice_schemas
+def test_every_listed_optimizer_has_its_registered_optimizer_and_schema() -> None:
+    """Each ``optim=<name>`` that ``dlcomm --help`` lists (a preset YAML or a stored choice) is a
+    registered optimizer's, composed to its ``Config``."""
+    from dlcomm.catalog import choice_schemas, choices
     from dlcomm.train.optim import all_optimizers
 
-    optimizers = {name: o for name, o in all_optimizers().items() if o.__module__.startswith("dlcomm.")}
-    assert {name: optimizer.Config for name, optimizer in optimizers.items()} == choice_schemas("optim")
+    assert set(choices("optim")) == set(choice_schemas("optim")) == set(all_optimizers())
+    assert {name: optimizer.Config for name, optimizer in all_optimizers().items()} == choice_schemas("optim")
 
 
 def test_build_optimizer_refuses_an_unknown_name_in_one_line() -> None:
-    from dlcomm.config.schema import SGDConfig
     from dlcomm.errors import UserError
-    from dlcomm.train.optim import build_optimizer
+    from dlcomm.train.optim import SGDConfig, build_optimizer
 
     with pytest.raises(UserError, match=r"^optim.name=nope is unknown: choose one of adabelief, adam, adamw, "):
         build_optimizer(SGDConfig(name="nope"), [])

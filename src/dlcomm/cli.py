@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from dlcomm import progress, secrets
 from dlcomm.errors import EXIT_USAGE, UserError
@@ -39,24 +39,26 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"dlcomm: error: {message}; `{self.prog} --help` lists what it takes\n")
 
+    lazy_epilog: Callable[[], str] | None = None
+    """An epilog made when the help is shown (listing the choices imports every group's choice
+    modules, which a command that shows no help need not pay for)."""
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
 
 def _groups_epilog() -> str:
-    """The config groups and their choices, read from the configs shipped in the package."""
-    from importlib.resources import files
+    """The config groups and their choices (:func:`dlcomm.catalog.choices`: registered classes and
+    YAML files, dlcomm's and installed plugins')."""
+    from dlcomm.catalog import choices, groups
 
-    from dlcomm.plugins import config_search_path
-
-    roots = [files("dlcomm.configs")] + [files(path.removeprefix("pkg://")) for path in config_search_path()]
-    found: dict[str, set[str]] = {}  # group -> choices, dlcomm's and installed plugins' (entry points dlcomm.configs)
-    for root in roots:
-        for group in (entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("_")):
-            found.setdefault(group.name, set()).update(
-                entry.name[:-5] for entry in group.iterdir() if entry.name.endswith(".yaml")
-            )
     lines = ["config groups (group=choice):"]
-    for name in sorted(found):
-        if found[name]:
-            lines.append(f"  {name:<10} {', '.join(sorted(found[name]))}")
+    for name in groups():
+        listed = choices(name)
+        if listed:
+            lines.append(f"  {name:<10} {', '.join(listed)}")
     lines += [
         "",
         "every key and its value: dlcomm config [overrides]   (e.g. dlcomm config algo=crossover shows its knobs)",
@@ -80,9 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run one training job (overrides: key=value ...), or a sweep with -m",
         description="Run one training job, or a sweep with -m. Settings are Hydra overrides: "
         "group=choice picks a configuration, key=value sets a knob.",
-        epilog=_groups_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    train.lazy_epilog = _groups_epilog  # the groups and their choices, made when shown
     train.add_argument(
         "-m",
         "--multirun",

@@ -1,7 +1,8 @@
 """Compose ``configs/`` (shipped inside the package) with command-line overrides.
 
-This is where the pieces meet: the schemas of :mod:`dlcomm.config.schema` and each registered
-algorithm's ``Config`` (and a launcher's, if it has one) go into Hydra's ConfigStore, Hydra
+This is where the pieces meet: the schemas of :mod:`dlcomm.config.schema`, each registered
+class's ``Config`` and every registered choice without a YAML file of its own
+(:func:`dlcomm.catalog.stored_choices`: ``<group>/<name>``) go into Hydra's ConfigStore, Hydra
 composes, and the algorithm checks its config. :mod:`dlcomm.config` itself holds types and
 checks only and imports nothing above it.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from dlcomm.config.choices import CHOICE_GROUPS, check_knobs, foreign_knob
+from dlcomm.catalog import CHOICE_GROUPS, check_knobs, foreign_knob
 from dlcomm.config.schema import SCHEMAS
 from dlcomm.errors import UserError
 
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
 
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
     """Every schema as ``(group, name, dataclass)``, under the name the YAML defaults lists use:
-    :data:`SCHEMAS`, each algorithm's ``Config`` (``<name>_schema``), each data set's, optimizer's and
-    model's whose ``Config`` is not in :data:`SCHEMAS` (a plugin's, ``<name>_schema``), each task's with knobs
-    of its own (``<name>_schema``) and each launcher's that
-    has knobs of its own (``<name>_launcher_schema``)."""
+    :data:`SCHEMAS` (the run's, the task/model/network/launcher bases, the process launchers'
+    family), each algorithm's, data set's, optimizer's, model's and compressor's ``Config``
+    (``<name>_schema``: ``vit_s_schema``, ``adamw_schema``), each task's with knobs of its own
+    (``<name>_schema``) and each launcher's (``<name>_launcher_schema``)."""
     from dlcomm.algorithms.registry import all_algorithms
     from dlcomm.compress.registry import compressor_schemas
     from dlcomm.data.registry import source_schemas
@@ -51,21 +52,26 @@ def all_schemas() -> list[tuple[Optional[str], str, type]]:
     return found
 
 
-_STORED: dict[tuple[Optional[str], str], type] = {}  # what register_schemas last put in the ConfigStore
+_STORED: dict[tuple[Optional[str], str], type] = {}  # what register_schemas last put in the ConfigStore (its class)
 
 
 def register_schemas() -> None:
-    """Put every schema in the ConfigStore under the names the YAML defaults lists use.
+    """Put every schema in the ConfigStore under the names the YAML defaults lists use, and every
+    registered choice without a YAML file under its own (``algo/allreduce``: its ``Config``, its
+    name set; :func:`dlcomm.catalog.stored_choices`).
 
-    A schema already stored (the same class under the same name) is not stored again: storing
+    A node already stored (the same class under the same name) is not stored again: storing
     builds a structured config, about half of a composition's time when done for all of them."""
     from hydra.core.config_store import ConfigStore
 
+    from dlcomm.catalog import stored_choices
+
     store = ConfigStore.instance()
-    for group, name, node in all_schemas():
-        if _STORED.get((group, name)) is not node:
+    for group, name, node in [*all_schemas(), *stored_choices()]:
+        kind = node if isinstance(node, type) else type(node)
+        if _STORED.get((group, name)) is not kind:
             store.store(group=group, name=name, node=node)
-            _STORED[(group, name)] = node
+            _STORED[(group, name)] = kind
 
 
 def check_overrides(overrides: list[str]) -> None:
@@ -158,16 +164,15 @@ def unparsable(error: Exception) -> str:
 
 def _null_group(overrides: list[str]) -> Optional[str]:
     """``model=null is invalid: ...`` when an override sets a config group to null."""
-    from importlib.resources import files
+    from dlcomm.catalog import choices as listed
+    from dlcomm.catalog import groups
 
-    root = files("dlcomm.configs")
+    known = set(groups())
     for item in overrides:
         key, _, value = item.partition("=")
-        if value.strip() == "null" and root.joinpath(key.strip()).is_dir():
+        if value.strip() == "null" and key.strip() in known:
             group = key.strip()
-            choices = sorted(
-                entry.name[:-5] for entry in root.joinpath(group).iterdir() if entry.name.endswith(".yaml")
-            )
+            choices = listed(group)
             return f"{group}=null is invalid: a run needs a {group}; pass {group}=<choice>, one of {', '.join(choices)}"
     return None
 

@@ -6,29 +6,31 @@ A package declares, in its ``pyproject.toml``::
     choco = "dlcomm_choco.choco:ChocoSGD"      # the name is the algorithm's (algo=choco)
 
     [project.entry-points."dlcomm.configs"]
-    dlcomm_choco = "dlcomm_choco.configs"      # a package holding algo/choco.yaml
+    dlcomm_choco = "dlcomm_choco.configs"      # a package of preset YAML files (network/, ...), if any
 
-    [project.entry-points."dlcomm.datasets"]  # a data set, likewise (its YAML: dataset/my_set.yaml)
+    [project.entry-points."dlcomm.datasets"]  # a data set, likewise
     my_set = "dlcomm_choco.my_set:MySet"       # the name is the data set's (dataset=my_set)
 
-    [project.entry-points."dlcomm.optimizers"]  # an optimizer (optim/my_opt.yaml), likewise
+    [project.entry-points."dlcomm.optimizers"]  # an optimizer, likewise
     my_opt = "dlcomm_choco.my_opt:MyOpt"
 
-    [project.entry-points."dlcomm.models"]      # a model (model/my_net.yaml), likewise
+    [project.entry-points."dlcomm.models"]      # a model, likewise
     my_net = "dlcomm_choco.my_net:MyNet"
 
-    [project.entry-points."dlcomm.tasks"]       # a task (task/my_task.yaml), likewise
-    [project.entry-points."dlcomm.launchers"]   # a launcher (launcher/my_launcher.yaml), likewise
-    [project.entry-points."dlcomm.compressors"] # a compressor (compress/my_codec.yaml), likewise
+    [project.entry-points."dlcomm.tasks"]       # a task, likewise
+    [project.entry-points."dlcomm.launchers"]   # a launcher, likewise
+    [project.entry-points."dlcomm.compressors"] # a compressor, likewise
 
 Each group's entry points name registered classes of that group (:data:`GROUPS`: an
 ``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task``, ``Launcher`` or ``Compressor``
-subclass) whose
-``name`` is the entry point's and whose ``Config`` is a dataclass subclassing the group's schema
-base (``AlgoConfig``, ...; a launcher may have none). Every ``dlcomm.configs`` entry point names a
-package of YAML files laid out as ``dlcomm/configs`` (``algo/<name>.yaml``, ``dataset/``,
-``optim/``, ``model/``, ``task/``, ``launcher/``, ``compress/``, and ``network/`` presets, which are YAML alone),
-which joins Hydra's search path after dlcomm's own. So after ``pip install my-scheme``,
+subclass) whose name (:func:`dlcomm.registry.choice_name`: its ``Config``'s ``name`` default, or
+the class's ``name``) is the entry point's and whose ``Config`` is a dataclass subclassing the
+group's schema base (``AlgoConfig``, ...; a launcher may have none). Each such class is a choice of its own,
+stored as Hydra's ``<group>/<name>`` (:func:`dlcomm.catalog.stored_choices`): it needs no YAML.
+Every ``dlcomm.configs`` entry point names a package of preset YAML files laid out as
+``dlcomm/configs`` (``network/`` presets, which are YAML alone, and ``algo/<name>.yaml``, ...
+for a choice whose values a file changes, or whose class has no ``Config``), which joins Hydra's
+search path after dlcomm's own. So after ``pip install my-scheme``,
 ``dlcomm train algo=my_scheme`` works, in sweeps and under SLURM too (the job's processes load the
 same entry points from the same environment).
 
@@ -48,6 +50,7 @@ from importlib.util import find_spec
 from typing import Mapping
 
 from dlcomm.errors import UserError
+from dlcomm.registry import choice_name
 
 CONFIGS = "dlcomm.configs"  # packages of YAML that join Hydra's search path
 
@@ -173,11 +176,16 @@ def _plugin_classes(group: str, base: type, kind: str) -> list[tuple[metadata.En
                 f"plugin {package}'s {group} entry point {point.name} = {point.value} is not {kind} class "
                 f"(a subclass of {base.__module__}.{base.__name__}); point it at the class"
             )
-        if getattr(cls, "name", None) != point.name:
+        try:
+            name: str | None = choice_name(cls)  # written once: the class's `name` or its Config's
+        except ValueError as error:
+            raise UserError(f"plugin {package}'s {group} entry point {point.name}: {error}") from None
+        if name != point.name:
             raise UserError(
                 f"plugin {package}'s {group} entry point {point.name} names {cls.__name__}, whose name is "
-                f"{getattr(cls, 'name', None)!r}; make the entry point's name the class's `name`"
+                f"{name!r}; make the entry point's name the class's name (its Config's `name` default, or its `name`)"
             )
+        cls.name = point.name  # type: ignore[attr-defined]
         found.append((point, cls, package))
     return found
 
@@ -190,7 +198,7 @@ def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], .
             other = owners.get(name, f"dlcomm's own {what}")
             raise UserError(
                 f"plugin {package}'s {what} {name!r} clashes with {other} of that name; rename it (its class's "
-                f"`name`, its entry point and its configs/{group}/<name>.yaml)"
+                f"or its Config's `name`, and its entry point)"
             )
         registry[name] = cls
         owners[name] = f"plugin {package}'s"
@@ -199,8 +207,8 @@ def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], .
 def extra_schemas(group: str, classes: Mapping[str, object], what: str) -> list[tuple[str | None, str, type]]:
     """``(group, "<name>_schema", Config)`` of every class of ``classes`` (name -> a class with a
     ``Config``; other entries, such as a built-in model's builder path, are skipped) whose
-    ``Config`` is not among :data:`dlcomm.config.schema.SCHEMAS` (a plugin's), for Hydra's
-    ConfigStore; refuses a schema name one of those already has for another class (``what``
+    ``Config`` is not among :data:`dlcomm.config.schema.SCHEMAS` (dlcomm's and the plugins'), for
+    Hydra's ConfigStore; refuses a schema name one of those already has for another class (``what``
     names the choice in the message: "data set", "optimizer", "model")."""
     from dlcomm.config.schema import SCHEMAS
 

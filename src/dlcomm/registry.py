@@ -1,75 +1,137 @@
-"""One registration pattern for the choices of a config group (algorithms, data sets, optimizers,
-models, tasks, launchers).
+"""One registration pattern, and one way to find a choice, for every config group (algorithms,
+compressors, data sets, optimizers, models, tasks, launchers).
 
-A choice is a class with a ``name`` (the ``group=<name>`` choice) and a ``Config`` dataclass,
-decorated with its group's :meth:`Registry.register` in its own module. :meth:`Registry.all`
-imports the group's modules once (every module of its package, or those ``modules()`` names), so
-a new choice needs nothing but its file and its YAML, then adds the installed plugins'
-(:mod:`dlcomm.plugins`, one entry point group per registry). :meth:`Registry.get` of a name whose
-module is named after it imports that module alone first (asking for one launcher does not load
-the others' machinery). Those modules load without torch: composing a configuration imports them.
+A choice is a class with a ``Config`` dataclass beside it, decorated with its group's
+:meth:`Registry.register` in its own module. Its name (the ``group=<name>`` choice) is written
+once (:func:`choice_name`): a class whose ``Config`` is its own takes it from that ``Config``'s
+``name`` default (``AllreduceConfig.name = "allreduce"``); a class whose ``Config`` several choices
+share (``ResNetConfig``: resnet18 ... resnet101) sets ``name`` itself. A class that states both a
+``name`` and a ``Config`` whose ``name`` default differs is refused when it registers.
+
+How a group finds its choices, the same for every group: :meth:`Registry.all` imports the group's
+``home`` once (a module: that module; a package: each of its modules that holds a choice, i.e.
+decorates a class with ``@register`` at its top level, read from its source, so that a package
+that also holds the group's machinery, as :mod:`dlcomm.launch` does, loads none of it), then adds
+the installed plugins' classes (:mod:`dlcomm.plugins`, one entry point group per registry). Composing
+stores every choice in Hydra's ConfigStore as ``<group>/<name>`` (its ``Config`` with ``name``
+set, :func:`dlcomm.catalog.stored_choices`), so a new choice needs nothing but its class; a YAML
+file ``configs/<group>/<name>.yaml`` exists only for a choice that sets values its schema does not
+(a preset: vit_s's sizes, a data set's root, task=gan's settings) and then wins over the stored
+node. :func:`dlcomm.catalog.choices` lists the union. :meth:`Registry.get` of a name whose module
+is named after it imports that module alone first (asking for one launcher does not load the
+others' machinery). Those modules load without torch: composing a configuration imports them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.util
 import pkgutil
+import re
 from typing import Callable, Generic, Optional, TypeVar
 
 from dlcomm.errors import UserError
 
 T = TypeVar("T")
 
+MISSING = "???"  # omegaconf.MISSING: a Config's name left to the classes that share it
+_REGISTERS = re.compile(r"^@register\b", re.MULTILINE)  # a module that holds a choice: `@register` on a top-level class
+
+
+def config_name(config: object) -> Optional[str]:
+    """The ``name`` default of a ``Config`` dataclass, or None (no Config, no ``name`` field, or
+    ``name`` left MISSING for the choices that share it to set)."""
+    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+        return None
+    field = {item.name: item for item in dataclasses.fields(config)}.get("name")
+    default = field.default if field is not None else dataclasses.MISSING
+    return default if isinstance(default, str) and default != MISSING else None
+
+
+def choice_name(cls: type) -> str:
+    """The name of choice class ``cls``, written once: its own ``name`` (set in its body), else its
+    ``Config``'s ``name`` default. Raises ValueError for a class with neither, and for one whose
+    body sets both a ``name`` and a ``Config`` that names another choice (two spellings that
+    disagree: the composed section would not name the class)."""
+    own = cls.__dict__.get("name")
+    config = getattr(cls, "Config", None)
+    default = config_name(config)
+    if own is None:
+        if default is None:
+            raise ValueError(
+                f"{cls.__module__}.{cls.__qualname__} has no name: give its Config a `name` default "
+                "(a Config of its own) or the class a `name` (a Config several choices share)"
+            )
+        return default
+    if "Config" in cls.__dict__ and default is not None and default != own:
+        raise ValueError(
+            f"{cls.__module__}.{cls.__qualname__} is named {own!r} but its Config "
+            f"{getattr(config, '__name__', config)} names {default!r}: write the name once, in the Config "
+            "(delete the class's `name`)"
+        )
+    return str(own)
+
+
+def _source(module: str) -> str:
+    """The source text of ``module``, found and read without importing it ("" where there is none)."""
+    spec = importlib.util.find_spec(module)
+    get_source = getattr(spec.loader, "get_source", None) if spec is not None else None
+    text = get_source(module) if get_source is not None else None
+    return text if isinstance(text, str) else ""
+
 
 class Registry(Generic[T]):
     """The classes of one group by name. ``what`` names a choice in messages ("algorithm");
-    ``key`` is its config key ("algo.name"); ``package`` the package whose modules register
-    (None: they register on their own import); ``plugins`` adds the installed plugins' classes
-    to a name -> class dict (refusing taken names); ``modules``, when given, names the modules of
-    ``package`` that hold choices (the others are not imported: a package that also holds the
-    choices' machinery, such as ``dlcomm.launch``)."""
+    ``key`` is its config key ("algo.name"); ``home`` the package or module whose import registers
+    the group's own choices (a package: each of its modules that holds one, imported once:
+    :meth:`choice_modules`); ``plugins`` adds the installed plugins' classes to a name -> class
+    dict (refusing taken names)."""
 
-    def __init__(
-        self,
-        what: str,
-        key: str,
-        package: str | None,
-        plugins: Callable[[dict[str, T]], None],
-        modules: Optional[Callable[[], list[str]]] = None,
-    ) -> None:
-        self.what, self.key, self.package, self.plugins, self.modules = what, key, package, plugins, modules
+    def __init__(self, what: str, key: str, home: str, plugins: Callable[[dict[str, T]], None]) -> None:
+        self.what, self.key, self.home, self.plugins = what, key, home, plugins
         self._classes: dict[str, T] = {}
         self._discovered = False
+        self._modules: Optional[list[str]] = None
 
     def register(self, cls: T) -> T:
-        """Decorator: ``cls`` under its ``name`` (two classes under one name is a programming error)."""
-        name = cls.name  # type: ignore[attr-defined]
+        """Decorator: ``cls`` under its name (:func:`choice_name`, set as ``cls.name``); two classes
+        under one name, or a class whose name and Config disagree, is a programming error."""
+        name = choice_name(cls)  # type: ignore[arg-type]
         if name in self._classes and self._classes[name] is not cls:
             raise ValueError(f"two {self.what}s are registered as {name!r}")
+        cls.name = name  # type: ignore[attr-defined]
         self._classes[name] = cls
         return cls
 
-    def _module_names(self) -> list[str]:
-        if self.package is None:
-            return []
-        if self.modules is not None:
-            return self.modules()
-        package = importlib.import_module(self.package)
-        return [module.name for module in pkgutil.iter_modules(package.__path__)]
+    def choice_modules(self) -> list[str]:
+        """The modules of the package ``home`` that hold choices: those whose source decorates a
+        class with ``@register`` at its top level ([] for a module ``home``: importing it registers
+        them). Read, not imported: the others (a base class, the machinery) load only when used."""
+        if self._modules is None:
+            home = importlib.import_module(self.home)
+            path = getattr(home, "__path__", None)
+            found = []
+            for module in pkgutil.iter_modules(path) if path is not None else []:
+                if _REGISTERS.search(_source(f"{self.home}.{module.name}")):
+                    found.append(module.name)
+            self._modules = found
+        return list(self._modules)
 
     def all(self) -> dict[str, T]:
-        """Every class by name: the package's (its modules imported once) and the plugins'."""
+        """Every class by name: the home's (its modules imported once) and the plugins'."""
         if not self._discovered:
-            for module in self._module_names():
-                importlib.import_module(f"{self.package}.{module}")
+            importlib.import_module(self.home)
+            for module in self.choice_modules():
+                importlib.import_module(f"{self.home}.{module}")
             self.plugins(self._classes)
             self._discovered = True
         return dict(self._classes)
 
     def get(self, name: str) -> T:
         """The class of ``name``; a one-line :class:`UserError` listing the names otherwise."""
-        if name not in self._classes and not self._discovered and name in self._module_names():
-            importlib.import_module(f"{self.package}.{name}")  # this choice's module alone
+        if name not in self._classes and not self._discovered and name in self.choice_modules():
+            importlib.import_module(f"{self.home}.{name}")  # this choice's module alone
         if name in self._classes:
             return self._classes[name]
         classes = self.all()

@@ -34,14 +34,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class AllreduceConfig(AlgoConfig):
+    """``algo=allreduce``, AllReduce-SGD: the mean gradient by ring allreduce every iteration
+    (docs/algorithms.md, "allreduce")."""
+
     name: str = "allreduce"
-    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
-    overlap: bool = False
+    bucket_mb: float = field(
+        default=25.0, metadata=BUCKET_MB
+    )  # gradient bucket size in MiB; 0: one bucket per parameter tensor (layer-wise)
+    overlap: bool = False  # true: launch each bucket's allreduce during backward, as DDP does
 
 
 @register
 class Allreduce(Algorithm[AllreduceConfig]):
-    name = "allreduce"
     display_name = "AllReduce-SGD"
     Config = AllreduceConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

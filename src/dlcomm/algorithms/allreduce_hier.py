@@ -29,13 +29,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class AllreduceHierConfig(AlgoConfig):
+    """``algo=allreduce_hier``, hierarchical AllReduce (Horovod-style): reduce inside the node,
+    allreduce among the node leaders, broadcast inside the node. Equal to allreduce; only the
+    leaders cross the inter-node network."""
+
     name: str = "allreduce_hier"
-    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
+    bucket_mb: float = field(
+        default=25.0, metadata=BUCKET_MB
+    )  # gradient bucket size in MiB; 0: one bucket per parameter tensor
 
 
 @register
 class AllreduceHier(Algorithm[AllreduceHierConfig]):
-    name = "allreduce_hier"
     display_name = "hierarchical AllReduce-SGD"
     Config = AllreduceHierConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

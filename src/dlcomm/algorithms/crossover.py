@@ -57,15 +57,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class CrossoverConfig(AlgoConfig):
+    """``algo=crossover``, Crossover-SGD: segment-wise gossip on a random topology with fair peer
+    selection (section 5)."""
+
     name: str = "crossover"
     segments: int = field(
         default=0, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
-    )  # 0: the model's top-level blocks; k: k balanced runs of layers
-    segmentwise: bool = True  # false: the whole model is one segment (ablation)
-    fair: bool = True  # false: independent uniform destinations (ablation)
+    )  # 0: the model's top-level blocks (ResNet: stem, stages, FC); k: k balanced runs of layers
+    segmentwise: bool = True  # false: the whole model is one segment (the paper's ablation)
+    fair: bool = True  # false: each rank pulls from an independent uniform source (the authors' unfair ablation)
     gamma: float = field(
         default=1.0, metadata=domain(above=0, high=1, means="CHOCO's consensus step")
-    )  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
+    )  # compress=<name>: CHOCO-Gossip's consensus step size towards the per-pair copies (docs/compression.md; unused uncompressed)
 
 
 class CrossoverGossip:
@@ -146,7 +149,6 @@ class CrossoverGossip:
 
 @register
 class Crossover(Algorithm[CrossoverConfig]):
-    name = "crossover"
     display_name = "Crossover-SGD"
     Config = CrossoverConfig
     compression = ("payload",)  # CHOCO-Gossip with a public copy per directed pair

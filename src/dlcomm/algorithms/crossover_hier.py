@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class CrossoverHierConfig(CrossoverConfig):
-    """The leaders' Crossover round takes ``crossover``'s knobs."""
+    """``algo=crossover_hier``, hierarchical Crossover-SGD: reduce gradients to each node's leader,
+    the leaders step and run Crossover-SGD among themselves, then broadcast to their node (section
+    5, paper Sec. 3.3). The leaders' Crossover round takes ``crossover``'s knobs (``gamma``: the
+    leaders' consensus step)."""
 
     name: str = "crossover_hier"
 
@@ -38,7 +41,6 @@ class CrossoverHier(Crossover):
     """``crossover``'s segments, draw and round (:class:`~dlcomm.algorithms.crossover.Crossover`),
     run by the leaders alone on the ``leaders`` group, framed by the node's reduce and broadcast."""
 
-    name = "crossover_hier"
     display_name = "hierarchical Crossover-SGD"
     Config = CrossoverHierConfig
     group = "leaders"

@@ -51,21 +51,29 @@ if TYPE_CHECKING:
 
 @dataclass
 class DiLoCoConfig(AlgoConfig):
+    """``algo=diloco``, DiLoCo (Douillard et al. 2023, arXiv 2311.08105, Algorithm 1): ``period``
+    inner steps of the configured optimizer (the paper's AdamW: optim=adamw), then the replicas' mean
+    change theta - x_i drives an outer SGD with Nesterov momentum on the global parameters, which
+    every replica restarts from."""
+
     name: str = "diloco"
     period: int = field(
         default=20, metadata=domain(low=1, means="H, the number of inner steps between outer steps,")
     )  # the paper's H is 500 (over ~88k steps); 20 fits dlcomm's runs of a few hundred steps
-    outer_lr: float = field(default=0.7, metadata=domain(above=0, means="the outer SGD's learning rate"))
+    outer_lr: float = field(
+        default=0.7, metadata=domain(above=0, means="the outer SGD's learning rate")
+    )  # the outer SGD's learning rate (the paper's 0.7)
     outer_momentum: float = field(
         default=0.9, metadata=domain(low=0, below=1, means="the outer SGD's momentum")
-    )  # 0: plain outer SGD (nesterov then changes nothing)
+    )  # the paper's 0.9; 0: plain outer SGD (nesterov then changes nothing; with outer_lr=1 it is Local-SGD)
     nesterov: bool = True  # Nesterov momentum on the outer step (the paper's); false: heavy ball
-    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
+    bucket_mb: float = field(
+        default=25.0, metadata=BUCKET_MB
+    )  # size in MiB of the flat buffers used for the outer gradient's allreduce
 
 
 @register
 class DiLoCo(Algorithm[DiLoCoConfig]):
-    name = "diloco"
     display_name = "DiLoCo"
     Config = DiLoCoConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

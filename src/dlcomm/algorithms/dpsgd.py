@@ -38,18 +38,20 @@ if TYPE_CHECKING:
 
 @dataclass
 class DPSGDConfig(AlgoConfig):
+    """``algo=dpsgd``, D-PSGD: after the local step, x_i <- (x_{i-1} + x_i + x_{i+1}) / 3 on a
+    bidirectional ring (section 3)."""
+
     name: str = "dpsgd"
     segments: int = field(
         default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
-    )  # 1: the whole model in one message per neighbour
+    )  # messages per neighbour: 1: the whole model, 0: the model's top-level blocks, k: k runs of layers
     gamma: float = field(
         default=1.0, metadata=domain(above=0, high=1, means="CHOCO's consensus step")
-    )  # compress=<name>: CHOCO-Gossip's consensus step size (unused uncompressed)
+    )  # compress=<name>: CHOCO-Gossip's consensus step size (docs/compression.md; unused uncompressed)
 
 
 @register
 class DPSGD(Algorithm[DPSGDConfig]):
-    name = "dpsgd"
     display_name = "D-PSGD"
     Config = DPSGDConfig
     compression = ("payload",)  # CHOCO-Gossip: compressed changes of public copies

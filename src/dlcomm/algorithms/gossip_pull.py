@@ -67,20 +67,24 @@ REQUEST, ASSIGN, RELEASE, CANCEL, CANCELLED, PULL, RESERVE, GRANT, DENY, UNRESER
 
 @dataclass
 class GossipPullConfig(AlgoConfig):
+    """``algo=gossip_pull``, pull-gossip SGD with overlapped, scheduled pulls (the wide-area paper;
+    docs/algorithms.md, "Asynchronous pull-gossip"): every ``period`` local steps a worker pulls one
+    peer's model and averages, x_i <- (x_i + x_j) / 2."""
+
     name: str = "gossip_pull"
     period: int = field(
         default=16, metadata=domain(low=1, means="T, the number of local steps per window,")
-    )  # T: local steps per window (one pull and one averaging per window)
+    )  # T: local steps per window, one pull and one averaging each (the paper: 16)
     overlap: str = field(
         default="scheduled",
         metadata=domain(one_of=("none", "naive", "scheduled"), means="the overlap of a pull with the window"),
-    )  # none | naive | scheduled
+    )  # none: blocking pull at the window's end | naive: pull from the window's start | scheduled: start at end - c_ij
     scheduler: str = field(
         default="managed", metadata=domain(one_of=("managed", "autonomous"), means="the pull scheduler")
-    )  # managed (a manager process) | autonomous (no single point of failure)
+    )  # managed: a manager process hands out free peers and learns c_ij | autonomous: peers reserve themselves, no manager (no single point of failure)
     theta: float = field(
         default=0.1, metadata=domain(low=0, below=1, means="the UPDATE_TIME threshold")
-    )  # UPDATE_TIME threshold: a measurement within +-theta of the estimate is averaged in
+    )  # UPDATE_TIME threshold: a measurement within +-theta of the estimate is averaged in (the paper gives no value)
 
 
 @dataclass
@@ -114,7 +118,6 @@ _COUNTS = {
 
 @register
 class GossipPull(Algorithm[GossipPullConfig]):
-    name = "gossip_pull"
     display_name = "pull-gossip"
     Config = GossipPullConfig
     point_to_point = False  # pulls travel over the CPU control group (gloo); no device tensor point to point

@@ -34,14 +34,20 @@ if TYPE_CHECKING:
 
 @dataclass
 class LocalSGDConfig(AlgoConfig):
+    """``algo=local_sgd``, Local-SGD: local steps; the parameters averaged over all workers every
+    ``period`` steps (section 2)."""
+
     name: str = "local_sgd"
-    period: int = field(default=2, metadata=domain(low=1, means="H, the number of local steps between averagings,"))
-    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
+    period: int = field(
+        default=2, metadata=domain(low=1, means="H, the number of local steps between averagings,")
+    )  # H: average after every H local steps (the SESGD paper uses 2)
+    bucket_mb: float = field(
+        default=25.0, metadata=BUCKET_MB
+    )  # size in MiB of the flat buffers used for the averaging allreduce
 
 
 @register
 class LocalSGD(Algorithm[LocalSGDConfig]):
-    name = "local_sgd"
     display_name = "Local-SGD"
     Config = LocalSGDConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

@@ -39,16 +39,19 @@ if TYPE_CHECKING:
 
 @dataclass
 class NodeBasedConfig(AlgoConfig):
+    """``algo=node_based``, node-based communication: gradients averaged inside the node every step;
+    parameters and BatchNorm buffers averaged over all workers every ``k_prime`` iterations and at
+    each epoch's end (section 6)."""
+
     name: str = "node_based"
     k_prime: int = field(
         default=-1, metadata=domain(low=-1, means="K', the iterations between consensus points (-1: once per epoch),")
     )  # K': iterations between inter-node consensus points within an epoch; -1: once per epoch
-    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)
+    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)  # gradient and parameter buckets, MiB
 
 
 @register
 class NodeBased(Algorithm[NodeBasedConfig]):
-    name = "node_based"
     display_name = "node-based averaging"
     Config = NodeBasedConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

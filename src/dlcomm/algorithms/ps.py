@@ -48,6 +48,10 @@ DONE = -1.0  # a header whose lr is DONE: the worker is finished
 
 @dataclass
 class PSConfig(AlgoConfig):
+    """``algo=ps``, the synchronous parameter server (the layer-dropping paper's baseline): one extra
+    ``server`` process holds the parameters and the optimizer; workers send gradients and get the
+    parameters back. No knobs."""
+
     name: str = "ps"
 
 
@@ -76,7 +80,6 @@ C = TypeVar("C", bound=AlgoConfig)  # ps reads no knob of its own; ps_layerdrop'
 
 @register
 class ParameterServer(Algorithm[C]):
-    name = "ps"
     display_name = "parameter server"
     Config: ClassVar[type[AlgoConfig]] = PSConfig
     compression: ClassVar[tuple[str, ...]] = ("layers",)  # compress=layerdrop: which layers a worker sends

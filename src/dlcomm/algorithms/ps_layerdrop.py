@@ -24,10 +24,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class PSLayerDropConfig(AlgoConfig):
+    """``algo=ps_layerdrop``, the parameter server with layer dropping: per-layer gradient caches; a
+    layer whose mean |cache| is below the threshold sends a placeholder and keeps accumulating
+    (docs/algorithms.md, "Parameter server")."""
+
     name: str = "ps_layerdrop"
     ratio: float = field(
         default=0.9, metadata=DROP_RATIO
-    )  # R: fraction of all gradient entries dropped when the threshold is recomputed
+    )  # R: fraction of all gradient entries dropped when the threshold is recomputed (0: plain ps)
     recompute_every: int = field(
         default=100, metadata=RECOMPUTE_EVERY
     )  # steps between threshold recomputations (the paper: 100), first at step 0
@@ -35,7 +39,6 @@ class PSLayerDropConfig(AlgoConfig):
 
 @register
 class PSLayerDrop(ParameterServer[PSLayerDropConfig]):
-    name = "ps_layerdrop"
     display_name = "parameter server with layer dropping"
     Config = PSLayerDropConfig
 

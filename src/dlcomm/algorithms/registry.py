@@ -2,7 +2,8 @@
 
 Every module of this package that defines an algorithm decorates its class with
 :func:`register`; :func:`all_algorithms` imports the package's modules once so that a new
-algorithm needs nothing but its own file and its ``configs/algo/<name>.yaml``.
+algorithm needs nothing but its own file (its ``Config`` is stored as Hydra's ``algo/<name>``;
+the one pattern: :mod:`dlcomm.registry`).
 
 Composing a configuration imports every algorithm's module (its ``Config`` goes into Hydra's
 ConfigStore, its checks run), and so does every ``dlcomm config`` and every refusal of bad input:

@@ -53,6 +53,9 @@ PERIOD = domain(low=1, means="the number of local steps between averagings")
 
 @dataclass
 class SESGDConfig(AlgoConfig):
+    """``algo=sesgd``, SESGD: regroup the workers at random every iteration; average the parameters
+    inside the group with a ring over point-to-point messages (section 9)."""
+
     name: str = "sesgd"
     groups: int = field(
         default=4, metadata=domain(low=1, means="k, the number of groups per iteration,")
@@ -63,18 +66,20 @@ class SESGDConfig(AlgoConfig):
     period: int = field(default=1, metadata=PERIOD)  # average after every period-th step (local_sesgd; 1 = SESGD)
     gamma: float = field(
         default=1.0, metadata=domain(above=0, high=1, means="the consensus step")
-    )  # compress=<name>: the consensus step towards the group's copies (unused uncompressed)
+    )  # compress=<name>: the consensus step towards the group's per-pair copies (docs/compression.md; unused uncompressed)
 
 
 @dataclass
 class LocalSESGDConfig(SESGDConfig):
+    """``algo=local_sesgd``, Local-SESGD: local steps, and SESGD's shuffled group averaging every
+    ``period`` (H) steps (section 9)."""
+
     name: str = "local_sesgd"
     period: int = field(default=2, metadata=PERIOD)  # H: the paper uses 2
 
 
 @register
 class SESGD(Algorithm[SESGDConfig]):
-    name = "sesgd"
     display_name = "Shuffle-Exchange SGD"
     Config = SESGDConfig
     compression = ("payload",)  # each bucket to the group's other members, against per-pair copies
@@ -143,6 +148,5 @@ class SESGD(Algorithm[SESGDConfig]):
 
 @register
 class LocalSESGD(SESGD):
-    name = "local_sesgd"
     display_name = "local Shuffle-Exchange SGD"
     Config = LocalSESGDConfig

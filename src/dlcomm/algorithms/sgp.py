@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class SGPConfig(AlgoConfig):
+    """``algo=sgp``, SGP: push-sum gossip to one out-peer per iteration on the time-varying directed
+    exponential graph (section 4)."""
+
     name: str = "sgp"
     overlap: bool = False  # consume messages one iteration late (staleness 1)
     cycle: str = field(
@@ -68,7 +71,6 @@ class SGPConfig(AlgoConfig):
 
 @register
 class SGP(Algorithm[SGPConfig]):
-    name = "sgp"
     display_name = "SGP"
     Config = SGPConfig
     compression = ("payload",)  # the pushed half against a public copy per directed pair

@@ -50,19 +50,26 @@ if TYPE_CHECKING:
 
 @dataclass
 class StreamingDiLoCoConfig(DiLoCoConfig):
+    """``algo=streaming_diloco``, Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): DiLoCo
+    whose parameters are split into ``fragments`` (in layer order), each synchronised every
+    ``period`` inner steps at its own offset floor(p period / fragments); a fragment's averaged outer
+    gradient arrives ``overlap_steps`` inner steps after it was sent, drives DiLoCo's outer Nesterov
+    SGD, and is mixed into the local fragment: x <- alpha x + (1 - alpha) theta. With fragments=1,
+    overlap_steps=0, alpha=0 it is algo=diloco."""
+
     name: str = "streaming_diloco"
     fragments: int = field(
         default=2, metadata=domain(low=1, means="P, the number of fragments synchronised in turn,")
-    )  # sequential split in layer order; the paper's strided pattern is not implemented
+    )  # P: contiguous runs of layers of about equal parameter counts (sequential; the paper's strided pattern is not implemented)
     overlap_steps: int = field(
         default=1, metadata=domain(low=0, means="tau, the inner steps a fragment's exchange overlaps,")
-    )  # 0: each fragment's exchange blocks, as DiLoCo's
+    )  # tau: the inner steps an exchange overlaps (overlap_steps * fragments < period); 0: each fragment's exchange blocks, as DiLoCo's
     outer_lr: float = field(
         default=0.4, metadata=domain(above=0, means="the outer SGD's learning rate")
     )  # the Streaming DiLoCo paper's, tuned once and kept for DiLoCo and Streaming DiLoCo at every scale
     alpha: float = field(
         default=0.5, metadata=domain(low=0, high=1, means="the mixing factor of the local parameters")
-    )  # the paper states no default (its Figs. 8 and 10: 0.5); 0 replaces the fragment by theta (DiLoCo's restart)
+    )  # x <- alpha x + (1 - alpha) theta; the paper states no default (its Figs. 8 and 10: 0.5); 0 replaces the fragment by theta (DiLoCo's restart)
 
 
 def fragment_offsets(period: int, fragments: int) -> list[int]:
@@ -102,7 +109,6 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
 
 @register
 class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
-    name = "streaming_diloco"
     display_name = "Streaming DiLoCo"
     Config = StreamingDiLoCoConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)

@@ -25,11 +25,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class FP16Config(CompressConfig):
+    """``compress=fp16``: half precision on the wire, torch's fp16_compress_hook: cast, divide by W, sum
+    in fp16, cast back. No knobs."""
+
     name: str = "fp16"
 
 
 @dataclass
 class BF16Config(CompressConfig):
+    """``compress=bf16``: bfloat16 on the wire, torch's bf16_compress_hook: cast, divide by W, sum in
+    bf16, cast back. No knobs."""
+
     name: str = "bf16"
 
 
@@ -62,7 +68,6 @@ class _CastBack:
 
 @register
 class FP16(_HalfPrecision):
-    name = "fp16"
     display_name = "fp16"
     Config = FP16Config
     dtype_name = "float16"
@@ -70,7 +75,6 @@ class FP16(_HalfPrecision):
 
 @register
 class BF16(_HalfPrecision):
-    name = "bf16"
     display_name = "bf16"
     Config = BF16Config
     dtype_name = "bfloat16"

@@ -96,6 +96,9 @@ RECOMPUTE_EVERY = domain(low=1, means="the number of steps between threshold rec
 
 @dataclass
 class LayerDropConfig(CompressConfig):
+    """``compress=layerdrop``: layer dropping with a residual memory (the layer-dropping parameter-server
+    paper), for algo=ps: ``algo=ps compress=layerdrop`` is ``algo=ps_layerdrop``."""
+
     name: str = "layerdrop"
     ratio: float = field(
         default=0.9, metadata=DROP_RATIO
@@ -111,7 +114,6 @@ class LayerDropping(Compressor[LayerDropConfig]):
     (:class:`LayerDrop` over :class:`~dlcomm.compress.memory.ResidualMemory`);
     ``algo=ps compress=layerdrop`` is ``algo=ps_layerdrop`` (the same code, the same numbers)."""
 
-    name = "layerdrop"
     display_name = "layer dropping"
     Config = LayerDropConfig
     kinds = ("layers",)

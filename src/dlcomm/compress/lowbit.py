@@ -39,14 +39,18 @@ FORMATS = {4: (3, 0, False), 8: (4, 3, True)}
 
 @dataclass
 class LowBitConfig(CompressConfig):
+    """``compress=lowbit``: low-bit floats (Streaming DiLoCo's 4-bit outer gradients): each block of
+    entries scaled so that its largest magnitude is the format's largest, rounded to the nearest value
+    of the format (ties to the even code), all-gathered."""
+
     name: str = "lowbit"
     bits: int = field(
         default=4, metadata=domain(low=4, high=8, means="the bits per entry (4: E3M0, 8: E4M3),")
-    )  # 4: E3M0, Streaming DiLoCo's; 8: E4M3 (torch.float8_e4m3fn)
+    )  # 4: E3M0 (0, 0.25, ..., 16), Streaming DiLoCo's; 8: E4M3 (torch.float8_e4m3fn)
     block_size: int = field(
         default=128, metadata=domain(low=1, means="B, the number of entries sharing one scale,")
     )  # entries sharing one float32 scale (the largest magnitude of the block maps to the format's largest)
-    error_feedback: bool = False  # no memory unless asked for
+    error_feedback: bool = False  # memory of the rounding error; off: the paper's rule names none
 
 
 def magnitudes(bits: int):
@@ -88,7 +92,6 @@ def _blocks(flat, block_size: int):
 
 @register
 class LowBit(Compressor[LowBitConfig]):
-    name = "lowbit"
     display_name = "low-bit float"
     Config = LowBitConfig
 

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class PowerSGDConfig(CompressConfig):
+    """``compress=powersgd``: PowerSGD (Vogels et al. 2019), the algorithm of torch's DDP
+    powerSGD_hook, per bucket."""
+
     name: str = "powersgd"
     rank: int = field(
         default=1, metadata=domain(low=1, means="r, the rank of each approximation,")
@@ -83,7 +86,6 @@ def orthogonalise(matrices: "torch.Tensor") -> None:
 
 @register
 class PowerSGD(Compressor[PowerSGDConfig]):
-    name = "powersgd"
     display_name = "PowerSGD"
     Config = PowerSGDConfig
     summable = True

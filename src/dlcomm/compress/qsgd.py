@@ -25,6 +25,9 @@ from dlcomm.config.schema import CompressConfig, domain
 
 @dataclass
 class QSGDConfig(CompressConfig):
+    """``compress=qsgd``: QSGD (Alistarh et al. 2017) as GRACE buckets it: stochastic rounding to s
+    levels of each bucket's norm, all-gathered."""
+
     name: str = "qsgd"
     levels: int = field(
         default=127, metadata=domain(low=1, high=32767, means="s, the quantisation levels per sign,")
@@ -32,12 +35,11 @@ class QSGDConfig(CompressConfig):
     bucket_size: int = field(
         default=128, metadata=domain(low=1, means="B, the number of entries sharing one norm,")
     )  # B: entries sharing one norm
-    error_feedback: bool = False  # QSGD is unbiased: no memory unless asked for
+    error_feedback: bool = False  # memory of the rounding error; QSGD is unbiased: none unless asked for
 
 
 @register
 class QSGD(Compressor):
-    name = "qsgd"
     display_name = "QSGD"
     Config = QSGDConfig
 

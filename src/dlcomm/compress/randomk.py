@@ -24,6 +24,9 @@ from dlcomm.config.schema import CompressConfig
 
 @dataclass
 class RandomKConfig(CompressConfig):
+    """``compress=randomk``: random-k sparsification (GRACE's RandomKCompressor): k entries drawn with
+    replacement from a seed every rank shares; summed by an allreduce."""
+
     name: str = "randomk"
     ratio: float = field(
         default=0.01, metadata=SENT_RATIO
@@ -41,7 +44,6 @@ def draw_seed(seed: int, key: object, step: int) -> int:
 
 @register
 class RandomK(Compressor):
-    name = "randomk"
     display_name = "random-k"
     Config = RandomKConfig
     summable = True

@@ -29,11 +29,14 @@ from dlcomm.config.schema import CompressConfig, domain
 
 @dataclass
 class SignConfig(CompressConfig):
+    """``compress=sign``: signSGD with majority vote, or EF-SignSGD (scaled sign + memory) with
+    error_feedback=true, as GRACE implements them."""
+
     name: str = "sign"
     error_feedback: bool = False  # false: signSGD with majority vote; true: EF-SignSGD (scaled sign + memory)
     lr: float = field(
         default=0.1, metadata=domain(above=0, means="EF-SignSGD's step")
-    )  # EF-SignSGD's step folded into its memory, p = lr * x + e (GRACE's default 0.1)
+    )  # EF-SignSGD's step folded into its memory, p = lr * x + e (the result is the sum of scaled signs / lr; GRACE's default 0.1)
 
 
 def pack_bits(positive):
@@ -74,7 +77,6 @@ class _ScaledMemory(ErrorFeedback):
 
 @register
 class Sign(Compressor):
-    name = "sign"
     display_name = "signSGD"
     Config = SignConfig
 

@@ -24,6 +24,9 @@ SENT_RATIO = domain(above=0, high=1, means="the fraction of entries sent")
 
 @dataclass
 class TopKConfig(CompressConfig):
+    """``compress=topk``: top-k sparsification (GRACE's TopKCompressor): the k largest magnitudes of
+    each bucket, values + int32 indices, all-gathered."""
+
     name: str = "topk"
     ratio: float = field(
         default=0.01, metadata=SENT_RATIO
@@ -38,7 +41,6 @@ def kept(numel: int, ratio: float) -> int:
 
 @register
 class TopK(Compressor):
-    name = "topk"
     display_name = "top-k"
     Config = TopKConfig
 

@@ -1,10 +1,13 @@
-"""Typed schemas of every configuration group, registered in Hydra's ConfigStore.
+"""The run's schema (:class:`RunConfig`) and every group's base, registered in Hydra's ConfigStore.
 
-Each YAML file under ``configs/<group>/`` lists one of these schemas first in its defaults,
-so Hydra checks types and rejects unknown keys while composing. ``model``, ``dataset`` and
-``optim`` have one schema per family of choices (a small base with the keys all share, and a
-subclass per family), so a choice has only its own knobs; :data:`SCHEMAS` names them all, and
-:mod:`dlcomm.config.choices` tells which choice has which knob. Every number, string, list and
+Each group's base holds the choice (``name``) and the keys all its choices share; a choice's own
+``Config`` subclasses it beside the choice's class (``algorithms/<name>.py``, ``compress/``,
+``models/zoo/``, ``data/sources/``, ``train/optim.py``, ``tasks/``, ``launch/threads.py``), so a
+choice has only its own knobs. Here too: the sections every run has (train, tracking, report,
+debug, network) and the process launchers' family (:class:`ProcessLauncherConfig`,
+:class:`SlurmLauncherConfig`, :class:`SrunLauncherConfig`), which the rank's program and
+``launch/gpus.py`` read as well as their launchers. :data:`SCHEMAS` names the schemas a YAML
+file may list first in its defaults; :mod:`dlcomm.catalog` tells which choice has which knob. Every number, string, list and
 mapping field declares the values it takes with :func:`domain` (checked while composing,
 :func:`dlcomm.config.validate.check_values`); the rules across keys are in
 :func:`dlcomm.config.validate.validate_run`.
@@ -193,67 +196,14 @@ class TrainConfig:
 
 @dataclass
 class ModelConfig:
-    """Base of every model's schema: the choice, ``model=<name>`` (configs/model/<name>.yaml).
-    Models without knobs of their own (small_cnn, vgg16, densenet121, shufflenet_v2) use it as is."""
+    """The models without knobs but their name: small_cnn (two conv layers and two FC layers, 0.42 M
+    parameters on 28x28, no BatchNorm); vgg16, densenet121, shufflenet_v2 (torchvision, randomly
+    initialised; input channels and classes follow the dataset).
+
+    Base of every model's schema: the choice, ``model=<name>``, stored from its registered class;
+    the families' subclasses are beside their classes in :mod:`dlcomm.models.zoo`."""
 
     name: str = MISSING
-
-
-@dataclass
-class ResNetConfig(ModelConfig):
-    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised)."""
-
-    cifar_stem: bool = False  # 3x3 stride-1 first conv and no max-pool (32x32 inputs)
-
-
-@dataclass
-class MLPConfig(ModelConfig):
-    """mlp: flatten, hidden widths with ReLU, logits."""
-
-    hidden: List[int] = field(default_factory=lambda: [512, 256], metadata=domain(low=1))  # hidden widths
-    dropout: float = field(
-        default=0.0, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # after each hidden ReLU
-
-
-@dataclass
-class NiNConfig(ModelConfig):
-    """nin: Network-in-Network (Lin et al. 2014)."""
-
-    # multiplier of every hidden width (1.0: the paper's); a width never drops below 1 (dlcomm.models.small.build_nin)
-    width: float = field(default=1.0, metadata=domain(low=0.0, means="the multiplier of every hidden width"))
-    dropout: float = field(
-        default=0.5, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # between mlpconv blocks, as in the paper
-
-
-@dataclass
-class ViTConfig(ModelConfig):
-    """vit_s, vit_b (timm VisionTransformer); the defaults are the node-based paper's ViT-B
-    (Table II), configs/model/vit_s.yaml sets ViT-S's sizes."""
-
-    embed_dim: int = field(default=384, metadata=domain(low=1))  # token width D
-    depth: int = field(default=12, metadata=domain(low=1))  # transformer blocks
-    num_heads: int = field(default=12, metadata=domain(low=1))  # attention heads (embed_dim must be a multiple)
-    patch_size: int = field(
-        default=16, metadata=domain(low=1)
-    )  # p x p patches; sides not a multiple of p are zero-padded up to one
-    # block MLP hidden width = int(embed_dim * mlp_ratio)
-    mlp_ratio: float = field(default=4.0, metadata=domain(above=0.0))
-
-
-@dataclass
-class RecurrentConfig(ModelConfig):
-    """rnn, lstm, gru over image rows."""
-
-    hidden_size: int = field(default=128, metadata=domain(low=1))  # units of the recurrent layer
-
-
-@dataclass
-class ACGANConfig(ModelConfig):
-    """acgan: the generator and discriminator of task=gan."""
-
-    latent_dim: int = field(default=128, metadata=domain(low=1))  # the generator's noise dimension
 
 
 DATA_ROOT = "a folder, checked before launch by dlcomm.data.check_dataset (it names the missing files or folder)"
@@ -261,48 +211,10 @@ DATA_ROOT = "a folder, checked before launch by dlcomm.data.check_dataset (it na
 
 @dataclass
 class DatasetConfig:
-    """Base of every data set's schema: the choice, ``dataset=<name>`` (configs/dataset/<name>.yaml)."""
+    """Base of every data set's schema: the choice, ``dataset=<name>``, stored from its registered
+    source (a preset YAML configs/dataset/<name>.yaml where the choice sets a value, e.g. its root)."""
 
     name: str = MISSING
-
-
-@dataclass
-class IdxDatasetConfig(DatasetConfig):
-    """mnist, fashion_mnist: the four idx files."""
-
-    root: str = field(
-        default="", metadata=domain(anything=DATA_ROOT)
-    )  # folder of the idx files (or root/raw, root/<Folder>/raw)
-
-
-@dataclass
-class CifarConfig(DatasetConfig):
-    """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
-
-    root: str = field(default="", metadata=domain(anything=DATA_ROOT))
-    augment: bool = True  # random crop 32 (padding 4) + horizontal flip
-
-
-@dataclass
-class ImageFolderConfig(DatasetConfig):
-    """imagefolder: class sub-folders under root/train_dir and root/val_dir (ImageNet's layout)."""
-
-    root: str = field(default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT))
-    train_dir: str = field(default="train", metadata=domain(anything=DATA_ROOT))
-    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))
-    image_size: int = field(default=224, metadata=domain(low=1))  # side of the square crops
-    augment: bool = True  # random resized crop + horizontal flip
-    loader_workers: int = field(default=2, metadata=domain(low=0))  # DataLoader processes decoding images
-
-
-@dataclass
-class SyntheticConfig(DatasetConfig):
-    """synthetic: learnable data of any shape (labels from a fixed random linear teacher)."""
-
-    shape: List[int] = field(default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3))  # C, H, W
-    num_classes: int = field(default=10, metadata=domain(low=2))
-    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))
-    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))
 
 
 @dataclass
@@ -312,7 +224,7 @@ class OptimConfig:
 
     name: str = MISSING
     lr: float = field(default=MISSING, metadata=LR)  # the rate of the global (all-worker) mean gradient
-    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)
+    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)  # L2 weight decay (adamw: decoupled)
     schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
     milestones: List[int] = field(default_factory=list, metadata=domain(low=0))  # epochs, for multistep
     gamma: float = field(
@@ -323,69 +235,23 @@ class OptimConfig:
 
 
 @dataclass
-class SGDConfig(OptimConfig):
-    """sgd: SGD with momentum (torch)."""
-
-    lr: float = field(default=0.05, metadata=LR)
-    momentum: float = field(default=0.9, metadata=domain(below=1.0))  # torch refuses < 0 itself
-    nesterov: bool = False
-
-
-@dataclass
-class LarsConfig(SGDConfig):
-    """lars (timm's Lars): SGD with momentum and a layer-wise trust ratio; large mini-batches
-    (the Crossover paper: coefficient 0.0025, warm-up, label smoothing 0.1, train.comm_interval)."""
-
-    lr: float = field(default=1.0, metadata=LR)
-    weight_decay: float = field(default=0.00005, metadata=WEIGHT_DECAY)
-    schedule: Schedule = Schedule.cosine
-    warmup_epochs: float = field(default=1.0, metadata=WARMUP_EPOCHS)
-    # the layer-wise trust coefficient (the Crossover paper: 0.0025); timm's Lars does not check it
-    trust_coefficient: float = field(default=0.001, metadata=domain(above=0.0, means="the trust coefficient"))
-    exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
-    eps: float = field(default=1e-8, metadata=domain(low=0.0))  # added to the trust ratio's denominator
-
-
-@dataclass
-class AdamConfig(OptimConfig):
-    """adam, adamw (torch); adamw.yaml sets AdamW's weight decay."""
-
-    lr: float = field(default=0.001, metadata=LR)
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2))
-    eps: float = field(default=1e-8, metadata=EPS)
-
-
-@dataclass
-class AdaBeliefConfig(AdamConfig):
-    """adabelief (timm): the AdaBelief authors' CIFAR settings; for ImageNet they use
-    decoupled_weight_decay=true weight_decay=1e-2."""
-
-    weight_decay: float = field(default=0.0005, metadata=domain(low=0.0))  # timm's AdaBelief does not check it
-    decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
-    rectify: bool = False  # RAdam's variance rectification
-
-
-@dataclass
-class AngularGradConfig(AdamConfig):
-    """angulargrad (dlcomm.train.angulargrad): the authors' defaults (Adam's lr, betas and eps)."""
-
-    method: str = field(
-        default="cos", metadata=domain(one_of=("cos", "tan"), means="angulargrad's coefficient")
-    )  # cos | tan (the angular coefficient's function)
-
-
-@dataclass
 class TaskConfig:
-    """Base of every task's schema (dlcomm.tasks): the choice, ``task=<name>`` (configs/task/<name>.yaml).
-    A task with knobs of its own subclasses it beside its class (task=gan: GanTaskConfig)."""
+    """task=classification (the default, its name here): image classification, cross-entropy on the
+    model's logits (dlcomm.tasks.classification).
+
+    Base of every task's schema (dlcomm.tasks): the choice, ``task=<name>``. A task with knobs of
+    its own subclasses it beside its class (task=gan: GanTaskConfig)."""
 
     name: str = "classification"
 
 
 @dataclass
 class CompressConfig:
-    """Base of every compressor's schema (dlcomm.compress): the choice, ``compress=<name>``
-    (configs/compress/<name>.yaml); ``none`` sends every tensor as it is."""
+    """compress=none (the default, its name here): no compression, every algorithm sends its tensors
+    as they are.
+
+    Base of every compressor's schema (dlcomm.compress): the choice, ``compress=<name>``, its
+    ``Config`` beside its class."""
 
     name: str = "none"
 
@@ -458,6 +324,9 @@ class NetworkConfig:
 
 @dataclass
 class LauncherConfig:
+    """Base of every launcher's schema: the choice, ``launcher=<name>``, its ``Config`` beside its
+    class (:mod:`dlcomm.launch`); the knobs every launcher has."""
+
     name: str = "local"
     backend: Backend = (
         Backend.auto
@@ -469,7 +338,9 @@ class LauncherConfig:
 
 @dataclass
 class ProcessLauncherConfig(LauncherConfig):
-    """The launchers whose ranks are processes joined by a gloo or NCCL process group (local, slurm, srun)."""
+    """The launchers whose ranks are processes joined by a gloo or NCCL process group (local, slurm,
+    srun); ``launcher=local``: every rank is a process on this machine (gloo on CPU, nccl with one GPU
+    per rank)."""
 
     comm_timeout_s: float = field(
         default=300.0, metadata=domain(low=1.0)
@@ -478,7 +349,11 @@ class ProcessLauncherConfig(LauncherConfig):
 
 @dataclass
 class SlurmLauncherConfig(ProcessLauncherConfig):
-    """``launcher=slurm``: one SLURM job of ``nodes`` nodes x ``workers_per_node`` tasks, one rank each."""
+    """``launcher=slurm``: one SLURM job per run, submitted with submitit: ``nodes`` nodes x
+    ``workers_per_node`` tasks, one rank each (nccl when GPUs are given, gloo otherwise). ``dlcomm
+    train launcher=slurm`` prints the job id and its log paths and returns at once;
+    ``launcher.wait=true`` blocks until the job ends. Try it on this machine first:
+    ``scripts/slurm_local.sh up``."""
 
     name: str = "slurm"
     partition: str = field(
@@ -537,6 +412,17 @@ class SlurmLauncherConfig(ProcessLauncherConfig):
         default="",
         metadata=domain(anything="checked on each host against its interfaces (dlcomm.launch.netif.choose_interface)"),
     )  # network interface between hosts for gloo/nccl (e.g. eth0); empty: the one towards rank 0's host
+
+
+@dataclass
+class SrunLauncherConfig(SlurmLauncherConfig):
+    """``launcher=srun``: inside a SLURM allocation you made yourself (``sbatch slurm/single.sbatch``,
+    ``slurm/array.sbatch``), ``srun dlcomm train launcher=srun ...`` makes every task one rank.
+    ``nodes`` and ``workers_per_node`` must match the allocation (the sbatch files pass them from
+    SLURM's variables). Rank 0 opens the MLflow run; after a requeue the same run resumes from its
+    checkpoint. The knobs are ``launcher=slurm``'s."""
+
+    name: str = "srun"
 
 
 @dataclass
@@ -627,21 +513,6 @@ SCHEMAS: Tuple[Tuple[Optional[str], str, type], ...] = (
     (None, "run_schema", RunConfig),
     ("task", "task_schema", TaskConfig),
     ("model", "model_schema", ModelConfig),
-    ("model", "resnet_schema", ResNetConfig),
-    ("model", "mlp_schema", MLPConfig),
-    ("model", "nin_schema", NiNConfig),
-    ("model", "vit_schema", ViTConfig),
-    ("model", "recurrent_schema", RecurrentConfig),
-    ("model", "acgan_schema", ACGANConfig),
-    ("dataset", "idx_schema", IdxDatasetConfig),
-    ("dataset", "cifar_schema", CifarConfig),
-    ("dataset", "imagefolder_schema", ImageFolderConfig),
-    ("dataset", "synthetic_schema", SyntheticConfig),
-    ("optim", "sgd_schema", SGDConfig),
-    ("optim", "lars_schema", LarsConfig),
-    ("optim", "adam_schema", AdamConfig),
-    ("optim", "adabelief_schema", AdaBeliefConfig),
-    ("optim", "angulargrad_schema", AngularGradConfig),
     ("network", "network_schema", NetworkConfig),
     ("launcher", "launcher_schema", LauncherConfig),
     ("launcher", "process_launcher_schema", ProcessLauncherConfig),

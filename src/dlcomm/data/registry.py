@@ -3,7 +3,8 @@
 Every module of :mod:`dlcomm.data.sources` decorates its :class:`~dlcomm.data.source.DataSource`
 subclasses with :func:`register`; :func:`all_sources` imports that package's modules once, then
 adds the installed plugins' (entry points ``dlcomm.datasets``), so a new data set needs nothing but
-its source's file and its ``configs/dataset/<name>.yaml``. Those modules load without torch:
+its source's file (and ``configs/dataset/<name>.yaml`` only where it sets values, such as its
+root; the one pattern: :mod:`dlcomm.registry`). Those modules load without torch:
 composing a configuration imports them (:func:`source_schemas`).
 """
 
@@ -37,8 +38,9 @@ def get_source(name: str) -> type["DataSource"]:
 
 
 def source_schemas() -> list[tuple[Optional[str], str, type]]:
-    """``("dataset", "<name>_schema", Config)`` of the plugins' data sets, for Hydra's ConfigStore
-    (:func:`dlcomm.plugins.extra_schemas`)."""
+    """``("dataset", "<name>_schema", Config)`` of every data set, dlcomm's and the plugins', for
+    Hydra's ConfigStore (:func:`dlcomm.plugins.extra_schemas`; ``configs/dataset/cifar10.yaml``
+    names ``cifar10_schema``)."""
     from dlcomm.plugins import extra_schemas
 
     return extra_schemas("dataset", all_sources(), "data set")

@@ -1,6 +1,6 @@
 """What a data set is to dlcomm: a registered source that checks, measures and builds it.
 
-A subclass names its choice (``name``: ``dataset=<name>``, ``configs/dataset/<name>.yaml``) and
+A subclass names its choice (``name``: ``dataset=<name>``, stored as Hydra's ``dataset/<name>``) and
 its schema (``Config``: a dataclass subclassing :class:`~dlcomm.config.schema.DatasetConfig`;
 several names may share one; ``class Cifar(DataSource[CifarConfig])``), and answers these
 questions about the ``cfg`` it is given (an instance of ``Config``):

@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 class Launcher:
     name: ClassVar[str]
     Config: ClassVar[type | None] = None
-    """A launcher with knobs of its own: its schema, a subclass of
-    :class:`dlcomm.config.schema.LauncherConfig` declared beside the class, stored as
-    ``<name>_launcher_schema`` for its ``configs/launcher/<name>.yaml``. None: the yaml names a
-    schema of :mod:`dlcomm.config.schema` (``launcher_schema``, ``slurm_launcher_schema``)."""
+    """Its schema: a subclass of :class:`dlcomm.config.schema.LauncherConfig` (its own, declared
+    beside the class, whose ``name`` default is the launcher's name; or a shared one, such as
+    ``ProcessLauncherConfig``, with the class's ``name``), stored as Hydra's ``launcher/<name>``.
+    dlcomm's launchers all have one; None (a plugin's): its YAML ``launcher/<name>.yaml`` names a
+    schema of :mod:`dlcomm.config.schema`."""
     services: ClassVar[bool] = False
     """Whether it starts the service processes an algorithm names in ``roles()`` (a parameter
     server, a gossip manager) beside the workers."""

@@ -260,7 +260,7 @@ class LocalLauncher(DriverLauncher):
     """``launcher=local``: the ranks, and the algorithm's service processes, are processes of
     this machine; this process waits for them and closes the run."""
 
-    name = "local"
+    Config = ProcessLauncherConfig
     where = "as processes of this machine"
 
     @classmethod

@@ -1,10 +1,12 @@
 """Launchers by name (the one registration pattern: :class:`dlcomm.registry.Registry`).
 
-``launcher=<name>`` composes ``configs/launcher/<name>.yaml``; its class lives in
-``dlcomm/launch/<name>.py``, decorated with :func:`register`. :func:`get_launcher` imports that
-module the first time the name is asked for, so a new launcher needs nothing but its own file
-and its config, and asking for one launcher never imports the others' machinery. Installed
-packages add launchers through the ``dlcomm.launchers`` entry points (:mod:`dlcomm.plugins`).
+``launcher=<name>`` composes the launcher's ``Config`` (stored as ``launcher/<name>``); its class
+lives in ``dlcomm/launch/<name>.py``, decorated with :func:`register`. The package also holds the
+launchers' machinery (the driver, the rank's program), which finding the choices does not import:
+only the modules that register one are (:meth:`dlcomm.registry.Registry.choice_modules`).
+:func:`get_launcher` imports the named module alone the first time the name is asked for, so
+asking for one launcher never imports the others' machinery. Installed packages add launchers through the ``dlcomm.launchers`` entry points
+(:mod:`dlcomm.plugins`).
 """
 
 from __future__ import annotations
@@ -17,21 +19,13 @@ if TYPE_CHECKING:
     from dlcomm.launch.base import Launcher
 
 
-def launcher_modules() -> list[str]:
-    """dlcomm's own launchers: the stems of ``configs/launcher/*.yaml`` (each its module's name)."""
-    from importlib.resources import files
-
-    folder = files("dlcomm.configs") / "launcher"
-    return sorted(entry.name[: -len(".yaml")] for entry in folder.iterdir() if entry.name.endswith(".yaml"))
-
-
 def _plugins(classes: dict) -> None:
     from dlcomm.plugins import register_plugins
 
     register_plugins("launcher", classes)  # installed packages' launchers (entry points dlcomm.launchers)
 
 
-LAUNCHERS: Registry[type["Launcher"]] = Registry("launcher", "launcher.name", __package__, _plugins, launcher_modules)
+LAUNCHERS: Registry[type["Launcher"]] = Registry("launcher", "launcher.name", "dlcomm.launch", _plugins)
 register = LAUNCHERS.register
 
 

@@ -333,7 +333,7 @@ class SlurmLauncher(Launcher):
     per SLURM shape; the command returns at once (``launcher.wait=true``: it waits) and the
     job's tasks close the runs."""
 
-    name = "slurm"
+    Config = SlurmLauncherConfig
     ended_by = "slurm_job"
 
     @classmethod

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import RunConfig, SrunLauncherConfig
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher
 from dlcomm.launch.registry import register
@@ -23,7 +23,7 @@ class SrunLauncher(Launcher):
     """``launcher=srun``: this process is one task of an srun step; no sweeps (export them with
     ``dlcomm sweep export`` for ``slurm/array.sbatch``, or use ``launcher=slurm``)."""
 
-    name = "srun"
+    Config = SrunLauncherConfig
     ended_by = "slurm_job"
 
     @classmethod

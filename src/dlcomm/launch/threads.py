@@ -62,7 +62,13 @@ RANKS_ABORTED = False
 
 @dataclass
 class ThreadsLauncherConfig(LauncherConfig):
-    """``launcher=threads``: every rank a thread of this process."""
+    """``launcher=threads``: a whole cluster in this process: every rank (and service role) a
+    thread, the network in memory, the data set loaded once. Runs 64-256 workers on one machine and
+    many ranks on one GPU. ``compute``: parallel runs the ranks at once, one torch thread each (the
+    fastest measured); serial lets one rank compute at a time with every core (each rank's own
+    random stream, compute measured alone); auto: parallel unless network.mode=simulate or the job
+    draws random numbers while training (dropout, GAN, imagefolder augmentation).
+    docs/launchers.md."""
 
     name: str = "threads"
     compute: str = field(
@@ -84,7 +90,6 @@ class ThreadsLauncher(DriverLauncher):
     """``launcher=threads``: the ranks and the algorithm's service roles are threads of this
     process; it waits for them and closes the run."""
 
-    name = "threads"
     where = "as threads of this process"
     Config = ThreadsLauncherConfig
 

@@ -21,8 +21,8 @@ from typing import Sequence, Tuple
 import torch
 from torch import nn
 
-from dlcomm.config.schema import ACGANConfig
 from dlcomm.errors import UserError
+from dlcomm.models.zoo.gan import ACGANConfig
 
 
 class Generator(nn.Module):

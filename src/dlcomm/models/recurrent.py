@@ -26,7 +26,7 @@ from typing import Tuple, Type
 import torch
 from torch import nn
 
-from dlcomm.config.schema import RecurrentConfig
+from dlcomm.models.zoo.recurrent import RecurrentConfig
 
 FEATURE_DROPOUT = 0.25  # after BatchNorm, Table II's DP(0.25)
 CLASSIFIER_WIDTH = 32  # Table II's FC(32)

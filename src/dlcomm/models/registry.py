@@ -1,15 +1,16 @@
 """Models by name (the one registration pattern: :class:`dlcomm.registry.Registry`):
 :func:`build_model` and :func:`model_names`.
 
-A model is a :class:`Model` subclass: ``name`` (``model=<name>``, ``configs/model/<name>.yaml``),
+A model is a :class:`Model` subclass: ``name`` (``model=<name>``; or its own ``Config``'s default),
 ``Config`` (a dataclass subclassing :class:`~dlcomm.config.schema.ModelConfig`: its knobs) and
 ``build(cfg, input_shape, num_classes)``, which returns a freshly, randomly initialised
 ``torch.nn.Module`` mapping a batch of ``input_shape`` images to logits of shape
 ``(batch, num_classes)``; ``cfg`` is the ``model`` section (its ``Config``), read by attribute.
 dlcomm's own are registered in :mod:`dlcomm.models.zoo` (one module a family, each class naming
 its ``builder``); installed packages add theirs through the ``dlcomm.models`` entry points
-(:mod:`dlcomm.plugins`), a plugin's own ``Config`` registered as ``<name>_schema``. This module
-and the zoo load without torch: composing imports them for the schemas.
+(:mod:`dlcomm.plugins`). Each is stored as Hydra's ``model/<name>`` (its ``Config``, its name set;
+:mod:`dlcomm.registry`). This module and the zoo load without torch: composing imports them for
+the schemas.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def model_names() -> List[str]:
 
 
 def model_schemas() -> List[Tuple[Optional[str], str, type]]:
-    """``("model", "<name>_schema", Config)`` of the plugins' models, for Hydra's ConfigStore
-    (:func:`dlcomm.plugins.extra_schemas`; the built-ins' are in config.schema.SCHEMAS)."""
+    """``("model", "<name>_schema", Config)`` of every model, for Hydra's ConfigStore
+    (:func:`dlcomm.plugins.extra_schemas`), dlcomm's and the plugins'; a preset YAML names it
+    (``configs/model/vit_s.yaml``: ``vit_s_schema``)."""
     from dlcomm.plugins import extra_schemas
 
     return extra_schemas("model", all_models(), "model")

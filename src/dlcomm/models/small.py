@@ -9,7 +9,8 @@ from typing import List, Tuple
 
 from torch import nn
 
-from dlcomm.config.schema import MLPConfig, ModelConfig, NiNConfig
+from dlcomm.config.schema import ModelConfig
+from dlcomm.models.zoo.small import MLPConfig, NiNConfig
 
 
 def build_small_cnn(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:

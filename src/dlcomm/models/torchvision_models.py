@@ -16,7 +16,8 @@ from typing import Callable, Optional, Tuple, cast
 
 from torch import nn
 
-from dlcomm.config.schema import ModelConfig, ResNetConfig
+from dlcomm.config.schema import ModelConfig
+from dlcomm.models.zoo.torchvision import ResNetConfig
 
 Init = Callable[[nn.Conv2d], None]
 

@@ -29,7 +29,7 @@ from typing import Tuple
 
 from torch import nn
 
-from dlcomm.config.schema import ViTConfig
+from dlcomm.models.zoo.vit import ViTConfig
 
 
 def _padded(side: int, patch: int) -> int:

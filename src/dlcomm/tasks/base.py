@@ -3,7 +3,7 @@
 A task gives the train loop everything that depends on what is learned, so the loop and the
 algorithms never see a task's name. A task is a :class:`Task` subclass registered by name
 (:mod:`dlcomm.tasks.registry`), its knobs a ``Config`` dataclass subclassing
-:class:`~dlcomm.config.schema.TaskConfig`, its YAML ``configs/task/<name>.yaml``. Built once per
+:class:`~dlcomm.config.schema.TaskConfig` (stored as Hydra's ``task/<name>``). Built once per
 rank from the run's configuration (``Task(cfg)``), it provides:
 
 * ``build_model(model_cfg, data)``: the ``torch.nn.Module`` every algorithm synchronises (for a

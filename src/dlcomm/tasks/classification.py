@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import RunConfig, TaskConfig
 from dlcomm.errors import UserError
 from dlcomm.tasks.base import Task
 from dlcomm.tasks.registry import register
@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 @register
 class Classification(Task):
-    name = "classification"
+    """``task=classification`` (the default): its name is :class:`TaskConfig`'s ``name`` default."""
+
+    Config = TaskConfig
 
     @classmethod
     def check(cls, cfg: RunConfig) -> None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, cast
 
-from dlcomm.config.schema import ACGANConfig, ModelConfig, OptimConfig, RunConfig, TaskConfig, domain
+from dlcomm.config.schema import ModelConfig, OptimConfig, RunConfig, TaskConfig, domain
 from dlcomm.errors import UserError
+from dlcomm.models.zoo.gan import ACGANConfig
 from dlcomm.tasks.base import DataShape, Task
 from dlcomm.tasks.registry import register
 
@@ -50,7 +51,6 @@ class GanTaskConfig(TaskConfig):
 
 @register
 class GanTask(Task):
-    name = "gan"
     Config = GanTaskConfig
     accuracy_label = (
         "discriminator's class accuracy on the test set"  # its auxiliary classifier's, not a generator's quality

@@ -11,7 +11,7 @@ then the momentum step with ``lr``. With ``exclude_bias_and_norm`` (the Crossove
 setting) one-dimensional tensors (biases, normalisation scales) are neither adapted nor decayed.
 
 Every optimizer is a registered :class:`Optimizer` subclass: its ``name`` (``optim=<name>``,
-``configs/optim/<name>.yaml``), its ``Config`` (a dataclass subclassing
+stored as Hydra's ``optim/<name>``), its ``Config`` (a dataclass subclassing
 :class:`~dlcomm.config.schema.OptimConfig`; several names may share one), ``build(cfg,
 param_groups)`` and, optionally, ``check(cfg)``: one-line :class:`~dlcomm.errors.UserError` for
 its own knobs, called while composing. dlcomm's own are in this module; installed packages add
@@ -31,16 +31,10 @@ The schedule is a per-iteration multiplier ``f(t)`` of ``optim.lr`` (a ``LambdaL
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, Optional, TypeVar
 
-from dlcomm.config.schema import (
-    AdaBeliefConfig,
-    AdamConfig,
-    AngularGradConfig,
-    LarsConfig,
-    OptimConfig,
-    SGDConfig,
-)
+from dlcomm.config.schema import EPS, LR, WARMUP_EPOCHS, WEIGHT_DECAY, OptimConfig, Schedule, domain
 from dlcomm.errors import UserError
 from dlcomm.registry import Registry
 
@@ -80,8 +74,18 @@ def _betas(betas: list[float]) -> tuple[float, float]:
     return first, second
 
 
-OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", None, _plugins)  # all in this module
+OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", __name__, _plugins)  # all in this module
 register = OPTIMIZERS.register
+
+
+@dataclass
+class SGDConfig(OptimConfig):
+    """sgd: SGD with momentum (torch); lr is the rate of the global (all-worker) mean gradient.
+    Every optimizer's schedule: constant | cosine | multistep (dlcomm.train.optim)."""
+
+    lr: float = field(default=0.05, metadata=LR)
+    momentum: float = field(default=0.9, metadata=domain(below=1.0))  # heavy-ball momentum (torch refuses < 0 itself)
+    nesterov: bool = False  # true: Nesterov's momentum
 
 
 @register
@@ -96,6 +100,22 @@ class SGD(Optimizer[SGDConfig]):
         return torch.optim.SGD(
             groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
         )
+
+
+@dataclass
+class LarsConfig(SGDConfig):
+    """lars (timm's Lars): SGD with momentum whose step per tensor is scaled by a trust ratio
+    trust * ||w|| / (||g|| + wd * ||w||). Large mini-batch training (the Crossover paper:
+    coefficient 0.0025, warm-up epochs, label smoothing 0.1, together with train.comm_interval)."""
+
+    lr: float = field(default=1.0, metadata=LR)
+    weight_decay: float = field(default=0.00005, metadata=WEIGHT_DECAY)
+    schedule: Schedule = Schedule.cosine
+    warmup_epochs: float = field(default=1.0, metadata=WARMUP_EPOCHS)
+    # the layer-wise trust coefficient (the Crossover paper: 0.0025); timm's Lars does not check it
+    trust_coefficient: float = field(default=0.001, metadata=domain(above=0.0, means="the trust coefficient"))
+    exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
+    eps: float = field(default=1e-8, metadata=domain(low=0.0))  # added to the trust ratio's denominator
 
 
 @register
@@ -125,6 +145,17 @@ class Lars(Optimizer[LarsConfig]):
         )
 
 
+@dataclass
+class AdamConfig(OptimConfig):
+    """adam, adamw (torch); adamw.yaml sets AdamW's weight decay (decoupled)."""
+
+    lr: float = field(default=0.001, metadata=LR)
+    betas: List[float] = field(
+        default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2)
+    )  # the moments' decay rates
+    eps: float = field(default=1e-8, metadata=EPS)  # the denominator's epsilon
+
+
 @register
 class Adam(Optimizer[AdamConfig]):
     name = "adam"
@@ -149,6 +180,19 @@ class AdamW(Optimizer[AdamConfig]):
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=_betas(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
+@dataclass
+class AdaBeliefConfig(AdamConfig):
+    """adabelief (Zhuang et al., NeurIPS 2020; timm.optim.AdaBelief): Adam whose second moment is the
+    EMA of (g - m)^2. Defaults: the AdaBelief authors' CIFAR settings (eps 1e-8, L2 weight decay,
+    no rectification); for ImageNet they use decoupled_weight_decay=true weight_decay=1e-2."""
+
+    weight_decay: float = field(
+        default=0.0005, metadata=domain(low=0.0)
+    )  # L2 weight decay (decoupled with decoupled_weight_decay=true); timm's AdaBelief does not check it
+    decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
+    rectify: bool = False  # RAdam's variance rectification
+
+
 @register
 class AdaBelief(Optimizer[AdaBeliefConfig]):
     name = "adabelief"
@@ -168,6 +212,17 @@ class AdaBelief(Optimizer[AdaBeliefConfig]):
             rectify=cfg.rectify,
             degenerated_to_sgd=False,
         )
+
+
+@dataclass
+class AngularGradConfig(AdamConfig):
+    """angulargrad (Roy et al., 2021, arXiv:2105.10190; dlcomm.train.angulargrad): Adam whose first
+    moment is scaled per element by 0.5 tanh(|cos A_min|) + 0.5, A_min the smallest angle so far
+    between consecutive gradients. Defaults: the authors' (lr 1e-3, Adam's betas and eps)."""
+
+    method: str = field(
+        default="cos", metadata=domain(one_of=("cos", "tan"), means="angulargrad's coefficient")
+    )  # cos | tan (the angular coefficient's function)
 
 
 @register
@@ -200,8 +255,9 @@ def get_optimizer(name: str) -> type[Optimizer]:
 
 
 def optimizer_schemas() -> list[tuple[Optional[str], str, type]]:
-    """``("optim", "<name>_schema", Config)`` of the plugins' optimizers, for Hydra's ConfigStore
-    (:func:`dlcomm.plugins.extra_schemas`)."""
+    """``("optim", "<name>_schema", Config)`` of every optimizer, dlcomm's and the plugins', for
+    Hydra's ConfigStore (:func:`dlcomm.plugins.extra_schemas`; ``configs/optim/adamw.yaml`` names
+    ``adamw_schema``)."""
     from dlcomm.plugins import extra_schemas
 
     return extra_schemas("optim", all_optimizers(), "optimizer")

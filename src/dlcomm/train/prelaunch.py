@@ -19,7 +19,7 @@ import dataclasses
 import re
 from typing import Any, Optional, Sequence
 
-from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig, SGDConfig
+from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig
 from dlcomm.errors import UserError
 
 REFUSALS = (ValueError, TypeError, RuntimeError, ArithmeticError)
@@ -123,6 +123,8 @@ def optimizer_refusal(optim: OptimConfig, error: BaseException) -> str:
 
 
 def _refusal(group: str, node: OptimConfig | CompressConfig, error: BaseException, refuser: str) -> str:
+    from dlcomm.train.optim import SGDConfig
+
     words = _words(error)
     knob = _knob(node, words)
     if knob is None:

@@ -55,16 +55,24 @@ if TYPE_CHECKING:  # composing a config imports this module: torch only inside t
 
 @dataclass
 class ChocoConfig(AlgoConfig):
+    """``algo=choco``, CHOCO-SGD (Koloskova, Stich, Jaggi, ICML 2019, Algorithm 2): D-PSGD's ring with
+    compressed gossip. After the local step every worker sends q_i = top-k(x_i - x̂_i) to its two
+    neighbours, adds what it sent and received to the public copies x̂, and moves
+    x_i += gamma * sum_j w_ij (x̂_j - x̂_i), w_ij = 1/3.
+
+    ``name`` is the choice's name, written once: dlcomm registers :class:`ChocoSGD` under it, and
+    stores this dataclass as Hydra's ``algo/choco`` (no YAML file needed)."""
+
     name: str = "choco"
     gamma: float = field(
         default=0.04, metadata=domain(above=0, high=1, means="the consensus step size")
-    )  # consensus step size in (0, 1]; the paper's tuned value for top-1% on a ring of 9
+    )  # consensus step size in (0, 1]; shrink it with ratio (the paper tuned 0.04 for top-1% on a ring of 9); 1 with ratio 1 is D-PSGD
     ratio: float = field(
         default=0.01, metadata=domain(above=0, high=1, means="the fraction of entries a message keeps")
     )  # fraction of each segment's entries a message keeps (top-k by magnitude); 1: no compression
     segments: int = field(
         default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
-    )  # 1: the whole model in one message per neighbour; 0: top-level blocks; k: k runs of layers
+    )  # messages per neighbour: 1: the whole model; 0: the model's top-level blocks; k: k runs of layers
 
 
 def kept_entries(n: int, ratio: float) -> int:
@@ -74,8 +82,7 @@ def kept_entries(n: int, ratio: float) -> int:
 
 
 class ChocoSGD(Algorithm):
-    name = "choco"
-    display_name = "CHOCO-SGD"
+    display_name = "CHOCO-SGD"  # its name (algo=choco) is ChocoConfig's
     Config = ChocoConfig
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Tuple
 
-from dlcomm.config.schema import CifarConfig
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
 from dlcomm.data.registry import register
 from dlcomm.data.source import DataSource, root
 
 if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
+
+
+@dataclass
+class CifarConfig(DatasetConfig):
+    """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
+
+    root: str = field(
+        default="", metadata=domain(anything=DATA_ROOT)
+    )  # the folder holding the pickle folder; set per data set, in its file
+    augment: bool = True  # random crop 32 (padding 4) + horizontal flip
 
 
 class CifarData(DataSource[CifarConfig]):

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Tuple
 
-from dlcomm.config.schema import IdxDatasetConfig
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
 from dlcomm.data.registry import register
 from dlcomm.data.source import DataSource, root
 
 if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
+
+
+@dataclass
+class IdxDatasetConfig(DatasetConfig):
+    """mnist, fashion_mnist: the four idx files."""
+
+    root: str = field(
+        default="", metadata=domain(anything=DATA_ROOT)
+    )  # folder of the idx files (or root/raw, root/<Folder>/raw)
 
 
 class IdxData(DataSource[IdxDatasetConfig]):

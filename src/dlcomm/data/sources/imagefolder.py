@@ -3,15 +3,34 @@ checks the layout, :mod:`dlcomm.data.imagefolder` loads it with torchvision)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Tuple
 
-from dlcomm.config.schema import ImageFolderConfig
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
 from dlcomm.data import folder
 from dlcomm.data.registry import register
 from dlcomm.data.source import DataSource, root
 
 if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
+
+
+@dataclass
+class ImageFolderConfig(DatasetConfig):
+    """imagefolder: any folder of class sub-folders under root/train_dir and root/val_dir: ImageNet
+    (train/ val/) and fine-grained sets arranged the same way (docs/datasets.md). Images are decoded
+    by a DataLoader with ``loader_workers``."""
+
+    root: str = field(
+        default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT)
+    )  # the folder holding train_dir/ and val_dir/
+    train_dir: str = field(
+        default="train", metadata=domain(anything=DATA_ROOT)
+    )  # class sub-folders of the training split
+    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))  # class sub-folders of the test split
+    image_size: int = field(default=224, metadata=domain(low=1))  # side of the square crops
+    augment: bool = True  # random resized crop + horizontal flip (else resize + center crop)
+    loader_workers: int = field(default=2, metadata=domain(low=0))  # DataLoader processes decoding images
 
 
 @register

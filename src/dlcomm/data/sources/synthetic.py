@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from dlcomm.config.schema import SyntheticConfig
+from dlcomm.config.schema import SYNTHETIC_MAX, DatasetConfig, domain
 from dlcomm.data.registry import register
 from dlcomm.data.source import DataSource
 
 if TYPE_CHECKING:
     from dlcomm.data.base import ImageClassificationData
+
+
+@dataclass
+class SyntheticConfig(DatasetConfig):
+    """synthetic: learnable data of any shape (labels from a fixed random linear teacher), for tests
+    and timing; nothing is read from disk."""
+
+    shape: List[int] = field(
+        default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3)
+    )  # C, H, W of the images
+    num_classes: int = field(default=10, metadata=domain(low=2))  # labels
+    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the training split
+    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the test split
 
 
 def _args(cfg: SyntheticConfig) -> Tuple[Tuple[int, int, int], int, int, int]:

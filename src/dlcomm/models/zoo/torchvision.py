@@ -1,7 +1,20 @@
 """torchvision's architectures, randomly initialised (:mod:`dlcomm.models.torchvision_models`)."""
 
-from dlcomm.config.schema import ResNetConfig
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlcomm.config.schema import ModelConfig
 from dlcomm.models.registry import Model, register
+
+
+@dataclass
+class ResNetConfig(ModelConfig):
+    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised); cifar_stem=true
+    for 32x32 inputs."""
+
+    cifar_stem: bool = False  # true: 3x3 stride-1 first conv (conv1) and no max-pool (32x32 inputs)
+
 
 _MODULE = "dlcomm.models.torchvision_models"
 

@@ -1,0 +1,183 @@
+"""Every choice of every config group, listed one way.
+
+A group with a registry (:data:`REGISTRIES`: algorithms, compressors, data sets, optimizers,
+models, tasks, launchers) finds its choices as :class:`dlcomm.registry.Registry` says: its
+classes, dlcomm's own and the installed plugins'. Each is stored in Hydra's ConfigStore as
+``<group>/<name>`` (:func:`stored_choices`: its ``Config`` with ``name`` set), unless a YAML file
+``configs/<group>/<name>.yaml`` (dlcomm's, or an installed plugin's config package) exists: such a
+file is a preset that sets values its schema does not (vit_s's sizes, a data set's root, task=gan's
+settings) and names its schema itself. A group without a registry (``network``, ``experiment``)
+is its YAML files: data.
+
+:func:`choices` is the one listing of a group's choices (the union of the two): ``dlcomm --help``,
+the refusals that name the options, ``dlcomm config``'s "belongs to" hints and the tests read it.
+:func:`choice_schemas` says which dataclass each choice composes to, so an override of a knob
+the chosen model lacks can name the models that have it (:func:`foreign_knob`).
+
+This module sits above the groups' packages (it imports their registries, which import the choice
+modules: no torch) and below :mod:`dlcomm.compose` and :mod:`dlcomm.cli`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from importlib.resources import files as resource_files
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from omegaconf import OmegaConf
+
+from dlcomm.config.choices import BASES, CHOICE_GROUPS, PACKAGE, knobs
+from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+    from omegaconf import DictConfig
+
+    from dlcomm.registry import Registry
+
+__all__ = ["CHOICE_GROUPS", "REGISTRIES", "choices", "groups", "stored_choices", "foreign_knob", "check_knobs"]
+
+# Each group with classes: where its Registry is ("module:attribute"); the keys are dlcomm.plugins.GROUPS'.
+REGISTRIES = {
+    "algo": "dlcomm.algorithms.registry:ALGORITHMS",
+    "compress": "dlcomm.compress.registry:COMPRESSORS",
+    "dataset": "dlcomm.data.registry:SOURCES",
+    "launcher": "dlcomm.launch.registry:LAUNCHERS",
+    "model": "dlcomm.models.registry:MODELS",
+    "optim": "dlcomm.train.optim:OPTIMIZERS",
+    "task": "dlcomm.tasks.registry:TASKS",
+}
+
+
+def registry(group: str) -> Optional["Registry[Any]"]:
+    """The Registry of ``group``; None for a group of YAML files alone (network presets, experiments)."""
+    where = REGISTRIES.get(group)
+    if where is None:
+        return None
+    module, attribute = where.split(":")
+    found: Registry[Any] = getattr(importlib.import_module(module), attribute)
+    return found
+
+
+def classes(group: str) -> Dict[str, type]:
+    """``{name: class}`` of ``group``: dlcomm's own and the installed plugins' ({} without a registry)."""
+    found = registry(group)
+    return found.all() if found is not None else {}
+
+
+def config_roots() -> List["Traversable"]:
+    """The folders of YAML files, in Hydra's search order: dlcomm's ``configs``, then each installed
+    plugin's config package (entry points ``dlcomm.configs``)."""
+    from dlcomm.plugins import config_search_path
+
+    return [resource_files(PACKAGE)] + [resource_files(path.removeprefix("pkg://")) for path in config_search_path()]
+
+
+def files(group: str) -> Dict[str, "Traversable"]:
+    """``{choice: its YAML file}`` of ``group`` across :func:`config_roots` (the first of a name wins, as in Hydra)."""
+    found: Dict[str, Traversable] = {}
+    for root in config_roots():
+        folder = root.joinpath(group)
+        if not folder.is_dir():
+            continue
+        for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+            if entry.name.endswith(".yaml"):
+                found.setdefault(entry.name[: -len(".yaml")], entry)
+    return found
+
+
+def groups() -> List[str]:
+    """Every config group: those with a registry and every folder of :func:`config_roots`."""
+    folders = {
+        entry.name
+        for root in config_roots()
+        for entry in root.iterdir()
+        if entry.is_dir() and not entry.name.startswith(("_", "."))
+    }
+    return sorted(set(REGISTRIES) | folders)
+
+
+def choices(group: str) -> List[str]:
+    """Every choice of ``group``, sorted: its YAML files' and its registered classes' (the one listing)."""
+    return sorted(set(files(group)) | set(classes(group)))
+
+
+def stored_choices() -> List[Tuple[str, str, Any]]:
+    """``(group, name, node)`` of every registered choice without a YAML file of its name, for
+    Hydra's ConfigStore: ``node`` is its ``Config`` with ``name`` set (a Config several choices
+    share leaves it MISSING). A class without a ``Config`` (a plugin launcher's) is its YAML's."""
+    found = []
+    for group in REGISTRIES:
+        written = files(group)
+        for name, cls in sorted(classes(group).items()):
+            config: Any = getattr(cls, "Config", None)
+            if name not in written and isinstance(config, type) and dataclasses.is_dataclass(config):
+                found.append((group, name, _named(config, name)))
+    return found
+
+
+def _named(config: Any, name: str) -> Any:
+    """An instance of the dataclass ``config`` (its defaults) named ``name``."""
+    return config(name=name)
+
+
+def choice_schemas(group: str) -> Dict[str, type]:
+    """``{choice: the dataclass it composes to}`` of ``group``: each registered class's ``Config``."""
+    found = {name: getattr(cls, "Config", None) for name, cls in classes(group).items()}
+    return {
+        name: config for name, config in found.items() if isinstance(config, type) and dataclasses.is_dataclass(config)
+    }
+
+
+def schema_of(group: str, choice: str) -> type:
+    """The dataclass of ``<group>=<choice>``; the group's base schema for an unknown name (left for
+    the builder to refuse)."""
+    return choice_schemas(group).get(choice) or BASES[group]
+
+
+def owners(group: str, knob: str) -> List[str]:
+    """The choices of ``group`` whose schema has ``knob``."""
+    return [choice for choice, schema in sorted(choice_schemas(group).items()) if knob in knobs(schema)]
+
+
+def foreign_knob(group: str, knob: str, choice: str) -> Optional[str]:
+    """One line when ``<group>.<knob>`` is a knob of other choices of ``group`` but not of
+    ``choice``, else None (a typo, or a knob of no choice: the caller's usual message stands)."""
+    having = owners(group, knob) if group in CHOICE_GROUPS else []
+    if not having or choice in having:
+        return None
+    return (
+        f"{group}.{knob} is not a knob of {group}={choice}; it belongs to {group}={', '.join(having)}. "
+        f"Choose one of those ({group}=<choice>) or see {group}={choice}'s knobs with `dlcomm config {group}={choice}`"
+    )
+
+
+def check_knobs(cfg: "DictConfig", prefix: str = "") -> None:
+    """Refuse a key that no schema declares, which Hydra lets in when appended (``+model.embed_dim=8``,
+    ``+algo.foo=1``, ``+train.foo=1``, ``+foo=1``): dlcomm would carry it and read nothing. One line:
+    for ``model``/``dataset``/``optim`` the choices that have the knob, elsewhere the key nearest it."""
+    schema = OmegaConf.get_type(cfg)
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return
+    own = knobs(schema)
+    for key in map(str, cfg):  # a structured config's keys are strings
+        if key not in own:
+            raise UserError(_unknown_knob(cfg, prefix, key, own))
+        if not (OmegaConf.is_missing(cfg, key) or OmegaConf.is_interpolation(cfg, key)) and OmegaConf.is_dict(cfg[key]):
+            check_knobs(cfg[key], f"{prefix}{key}.")
+
+
+def _unknown_knob(node: Any, prefix: str, key: str, own: List[str]) -> str:
+    group = prefix.rstrip(".")
+    if "name" in own and not OmegaConf.is_missing(node, "name"):  # a group's choice: algo=..., model=...
+        choice = node.name
+        return foreign_knob(group, key, str(choice)) or (
+            f"{group}.{key} is not a knob of {group}={choice}: see its knobs with `dlcomm config {group}={choice}`"
+        )
+    near = difflib.get_close_matches(key, own, n=1)
+    where = group or "the configuration"
+    hint = f"did you mean {prefix}{near[0]}? " if near else ""
+    return f"{prefix}{key} is not a dlcomm setting ({where} has no {key}): {hint}see the settings with `dlcomm config`"
