@@ -76,8 +76,10 @@ train: setup
 # process (cli_here) the suite is CPU-bound, and a third worker only shares the cores (parallel part at
 # 298231d, one clean clone, back to back: 21:29 with 3 workers, 20:10 with 2; docs/benchmarks.md).
 # Exit status 5 is pytest's "nothing selected" (ARGS naming tests of one part only), not a failure.
+# --max-worker-restart=0: a worker that dies (killed, crashed) fails the test it ran and is not
+# replaced; with restarts, one such death at 5d6fc57 left xdist waiting on idle workers until CI's limit.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL = $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0
 PYTEST_ALONE = $(VENV)/bin/pytest -q
 OK_IF_NONE = || [ $$? -eq 5 ]
 test: setup

@@ -220,7 +220,6 @@ class TrainLoop:
         self.task = task  # dlcomm.tasks: the loss, its parts per epoch, images to log
         self.precision = precision
         self.state = TrainState()
-        self.memory = PssMonitor()
         self.checkpointing = checkpointing
 
     # ---- checkpoints -----------------------------------------------------------------------
@@ -268,6 +267,15 @@ class TrainLoop:
 
     # ---- the loop --------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        """Train to the end of the plan (or the budget); the summary on rank 0. The PSS sampler runs
+        only while this does, also when it raises (a preemption, a failed peer, a diverged loss)."""
+        memory = PssMonitor()
+        try:
+            return self._run(memory)
+        finally:
+            memory.stop()  # idempotent: the finished run stopped it already
+
+    def _run(self, memory: PssMonitor) -> dict[str, Any]:
         train = self.cfg.train
         world, rank = self.cluster.world_size, self.cluster.rank
         per_epoch, total = self.plan if self.plan is not None else check_plan(train, self.data.train_size, world)
@@ -304,7 +312,7 @@ class TrainLoop:
             self._checkpoint()
         self.algorithm.finish()
         summary: dict[str, Any] = self._summary(last)  # and, on rank 0, lists per rank
-        peaks = self.channel.gather_objects((peak_rss_mib(), self.memory.stop(), socket.gethostname()), dst=0)
+        peaks = self.channel.gather_objects((peak_rss_mib(), memory.stop(), socket.gethostname()), dst=0)
         if peaks is not None:
             summary[names.PEAK_RSS_MIB] = [rss for rss, _, _ in peaks]
             summary[names.PEAK_PSS_MIB] = [pss for _, pss, _ in peaks]

@@ -1,0 +1,60 @@
+"""The PSS sampler (dlcomm.train.memory.PssMonitor): one thread per process, alive from the first
+monitor's start to the last one's stop, and a training loop's monitor stops when the loop ends for
+any reason (before: a loop that raised, e.g. a preempted or failed run, left the thread sampling
+for the life of the process: seen in an xdist worker after in-process runs)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from dlcomm.train.memory import PssMonitor
+
+from conftest import FAST
+
+
+def _samplers() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "pss-monitor" and thread.is_alive()]
+
+
+def _gone(timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _samplers() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _samplers()
+
+
+def test_one_thread_serves_every_monitor_until_the_last_stops_and_stop_is_idempotent() -> None:
+    assert _gone(), "a sampler was left running before this test"
+    first, second = PssMonitor(interval_s=0.01), PssMonitor(interval_s=0.01)
+    assert len(_samplers()) == 1
+    first.stop()
+    first.stop()  # a second stop of the same monitor does not stop the other's sampling
+    assert len(_samplers()) == 1
+    peak = second.stop()
+    assert _gone()
+    assert math.isnan(peak) or peak > 0  # NaN where the kernel reports no PSS
+
+
+def _stopped_run(cluster, channel, container: dict, folder: str):
+    from dlcomm.algorithms.registry import get_algorithm
+
+    import rank_programs
+
+    *_, stopped_at = rank_programs.train_until_warned(
+        cluster, channel, container, folder, 1, get_algorithm(container["algo"]["name"])
+    )
+    return stopped_at
+
+
+def test_a_loop_that_stops_early_leaves_no_sampler_running(tmp_path) -> None:
+    from dlcomm.compose import compose
+    from dlcomm.config.typed import plain
+    from dlcomm.launch.harness import run_ranks
+
+    assert _gone(), "a sampler was left running before this test"
+    container = plain(compose(["algo=allreduce", "nodes=2", "model=mlp", *FAST, "train.max_steps=6"]))
+    stopped = run_ranks(_stopped_run, 2, container, str(tmp_path), nodes=2, in_process="parallel", timeout=120)
+    assert stopped[0] is not None and stopped == [stopped[0]] * 2 and stopped[0] < 6  # both raised Preempted
+    assert _gone(), f"{len(_samplers())} sampler thread(s) still running after the loops raised"
