@@ -2,11 +2,11 @@
 overlapped with inner steps (Douillard et al., "Streaming DiLoCo with overlapping communication:
 Towards a Distributed Free Lunch", arXiv 2501.18512).
 
-The parameters are split into ``P = fragments`` fragments, sequentially in layer order (a layer:
-a module owning parameters; contiguous runs of layers of about equal parameter counts, each at
-least one layer; the paper's strided pattern is not implemented). Fragment ``p`` (0 = the input
-side) has the offset ``o_p = floor(p H / P)`` (``H = period``); counting inner steps
-``t = 1, 2, ...`` (iteration ``step`` is ``t = step + 1``), after inner step ``t``, on every worker::
+The parameters are split into ``P = fragments`` fragments of layers (a layer: a module owning
+parameters, in registration order): strided, fragment ``p`` holding layers ``p, p + P, ...`` (the
+paper's default), or sequential, contiguous runs of about equal parameter counts. Fragment
+``p`` has the offset ``o_p = floor(p H / P)`` (``H = period``); counting inner steps ``t = 1, 2,
+...`` (iteration ``step`` is ``t = step + 1``), after inner step ``t``, on every worker::
 
     (t - o_p) mod H == 0, t - o_p >= H:
                                  delta_p <- theta_p - x_{i,p}          # this replica's outer gradient
@@ -52,9 +52,13 @@ if TYPE_CHECKING:
 @dataclass
 class StreamingDiLoCoConfig(DiLoCoConfig):
     name: str = "streaming_diloco"
-    fragments: int = field(
-        default=2, metadata=domain(low=1, means="P, the number of fragments synchronised in turn,")
-    )  # sequential split in layer order; the paper's strided pattern is not implemented
+    fragments: int = field(default=2, metadata=domain(low=1, means="P, the number of fragments synchronised in turn,"))
+    # strided: fragment p holds layers p, p + P, p + 2P, ... (the paper's default, "interleaved");
+    # sequential: P contiguous runs of layers of about equal parameter counts
+    pattern: str = field(
+        default="strided",
+        metadata=domain(one_of=("strided", "sequential"), means="how the layers are grouped into fragments"),
+    )
     overlap_steps: int = field(
         default=1, metadata=domain(low=0, means="tau, the inner steps a fragment's exchange overlaps,")
     )  # 0: each fragment's exchange blocks, as DiLoCo's
@@ -71,11 +75,13 @@ def fragment_offsets(period: int, fragments: int) -> list[int]:
     return [p * period // fragments for p in range(fragments)]
 
 
-def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.Parameter]]:
-    """The trainable parameters in ``fragments`` contiguous runs of layers (modules owning
-    parameters, in registration order) of about equal parameter counts: fragment ``k`` ends after
-    the first layer where the running count reaches ``(k + 1) / P`` of the total, each keeping at
-    least one layer. ``UserError`` when the model has fewer layers than fragments."""
+def split_layers(model: torch.nn.Module, fragments: int, pattern: str = "sequential") -> list[list[torch.nn.Parameter]]:
+    """The trainable parameters of the layers (modules owning parameters, in registration order)
+    in ``fragments`` groups. ``strided``: fragment ``p`` holds layers ``p, p + P, p + 2P, ...``
+    (the paper's default). ``sequential``: contiguous runs of about equal parameter counts,
+    fragment ``k`` ending after the first layer where the running count reaches ``(k + 1) / P``
+    of the total, each keeping at least one layer. ``UserError`` when the model has fewer layers
+    than fragments."""
     layers: list[list[torch.nn.Parameter]] = []
     seen: set[int] = set()
     for _, module in model.named_modules():
@@ -88,6 +94,8 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
             f"algo.fragments={fragments} is invalid: the model has {len(layers)} layers with parameters; "
             f"pass algo.fragments={max(1, len(layers))} or less"
         )
+    if pattern == "strided":
+        return [[p for layer in layers[start::fragments] for p in layer] for start in range(fragments)]
     counts = [sum(p.numel() for p in layer) for layer in layers]
     total, running = sum(counts), 0
     cuts: list[int] = []
@@ -148,7 +156,7 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
         bucket_bytes = int(self.cfg.bucket_mb * 2**20)
         self.buckets: list[Bucket] = []
         self.members: list[list[int]] = []  # members[p]: fragment p's bucket indices
-        for params in split_layers(model, self.cfg.fragments):
+        for params in split_layers(model, self.cfg.fragments, self.cfg.pattern):
             fragment = make_buckets(params, bucket_bytes)
             self.members.append(list(range(len(self.buckets), len(self.buckets) + len(fragment))))
             self.buckets += fragment
