@@ -46,7 +46,8 @@ PAPER = {"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True}
 
 
 def _mlp() -> torch.nn.Module:
-    """Three layers of 204, 156 and 52 parameters: 2 fragments are [L0, L1], [L2]; 3 one layer each."""
+    """Three layers of 204, 156 and 52 parameters: 2 fragments are [L0, L2], [L1] strided (the
+    default), [L0, L1], [L2] sequential; 3 are one layer each either way."""
     torch.manual_seed(0)
     return torch.nn.Sequential(
         torch.nn.Linear(16, 12), torch.nn.Tanh(), torch.nn.Linear(12, 12), torch.nn.Tanh(), torch.nn.Linear(12, 4)
@@ -54,7 +55,10 @@ def _mlp() -> torch.nn.Module:
 
 
 LAYER_SIZES = [204, 156, 52]
-FRAGMENT_LAYERS = {1: [[0, 1, 2]], 2: [[0, 1], [2]], 3: [[0], [1], [2]]}
+FRAGMENT_LAYERS = {
+    "sequential": {1: [[0, 1, 2]], 2: [[0, 1], [2]], 3: [[0], [1], [2]]},
+    "strided": {1: [[0, 1, 2]], 2: [[0, 2], [1]], 3: [[0], [1], [2]]},
+}
 
 
 def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,11 +130,12 @@ def _run(
     return _flat(model)
 
 
-def _slices(fragments: int) -> list[np.ndarray]:
+def _slices(fragments: int, pattern: str) -> list[np.ndarray]:
     """Each fragment's entries in the flat parameter vector (layers in order, weight then bias)."""
     starts = np.cumsum([0, *LAYER_SIZES])
     return [
-        np.concatenate([np.arange(starts[i], starts[i + 1]) for i in layers]) for layers in FRAGMENT_LAYERS[fragments]
+        np.concatenate([np.arange(starts[i], starts[i + 1]) for i in layers])
+        for layers in FRAGMENT_LAYERS[pattern][fragments]
     ]
 
 
@@ -142,6 +147,7 @@ def _paper(
     *,
     offset_shift: int = 0,
     early_first: bool = False,
+    other_pattern: bool = False,
     swap_alpha: bool = False,
     sign: float = 1.0,
     quantise=None,
@@ -156,14 +162,19 @@ def _paper(
     first exchange (the paper's "each fragment will always do H steps before being synchronized":
     with H = 100, P = 2 the second fragment at t = 150, 250, ...). Wrong rules: ``offset_shift``
     added to the offsets of fragments ``p >= 1``, ``early_first`` sends fragment p first after
-    ``o_p < H`` steps, ``swap_alpha`` mixes with ``1 - alpha``, ``sign=-1`` takes ``x - theta``.
+    ``o_p < H`` steps, ``other_pattern`` groups the layers the other way (sequential for strided),
+    ``swap_alpha`` mixes with ``1 - alpha``, ``sign=-1`` takes ``x - theta``. The fragments:
+    ``knobs["pattern"]`` (default strided, the paper's: fragment p holds layers p, p + P, ...).
     ``quantise(vector) -> vector`` is applied to each replica's outer gradient of each bucket;
     ``finish``: an exchange in flight after the last step is applied then."""
     period, fragments, tau, alpha = knobs["period"], knobs["fragments"], knobs["overlap_steps"], knobs["alpha"]
     lr, mu, nesterov = knobs["outer_lr"], knobs["outer_momentum"], knobs["nesterov"]
     mix = 1 - alpha if swap_alpha else alpha
     offsets = [p * period // fragments + (offset_shift if p else 0) for p in range(fragments)]
-    slices = _slices(fragments)
+    pattern = knobs.get("pattern", "strided")
+    if other_pattern:
+        pattern = "sequential" if pattern == "strided" else "strided"
+    slices = _slices(fragments, pattern)
     models = [_mlp() for _ in range(world)]
     optimizers = [_inner(model, inner) for model in models]
     theta = _flat(models[0]).astype(np.float64)
@@ -212,6 +223,11 @@ def _agree(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
 CASES = [
     pytest.param({**PAPER, "period": 4, "fragments": 2, "overlap_steps": 1, "alpha": 0.5}, "adamw", id="P2-tau1-a0.5"),
     pytest.param(
+        {**PAPER, "period": 4, "fragments": 2, "overlap_steps": 1, "alpha": 0.5, "pattern": "sequential"},
+        "adamw",
+        id="P2-tau1-a0.5-sequential",
+    ),
+    pytest.param(
         {
             "outer_lr": 0.5,
             "outer_momentum": 0.5,
@@ -240,6 +256,8 @@ def test_the_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict, 
     # the comparison can fail: each wrong rule ends far from dlcomm's parameters
     assert _agree(ours, _paper(world, knobs, inner, steps, offset_shift=1)) > 1e-3
     assert _agree(ours, _paper(world, knobs, inner, steps, early_first=True)) > 1e-3
+    if knobs["fragments"] == 2:  # 3 fragments of 3 layers are one layer each either way
+        assert _agree(ours, _paper(world, knobs, inner, steps, other_pattern=True)) > 1e-3
     assert _agree(ours, _paper(world, knobs, inner, steps, sign=-1.0)) > 1e-3
     if knobs["alpha"] != 0.5:  # at 0.5, alpha is 1 - alpha
         assert _agree(ours, _paper(world, knobs, inner, steps, swap_alpha=True)) > 1e-3
@@ -247,7 +265,7 @@ def test_the_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict, 
 
 @pytest.mark.parametrize(("nodes", "per_node"), [(2, 1), (3, 1), (4, 1), (2, 2)], ids=["2", "3", "4", "2x2"])
 def test_the_rule_under_nccls_rules(nodes: int, per_node: int) -> None:
-    knobs, inner = CASES[2].values  # alpha 0.25: alpha swapped would show
+    knobs, inner = CASES[3].values  # alpha 0.25: alpha swapped would show
     steps = 3 * knobs["period"]
     world = nodes * per_node
     ours = run_ranks(_run, world, knobs, inner, steps, nodes=nodes, semantics="nccl")
@@ -331,13 +349,14 @@ def test_lowbit_outer_gradients_equal_the_transcription_with_each_replicas_gradi
     ours = run_ranks(_run, 2, knobs, inner, steps, compress)
     codec = LowBit(LowBitConfig(**compress))
     # a bucket holds its parameters in reverse order (dlcomm.algorithms.buckets): quantise in that layout
+    layers = FRAGMENT_LAYERS["strided"][2]  # CASES[0]: the default pattern
     layout = {
         fragment: np.concatenate(
-            [np.arange(start, start + size) for start, size in reversed(_param_ranges(FRAGMENT_LAYERS[2][fragment]))]
+            [np.arange(start, start + size) for start, size in reversed(_param_ranges(layers[fragment]))]
         )
         for fragment in range(2)
     }
-    offsets = {fragment: np.searchsorted(_slices(2)[fragment], layout[fragment]) for fragment in range(2)}
+    offsets = {fragment: np.searchsorted(_slices(2, "strided")[fragment], layout[fragment]) for fragment in range(2)}
 
     def quantise(fragment: int, gradient: np.ndarray) -> np.ndarray:
         order = offsets[fragment]
@@ -388,12 +407,17 @@ def _any_run(cluster, channel, algo: str, knobs: dict, steps: int, compress: dic
 # ---- 6. the split, the offsets, the refusals ------------------------------------------------------
 
 
-def test_fragments_are_contiguous_runs_of_layers_of_about_equal_size() -> None:
+def test_fragments_are_strided_layers_or_contiguous_runs_of_about_equal_size() -> None:
     model = _mlp()
     layers = [[m.weight, m.bias] for m in model if isinstance(m, torch.nn.Linear)]
-    for fragments, expected in FRAGMENT_LAYERS.items():
-        split = split_layers(model, fragments)
-        assert [[id(p) for p in f] for f in split] == [[id(p) for i in want for p in layers[i]] for want in expected]
+    for pattern, by_count in FRAGMENT_LAYERS.items():
+        for fragments, expected in by_count.items():
+            split = split_layers(model, fragments, pattern)
+            assert [[id(p) for p in f] for f in split] == [
+                [id(p) for i in want for p in layers[i]] for want in expected
+            ]
+    five = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(5)])  # strided: p, p + P, ...
+    assert [len(f) for f in split_layers(five, 2, "strided")] == [6, 4]  # layers 0, 2, 4 and 1, 3
     # one huge first layer: every fragment still gets a layer
     big = torch.nn.Sequential(torch.nn.Linear(100, 100), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     assert [len(f) for f in split_layers(big, 3)] == [2, 2, 2]

@@ -2,11 +2,11 @@
 overlapped with inner steps (Douillard et al., "Streaming DiLoCo with overlapping communication:
 Towards a Distributed Free Lunch", arXiv 2501.18512).
 
-The parameters are split into ``P = fragments`` fragments, sequentially in layer order (a layer:
-a module owning parameters; contiguous runs of layers of about equal parameter counts, each at
-least one layer; the paper's strided pattern is not implemented). Fragment ``p`` (0 = the input
-side) has the offset ``o_p = floor(p H / P)`` (``H = period``); counting inner steps
-``t = 1, 2, ...`` (iteration ``step`` is ``t = step + 1``), after inner step ``t``, on every worker::
+The parameters are split into ``P = fragments`` fragments of layers (a layer: a module owning
+parameters, in registration order): strided, fragment ``p`` holding layers ``p, p + P, ...`` (the
+paper's default), or sequential, contiguous runs of about equal parameter counts. Fragment
+``p`` has the offset ``o_p = floor(p H / P)`` (``H = period``); counting inner steps ``t = 1, 2,
+...`` (iteration ``step`` is ``t = step + 1``), after inner step ``t``, on every worker::
 
     (t - o_p) mod H == 0, t - o_p >= H:
                                  delta_p <- theta_p - x_{i,p}          # this replica's outer gradient
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 @dataclass
 class StreamingDiLoCoConfig(DiLoCoConfig):
     """``algo=streaming_diloco``, Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): DiLoCo
-    whose parameters are split into ``fragments`` (in layer order), each synchronised every
+    whose parameters are split into ``fragments`` (strided over the layers by default), each synchronised every
     ``period`` inner steps at its own offset floor(p period / fragments); a fragment's averaged outer
     gradient arrives ``overlap_steps`` inner steps after it was sent, drives DiLoCo's outer Nesterov
     SGD, and is mixed into the local fragment: x <- alpha x + (1 - alpha) theta. With fragments=1,
@@ -60,7 +60,13 @@ class StreamingDiLoCoConfig(DiLoCoConfig):
     name: str = "streaming_diloco"
     fragments: int = field(
         default=2, metadata=domain(low=1, means="P, the number of fragments synchronised in turn,")
-    )  # P: contiguous runs of layers of about equal parameter counts (sequential; the paper's strided pattern is not implemented)
+    )  # P: the groups of layers synchronised in turn (how they are grouped: pattern)
+    # strided: fragment p holds layers p, p + P, p + 2P, ... (the paper's default, "interleaved");
+    # sequential: P contiguous runs of layers of about equal parameter counts
+    pattern: str = field(
+        default="strided",
+        metadata=domain(one_of=("strided", "sequential"), means="how the layers are grouped into fragments"),
+    )
     overlap_steps: int = field(
         default=1, metadata=domain(low=0, means="tau, the inner steps a fragment's exchange overlaps,")
     )  # tau: the inner steps an exchange overlaps (overlap_steps * fragments < period); 0: each fragment's exchange blocks, as DiLoCo's
@@ -77,11 +83,13 @@ def fragment_offsets(period: int, fragments: int) -> list[int]:
     return [p * period // fragments for p in range(fragments)]
 
 
-def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.Parameter]]:
-    """The trainable parameters in ``fragments`` contiguous runs of layers (modules owning
-    parameters, in registration order) of about equal parameter counts: fragment ``k`` ends after
-    the first layer where the running count reaches ``(k + 1) / P`` of the total, each keeping at
-    least one layer. ``UserError`` when the model has fewer layers than fragments."""
+def split_layers(model: torch.nn.Module, fragments: int, pattern: str = "sequential") -> list[list[torch.nn.Parameter]]:
+    """The trainable parameters of the layers (modules owning parameters, in registration order)
+    in ``fragments`` groups. ``strided``: fragment ``p`` holds layers ``p, p + P, p + 2P, ...``
+    (the paper's default). ``sequential``: contiguous runs of about equal parameter counts,
+    fragment ``k`` ending after the first layer where the running count reaches ``(k + 1) / P``
+    of the total, each keeping at least one layer. ``UserError`` when the model has fewer layers
+    than fragments."""
     layers: list[list[torch.nn.Parameter]] = []
     seen: set[int] = set()
     for _, module in model.named_modules():
@@ -94,6 +102,8 @@ def split_layers(model: torch.nn.Module, fragments: int) -> list[list[torch.nn.P
             f"algo.fragments={fragments} is invalid: the model has {len(layers)} layers with parameters; "
             f"pass algo.fragments={max(1, len(layers))} or less"
         )
+    if pattern == "strided":
+        return [[p for layer in layers[start::fragments] for p in layer] for start in range(fragments)]
     counts = [sum(p.numel() for p in layer) for layer in layers]
     total, running = sum(counts), 0
     cuts: list[int] = []
@@ -153,7 +163,7 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
         bucket_bytes = int(self.cfg.bucket_mb * 2**20)
         self.buckets: list[Bucket] = []
         self.members: list[list[int]] = []  # members[p]: fragment p's bucket indices
-        for params in split_layers(model, self.cfg.fragments):
+        for params in split_layers(model, self.cfg.fragments, self.cfg.pattern):
             fragment = make_buckets(params, bucket_bytes)
             self.members.append(list(range(len(self.buckets), len(self.buckets) + len(fragment))))
             self.buckets += fragment
