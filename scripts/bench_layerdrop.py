@@ -26,10 +26,10 @@ import sys
 import time
 
 import torch
-from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.compose import compose
+from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.models.zoo.torchvision import ResNetConfig
@@ -98,7 +98,7 @@ def main() -> int:
     results = {}
     settings = [s for s in SETTINGS if not args.only or s[0] == args.only]
     for network_name, workers, _, _ in settings:
-        network = OmegaConf.to_container(compose([f"network={network_name}", f"nodes={workers}"]).network)
+        network = plain(compose([f"network={network_name}", f"nodes={workers}"]).network)
         variants = [("ps", {}, None)] + [("ps_layerdrop", {"ratio": r, "recompute_every": 100}, r) for r in ratios]
         for name, knobs, ratio in variants:
             out = run_ranks(

@@ -35,13 +35,13 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import VirtualClock
 from dlcomm.compose import compose
+from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.models.zoo.small import MLPConfig
@@ -121,7 +121,7 @@ def _bench_rank(
 def _run(
     algo: str, ranks: int, preset: str, mode: str, args: argparse.Namespace, profile: ComputeProfile | None = None
 ) -> list[dict]:
-    network = OmegaConf.to_container(compose([f"network={preset}", f"network.mode={mode}"]).network)
+    network = plain(compose([f"network={preset}", f"network.mode={mode}"]).network)
     results = run_ranks(
         _bench_rank,
         ranks,

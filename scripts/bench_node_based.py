@@ -23,10 +23,10 @@ import sys
 import time
 
 import torch
-from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.compose import compose
+from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.models.zoo.torchvision import ResNetConfig
@@ -66,9 +66,7 @@ def main() -> int:
     started = time.time()
     rows = []
     for nodes, per_node in SHAPES:
-        network = OmegaConf.to_container(
-            compose(["network=eth_10g", f"nodes={nodes}", f"workers_per_node={per_node}"]).network
-        )
+        network = plain(compose(["network=eth_10g", f"nodes={nodes}", f"workers_per_node={per_node}"]).network)
         epoch = {}
         for name in ALGORITHMS:
             results = run_ranks(

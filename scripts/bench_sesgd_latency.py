@@ -25,12 +25,11 @@ import sys
 import time
 
 import torch
-from omegaconf import OmegaConf
 
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.comm.network import NetworkModel
 from dlcomm.compose import compose
-from dlcomm.config.schema import ModelConfig
+from dlcomm.config.schema import ModelConfig, NetworkConfig
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -43,12 +42,13 @@ CONFIGS = {
 }
 
 
-def network(latency_ms: float) -> dict:
-    cfg = compose(["network=lat_5ms", f"network.inter.latency_ms={latency_ms}", "nodes=16"]).network
-    return OmegaConf.to_container(cfg, resolve=True)
+def network(latency_ms: float) -> NetworkConfig:
+    return compose(["network=lat_5ms", f"network.inter.latency_ms={latency_ms}", "nodes=16"]).network
 
 
-def _rank(cluster, channel, name: str, knobs: dict, networks: list[dict], iters: int, batch: int) -> list[list[float]]:
+def _rank(
+    cluster, channel, name: str, knobs: dict, networks: list[NetworkConfig], iters: int, batch: int
+) -> list[list[float]]:
     torch.manual_seed(0)
     model = build_model(ModelConfig(name="densenet121"), (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -59,7 +59,7 @@ def _rank(cluster, channel, name: str, knobs: dict, networks: list[dict], iters:
     x, y = torch.randn(batch, 3, 32, 32, generator=generator), torch.randint(0, 10, (batch,), generator=generator)
     per_latency, step = [], 0
     for net in networks:
-        channel.network = NetworkModel.from_config(OmegaConf.create(net), cluster.layout)
+        channel.network = NetworkModel.from_config(net, cluster.layout)
         channel.barrier()
         times = []
         for i in range(iters + 1):  # the first iteration of each latency is a warm-up

@@ -196,9 +196,8 @@ def plain_alone(model: str, batch: int, args) -> dict:
     """The plain step alone at ``batch`` (world size 1, launcher=local's group): median and
     fastest ms after the warm-up."""
     from dlcomm.compose import compose
-    from dlcomm.config.typed import to_run_config
 
-    cfg = to_run_config(compose(_overrides("local", model, batch, args)))
+    cfg = compose(_overrides("local", model, batch, args))
     cluster, _, _, plain, tensors = _rank(cfg, "local")
     try:
         seconds = [timed_step(plain, tensors, cluster.device.type == "cuda") for _ in range(args.warmup + args.steps)]
