@@ -26,6 +26,9 @@ if "DLCOMM_PROFILES" not in os.environ:
     os.environ["DLCOMM_PROFILES"] = os.path.join(_session, "profiles")
     os.environ.setdefault("DLCOMM_CACHE", os.path.join(_session, "cache"))
     atexit.register(shutil.rmtree, _session, ignore_errors=True)
+# Tests share 2 cores between xdist's workers and their ranks: a profile measured in one is taken
+# whatever the load (dlcomm.train.profile_measure refuses it otherwise); the tests of the refusal unset it.
+os.environ.setdefault("DLCOMM_PROFILE_BUSY", "accept")
 
 
 # The algorithm choices, as `dlcomm --help` lists them (dlcomm.catalog.choices: dlcomm's registered

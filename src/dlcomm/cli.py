@@ -175,7 +175,7 @@ def _parser() -> argparse.ArgumentParser:
         "optimizer times: what network.compute=profile charges every rank's simulated clock.",
     )
     profile.add_argument("--out", default="", help="also write the profile (JSON) here: network.compute_profile=<it>")
-    profile.add_argument("--fresh", action="store_true", help="measure again instead of reading the cache")
+    profile.add_argument("--fresh", action="store_true", help="measure again (and cache that) instead of reading the cache")
     profile.add_argument("overrides", nargs="*", help="the run's overrides, e.g. model=resnet50 train.batch_size=32")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument(
@@ -323,31 +323,33 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _profile(overrides: list[str], out: str, fresh: bool) -> int:
-    """Print (and with ``out`` write) the compute profile of the run ``overrides`` describe."""
+    """Print (and with ``out`` write) the compute profile of the run ``overrides`` describe,
+    checked first as ``dlcomm train`` checks it."""
     import torch
 
     from dlcomm.compose import compose
-    from dlcomm.data import build_dataset, check_dataset
+    from dlcomm.data import build_dataset
     from dlcomm.launch.gpus import trains_on_cuda
     from dlcomm.paths import check_writable, profiles_dir
-    from dlcomm.train.profile import all_threads, cached_profile, measure, write_atomically
+    from dlcomm.run import check_runnable
+    from dlcomm.train.profile import cached_profile, write_atomically, workload_name
 
     cfg = compose(overrides)
-    check_dataset(cfg.dataset)
+    check_runnable(cfg)  # what train refuses (a model the data cannot feed, a damaged data set) in one line
     if out:
         check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
     device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
     data = build_dataset(cfg.dataset)
-    with all_threads() as threads:
-        print(f"dlcomm: profiling one replica alone on {device} ({threads} threads) ...", flush=True)
-        if fresh:
-            profile, where = measure(cfg, data, device), "measured now"
-        else:
-            profile, path, measured = cached_profile(cfg, data, device, profiles_dir())
-            where = f"measured now, cached in {path}" if measured else f"from the cache, {path}"
-    print(f"compute profile ({where}): {profile.describe()}")
+    how = "one thread, timed by its own CPU time" if device.type == "cpu" else "timed by the synchronized wall clock"
+    progress.stage(f"profiling one replica of {workload_name(cfg)} alone on {device} ({how})")
+    profile = cached_profile(
+        cfg, data, device, profiles_dir(), lambda what: progress.stage(f"profiling {workload_name(cfg)}: {what}"), fresh
+    )
+    progress.end()
+    print(f"compute profile: {profile.provenance()}")
+    print(f"  {profile.describe()}")
     if out:
-        write_atomically(Path(out), profile.to_json())
+        write_atomically(Path(out), profile.to_json(with_origin=False))
         print(f"written to {out}: pass network.compute_profile={out}")
     return 0
 

@@ -154,14 +154,18 @@ def run_sweep(overrides: list[str]) -> int:
     _close_lost(specs[0].tracking_uri)
     from dlcomm.report.sweep import compare_sweep
 
-    return _launcher(specs[0]).sweep(specs, overrides, on_end=compare_sweep)
+    launcher = _launcher(specs[0])
+    launcher.before_runs(specs)
+    return launcher.sweep(specs, overrides, on_end=compare_sweep)
 
 
 def launch(spec: RunSpec) -> int:
     """Start (or submit) one prepared run with its launcher; the exit code."""
     INTERRUPTS.check()
     _close_lost(spec.tracking_uri)
-    return _launcher(spec).launch(spec)
+    launcher = _launcher(spec)
+    launcher.before_runs([spec])
+    return launcher.launch(spec)
 
 
 def _close_lost(uri: str) -> None:

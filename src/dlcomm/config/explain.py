@@ -138,4 +138,19 @@ def explain(cfg: "RunConfig", group: str) -> str:
     table = tabulate(
         wrapped, headers=["key", "type", "value", "default", "what it is"], tablefmt="simple", disable_numparse=True
     )
-    return "\n".join([title, *([head] if head else []), "", table])
+    return "\n".join([title, *([head] if head else []), "", table, *_appendix(group)])
+
+
+def _appendix(group: str) -> list[str]:
+    """What a section's table cannot show: for ``network``, the compute profiles shipped with dlcomm."""
+    if group != "network":
+        return []
+    from dlcomm.train.profile_library import library_lines
+
+    shipped = library_lines()
+    return [
+        "",
+        "network.compute_profile=<device>/<workload> picks a profile shipped with dlcomm "
+        "(docs/network.md, 'Profiles measured on real devices'):",
+        *(shipped or ["  none shipped yet: measure your own with `dlcomm profile <overrides> --out <file>`"]),
+    ]

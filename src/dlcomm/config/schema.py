@@ -303,8 +303,8 @@ class NetworkConfig:
     # (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)
     compute: ComputeSource = ComputeSource.profile
     compute_profile: str = field(
-        default="", metadata=domain(anything="a file, which validate_network checks exists")
-    )  # a profile file (`dlcomm profile --out F`) to use; "": profiled before training, cached
+        default="", metadata=domain(anything="a file or a shipped profile's name, which validate_network checks exists")
+    )  # a profile file (`dlcomm profile --out F`) or a shipped one (<device>/<workload>, listed below); "": profiled before training, cached
     compute_ms: float = field(
         default=0.0, metadata=domain(low=0.0)
     )  # > 0: a step's compute outright (e.g. a paper's GPU step)

@@ -246,11 +246,15 @@ def validate_network(network: "NetworkConfig", world: int) -> None:
     if network.compute_profile:
         from pathlib import Path
 
+        from dlcomm.train.profile_library import library_names, library_path
+
+        shipped = library_names()
         require(
-            Path(network.compute_profile).is_file(),
+            Path(network.compute_profile).is_file() or library_path(network.compute_profile) is not None,
             "network.compute_profile",
             network.compute_profile,
-            "no such file; write one with `dlcomm profile <the run's overrides> --out <file>`",
+            "no such file or shipped profile; write one with `dlcomm profile <the run's overrides> --out <file>`"
+            + (f", or pick a shipped one ({', '.join(shipped)})" if shipped else " (dlcomm ships none yet)"),
         )
 
 

@@ -50,6 +50,11 @@ class Launcher:
     a SLURM job (tag ``slurm_job_id``: lost when ``squeue`` no longer lists the job)."""
 
     @classmethod
+    def before_runs(cls, specs: list["RunSpec"]) -> None:
+        """What this launcher does once, before any run of ``specs`` is recorded (the driver's
+        launchers: the compute profiles the simulated clocks charge); nothing by default."""
+
+    @classmethod
     def check(cls, cfg: RunConfig, roles: tuple[str, ...] = ()) -> None:
         """Raise a one-line :class:`UserError` for what this launcher cannot run; ``roles``:
         the service processes the algorithm needs. Subclasses extend it (``super().check``)."""

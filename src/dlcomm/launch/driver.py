@@ -85,6 +85,10 @@ class DriverLauncher(Launcher):
         raise NotImplementedError
 
     @classmethod
+    def before_runs(cls, specs: list[RunSpec]) -> None:
+        resolve_profiles(specs)
+
+    @classmethod
     def shared_hardware(cls, cfg: RunConfig, ranks: int) -> str:
         """Every rank runs on this machine: more ranks than cores take turns on them."""
         cores = os.cpu_count() or 1
@@ -196,4 +200,31 @@ def prepare_profile(spec: RunSpec) -> None:
         device,
         progress=lambda what: progress.say(f"dlcomm: profiling one replica alone: {what}"),
     )
-    progress.say(f"dlcomm: compute profile: {profile.describe()}")
+    progress.say(f"dlcomm: compute profile: {profile.provenance()}")
+
+
+def resolve_profiles(specs: list[RunSpec]) -> None:
+    """Under ``network.compute=profile``, every distinct profile the runs of ``specs`` will charge,
+    read or measured (and cached) before any run is recorded, one line each naming it; a machine
+    too busy to measure stops here, in one line, with nothing recorded
+    (:class:`~dlcomm.train.profile_measure.BusyMachine`)."""
+    from dlcomm.train.profile import profile_key, run_profile, uses_profile
+
+    wanted = [spec.cfg() for spec in specs if uses_profile(spec.cfg())]
+    if not wanted:
+        return
+    import torch
+
+    from dlcomm.launch.gpus import trains_on_cuda
+    from dlcomm.paths import profiles_dir
+
+    seen: set[tuple[str, str, float]] = set()
+    for cfg in wanted:
+        device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
+        which = (cfg.network.compute_profile, cfg.network.compute_profile or profile_key(cfg, device), cfg.network.compute_ms)
+        if which in seen:
+            continue
+        seen.add(which)
+        progress.stage("the compute profile the simulated clocks charge")
+        profile = run_profile(cfg, device, profiles_dir(), lambda what: progress.stage(f"profiling one replica alone: {what}"))
+        progress.say(f"{'sweep' if len(specs) > 1 else 'dlcomm'}: compute profile: {profile.provenance()}")

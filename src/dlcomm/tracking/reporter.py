@@ -63,7 +63,12 @@ class Rank0Reporter:
         self.logger.log_artifact(config_path)
         profile_path = self.run_dir / "compute_profile.json"  # network.compute=profile: what the clocks charged
         if profile_path.exists():
+            from dlcomm.train.profile import run_profile_in
+
             self.logger.log_artifact(profile_path)
+            profile = run_profile_in(self.run_dir)
+            if profile is not None:  # what every simulated figure of the run rests on (docs/network.md)
+                self.logger.set_tags(profile.tags())
         if rows:
             self._timings.append(_table(rows))
         self.budget_s = float(self.spec.cfg().train.time_budget_s)
@@ -349,6 +354,11 @@ def _summary_line(s: dict[str, float], spec: RunSpec, ended_by: str = "", accura
             f" (modelled {1000 * s[names.FINAL_COMM_MODELLED_PER_ITER]:.1f} ms/iter),"
             f" training {s[names.FINAL_SIM_TIME]:.1f} s"
         )
+        from dlcomm.train.profile import run_profile_in
+
+        profile = run_profile_in(Path(spec.run_dir)) if spec.run_dir else None
+        if profile is not None:
+            line += f", compute profile {profile.short()}"
     if names.FINAL_BEST_TEST_ACC in s and cfg.train.time_budget_s > 0:
         clock = "simulated s" if network.mode == "simulate" else "s"
         line += f" | best test accuracy {_pct(s[names.FINAL_BEST_TEST_ACC])} within {cfg.train.time_budget_s:g} {clock}"

@@ -1,27 +1,36 @@
 """The compute profile of a run, and the simulated clock's compute charged from it
 (``network.mode=simulate network.compute=profile``; docs/network.md, "Compute on the simulated clock").
 
-**Measuring.** One replica of the run's model, optimizer, per-worker batch, micro-batches
-(``train.comm_interval``) and precision is stepped alone on one device with all this process's
-threads: :data:`WARMUP_STEPS` untimed steps, then timed steps until at least :data:`MIN_STEPS` and
-:data:`MIN_TIMED_S` seconds (at most :data:`MAX_STEPS`). Each step is cut at three instants: the
-start of the last backward pass (``lead_s`` from the step's start: every forward, the earlier
-micro-batches' backward passes), the end of that backward (``backward_s`` later), and the end of
-the step (``optimizer_s`` later: the optimizer and loss scaling). During the last backward each
-parameter's gradient-ready instant is recorded (``ready_s[i]``, seconds into that backward, in
-``model.parameters()`` order): what an algorithm that communicates from gradient hooks overlaps
-with. Each figure is the median over the timed steps.
+**Measuring** (:mod:`dlcomm.train.profile_measure`). One replica of the run's model, optimizer,
+per-worker batch, micro-batches (``train.comm_interval``) and precision is stepped alone: on a CPU
+on one torch thread, timed by that thread's CPU-time clock, so that other work on the machine does
+not move the figure; on CUDA by the wall clock after a device synchronisation. Each step is cut at
+three instants: the start of the last backward pass (``lead_s`` from the step's start: every
+forward, the earlier micro-batches' backward passes), the end of that backward (``backward_s``
+later), and the end of the step (``optimizer_s`` later: the optimizer and loss scaling). During the
+last backward each parameter's gradient-ready instant is recorded (``ready_s[i]``, seconds into
+that backward, in ``model.parameters()`` order): what an algorithm that communicates from gradient
+hooks overlaps with. Each figure is the median over the steps of the fastest half of several
+windows; the windows' spread is kept as the measurement's error, and a machine too busy to measure
+is refused in one line rather than cached.
+
+**Where a profile comes from** (its ``origin``, named on every screen that shows a simulated
+figure): ``network.compute_profile=<file>``, or a profile of the library shipped with dlcomm
+(``network.compute_profile=<device>/<workload>``, :mod:`dlcomm.train.profile_library`), or the
+cache (``results/profiles/``, keyed by :func:`profile_key`: model, data shape, batch, optimizer,
+precision, task, device, host, torch version, threads and measuring method, so that a profile of
+another machine or torch is never reused), or measured now and cached.
 
 **Charging.** :class:`ProfiledCompute` is the compute reading of a rank's virtual clock. Inside a
 step its position moves only at those instants, to the profile's times multiplied by the step's
 factor ``f`` (:func:`step_factor`: the rank's ``network.rank_compute_scale``, a lognormal jitter of
 mean 1 and coefficient of variation ``network.compute_jitter``, and a straggler slowdown drawn
 with ``network.straggler_prob``), so a rank's simulated compute is a function of (config, seed,
-rank, step, profile) alone: the same under every launcher, machine load and rank count.
-Arithmetic an algorithm does outside the step (averaging, mixing) is not charged. A service rank
-(the parameter server, the gossip manager) is charged only what it marks as a step: the parameter
-server's update costs the profile's optimizer step (:meth:`ComputeProfile.of_service`), the gossip
-manager's bookkeeping nothing, so its figures too are free of the machine's load.
+rank, step, profile) alone: the same under every launcher and rank count. Arithmetic an algorithm
+does outside the step (averaging, mixing) is not charged. A service rank (the parameter server, the
+gossip manager) is charged only what it marks as a step: the parameter server's update costs the
+profile's optimizer step (:meth:`ComputeProfile.of_service`), the gossip manager's bookkeeping
+nothing, so its figures too are free of the machine's load.
 """
 
 from __future__ import annotations
@@ -32,9 +41,8 @@ import json
 import math
 import os
 import platform
-import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -44,16 +52,14 @@ import torch
 from dlcomm.comm.clock import StepMeter
 from dlcomm.config.schema import NetworkConfig, RunConfig
 from dlcomm.config.typed import plain
-
-WARMUP_STEPS = 3
-MIN_STEPS = 10
-MAX_STEPS = 200
-MIN_TIMED_S = 2.0
+from dlcomm.train.profile_measure import METHOD, Measurement, measure_step, measuring_threads
 
 
 @dataclass(frozen=True)
 class ComputeProfile:
-    """One optimizer step of one replica, alone (see the module docstring); seconds."""
+    """One optimizer step of one replica, alone (see the module docstring); seconds. The fields
+    after ``ready_s`` say how and where it was measured (empty in profiles written before they
+    existed); ``origin`` is where this copy was read from, set when it is read."""
 
     lead_s: float
     backward_s: float
@@ -64,6 +70,43 @@ class ComputeProfile:
     torch_version: str = ""
     threads: int = 0
     key: str = ""
+    workload: str = ""  # model, batch and precision, e.g. "small_cnn b32 fp32"
+    clock: str = ""  # "thread CPU time, 1 thread" | "wall clock, CUDA synchronized, 16 threads"
+    spread: float = -1.0  # (max - min) / median of the kept windows' median steps; -1: not measured so
+    windows: int = 0
+    cpu_share: float = -1.0  # the measuring thread's CPU time over the wall time
+    runnable: int = 0  # the most runnable tasks seen while measuring
+    cores: int = 0
+    measured_at: str = ""  # "2026-11-28 15:02 UTC"
+    host: str = ""
+    method: int = 1
+    note: str = ""  # free text of a shipped profile: driver, how it was measured
+    origin: str = ""
+
+    @classmethod
+    def of(cls, found: Measurement, device: torch.device, key: str = "", workload: str = "") -> "ComputeProfile":
+        """The profile of a measurement made on ``device`` now."""
+        return cls(
+            lead_s=found.lead_s,
+            backward_s=found.backward_s,
+            optimizer_s=found.optimizer_s,
+            ready_s=found.ready_s,
+            steps=found.steps,
+            device=device_name(device),
+            torch_version=torch.__version__,
+            threads=found.threads,
+            key=key,
+            workload=workload,
+            clock=found.clock,
+            spread=found.spread,
+            windows=found.windows,
+            cpu_share=found.cpu_share,
+            runnable=found.runnable,
+            cores=found.cores,
+            measured_at=found.measured_at,
+            host=found.host,
+            method=METHOD,
+        )
 
     @property
     def step_s(self) -> float:
@@ -78,6 +121,7 @@ class ComputeProfile:
             backward_s=self.backward_s * k,
             optimizer_s=self.optimizer_s * k,
             ready_s=tuple(r * k for r in self.ready_s),
+            origin=f"network.compute_ms={step_s * 1e3:g} over the shape of {self.origin or 'the profile'}",
         )
 
     def of_service(self) -> "ComputeProfile":
@@ -85,22 +129,77 @@ class ComputeProfile:
         backward pass, no gradient hooks."""
         return replace(self, lead_s=0.0, backward_s=0.0, ready_s=())
 
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), "ready_s": list(self.ready_s), "step_s": self.step_s}, indent=1)
+    def from_origin(self, origin: str) -> "ComputeProfile":
+        return replace(self, origin=origin)
+
+    def to_json(self, with_origin: bool = True) -> str:
+        data = {**asdict(self), "ready_s": list(self.ready_s), "step_s": self.step_s}
+        if not with_origin:
+            data.pop("origin")
+        return json.dumps(data, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "ComputeProfile":
         raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
         raw.pop("step_s", None)
+        known = {f.name for f in fields(cls)}
+        raw = {name: value for name, value in raw.items() if name in known}  # a newer dlcomm's fields
         raw["ready_s"] = tuple(float(r) for r in raw["ready_s"])
-        return cls(**raw)
+        profile = cls(**raw)
+        if not all(math.isfinite(x) and x >= 0 for x in (profile.lead_s, profile.backward_s, profile.optimizer_s)):
+            raise ValueError("its times are not finite non-negative seconds")
+        return profile
 
     def describe(self) -> str:
+        """The figures: the step and its parts."""
         return (
             f"{self.step_s * 1e3:.2f} ms per step (forward and earlier passes {self.lead_s * 1e3:.2f}, last backward "
-            f"{self.backward_s * 1e3:.2f}, optimizer {self.optimizer_s * 1e3:.2f}) over {self.steps} timed steps on "
-            f"{self.device}, {self.threads} thread(s), torch {self.torch_version}"
+            f"{self.backward_s * 1e3:.2f}, optimizer {self.optimizer_s * 1e3:.2f}) over {self.steps} timed steps"
         )
+
+    @property
+    def spread_text(self) -> str:
+        return f"±{self.spread:.1%}" if self.spread >= 0 else "spread not measured"
+
+    def measured_text(self) -> str:
+        """How and where it was measured, in one phrase."""
+        parts = [f"measured {self.measured_at}" if self.measured_at else "measured at an unrecorded time"]
+        if self.host:
+            parts.append(f"on {self.host}")
+        parts.append(self.device or "an unrecorded device")
+        parts.append(f"torch {self.torch_version or '?'}")
+        parts.append(self.clock or f"{self.threads} thread(s), wall clock")
+        return ", ".join(parts)
+
+    def provenance(self) -> str:
+        """One line naming what a simulated figure rests on: the step, its spread, how, where and
+        when it was measured, and where this copy came from."""
+        what = f"{self.workload}: " if self.workload else ""
+        origin = f"; {self.origin}" if self.origin else ""
+        return f"{what}{self.step_s * 1e3:.2f} ms per step {self.spread_text} ({self.measured_text()}){origin}"
+
+    def short(self) -> str:
+        """The step, its spread, where it was measured and whether it was measured now, in a few
+        words (a done line's part)."""
+        where = ", ".join(part for part in (self.device, self.host and f"host {self.host}", self.measured_at) if part)
+        source = self.origin.split(",")[0].split(";")[0] if self.origin else ""
+        return f"{self.step_s * 1e3:.2f} ms/step {self.spread_text} ({where or 'provenance unrecorded'}{'; ' + source if source else ''})"
+
+    def tags(self) -> dict[str, str]:
+        """The MLflow tags a run carries for it (docs/network.md lists them)."""
+        return {
+            "profile": self.provenance(),
+            "profile_ms": f"{self.step_s * 1e3:.3f}",
+            "profile_spread": f"{self.spread:.4f}" if self.spread >= 0 else "",
+            "profile_origin": self.origin,
+            "profile_device": self.device,
+            "profile_host": self.host,
+            "profile_measured_at": self.measured_at,
+            "profile_torch": self.torch_version,
+            "profile_clock": self.clock,
+        }
 
 
 def step_factor(network: NetworkConfig, seed: int, rank: int) -> Callable[[int], float]:
@@ -189,58 +288,7 @@ class ProfiledCompute(StepMeter):
         self._advance(self.profile.step_s)
 
 
-# -- measuring ------------------------------------------------------------------------------------------------------
-class _Stopwatch(StepMeter):
-    """Records a step's instants (perf_counter; on CUDA after a device sync: profiling runs alone,
-    outside any timed region of a run)."""
-
-    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
-        self._device = device
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        self.ready: list[float] = [math.nan] * len(self._params)
-        self._last = False
-        for index, param in enumerate(self._params):
-            param.register_post_accumulate_grad_hook(self._hook(index))
-
-    def _now(self) -> float:
-        if self._device.type == "cuda":
-            torch.cuda.synchronize(self._device)
-        return time.perf_counter()
-
-    def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
-        def ready(param: torch.Tensor) -> None:
-            if self._last:
-                self.ready[index] = self._now()
-
-        return ready
-
-    def step_begins(self, step: int) -> None:
-        self.ready = [math.nan] * len(self._params)
-        self.start = self._now()
-
-    def backward_begins(self, last: bool) -> None:
-        if last:
-            self._last = True
-            self.backward_start = self._now()
-
-    def backward_ends(self, last: bool) -> None:
-        if last:
-            self._last = False
-            self.backward_end = self._now()
-
-    def step_ends(self) -> None:
-        self.end = self._now()
-
-
-def _alone() -> Any:
-    """An algorithm whose hooks all do nothing (the base class's): a replica that communicates with no one."""
-    from dlcomm.algorithms.base import Algorithm
-
-    alone = Algorithm.__new__(Algorithm)  # no cluster or channel: none of its hooks uses them
-    alone.accumulating = False
-    return alone
-
-
+# -- measuring (dlcomm.train.profile_measure) ------------------------------------------------------------------------
 def _batches(data: Any, batch: int, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     count = max(batch, min(data.train_size, batch * 8) // batch * batch)
     while True:
@@ -248,9 +296,15 @@ def _batches(data: Any, batch: int, seed: int) -> Iterator[tuple[torch.Tensor, t
 
 
 def measure(
-    cfg: RunConfig, data: Any, device: torch.device, progress: Callable[[str], None] | None = None
+    cfg: RunConfig,
+    data: Any,
+    device: torch.device,
+    progress: Callable[[str], None] | None = None,
+    check_load: bool = True,
 ) -> ComputeProfile:
-    """Step one replica of ``cfg``'s run alone (see the module docstring); its profile."""
+    """Step one replica of ``cfg``'s run alone (:func:`~dlcomm.train.profile_measure.measure_step`);
+    its profile. Raises :class:`~dlcomm.train.profile_measure.BusyMachine` when the machine was too
+    busy to trust the figure (``check_load``)."""
     from dlcomm.tasks import build_task
     from dlcomm.train.optim import build_optimizer
     from dlcomm.train.precision import Precision
@@ -262,64 +316,8 @@ def measure(
     precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
     micro = cfg.train.comm_interval
     batches = _batches(data, cfg.train.batch_size * micro, cfg.seed)
-    profile = measure_step(model, optimizer, task.loss, batches, device, micro, precision, progress)
-    return replace(profile, key=profile_key(cfg, device))
-
-
-def measure_step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[..., torch.Tensor],
-    batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
-    device: torch.device,
-    micro_batches: int = 1,
-    precision: Any = None,
-    progress: Callable[[str], None] | None = None,
-) -> ComputeProfile:
-    """The profile of stepping ``model`` alone on ``batches`` (see the module docstring)."""
-    from dlcomm.train.loop import hooked_step
-    from dlcomm.train.precision import FULL
-
-    watch = _Stopwatch(model, device)
-    samples: list[tuple[float, float, float, list[float]]] = []
-    started = time.perf_counter()
-    step = 0
-    while True:
-        inputs, labels = next(batches)
-        inputs, labels = inputs.to(device), labels.to(device)
-        hooked_step(
-            _alone(), model, optimizer, loss_fn, inputs, labels, step, micro_batches, precision or FULL, meter=watch
-        )
-        if step >= WARMUP_STEPS:
-            ready = [r - watch.backward_start if math.isfinite(r) else 0.0 for r in watch.ready]
-            samples.append(
-                (
-                    watch.backward_start - watch.start,
-                    watch.backward_end - watch.backward_start,
-                    watch.end - watch.backward_end,
-                    ready,
-                )
-            )
-        elif step == 0:
-            started = time.perf_counter()
-        step += 1
-        timed_s = time.perf_counter() - started
-        if len(samples) >= MAX_STEPS or (len(samples) >= MIN_STEPS and timed_s >= MIN_TIMED_S):
-            break
-        if progress is not None and step % 10 == 0:
-            # a count so far, said as one (the profile's own line gives the total it ends with)
-            progress(f"{len(samples)} timed steps so far (at least {MIN_STEPS} and {MIN_TIMED_S:g} s)")
-    ready_s = tuple(statistics.median(sample[3][i] for sample in samples) for i in range(len(watch.ready)))
-    return ComputeProfile(
-        lead_s=statistics.median(s[0] for s in samples),
-        backward_s=statistics.median(s[1] for s in samples),
-        optimizer_s=statistics.median(s[2] for s in samples),
-        ready_s=ready_s,
-        steps=len(samples),
-        device=device_name(device),
-        torch_version=torch.__version__,
-        threads=torch.get_num_threads(),
-    )
+    found = measure_step(model, optimizer, task.loss, batches, device, micro, precision, progress, check_load)
+    return ComputeProfile.of(found, device, key=profile_key(cfg, device), workload=workload_name(cfg))
 
 
 def device_name(device: torch.device) -> str:
@@ -336,9 +334,19 @@ def device_name(device: torch.device) -> str:
     return " ".join(part for part in (model, platform.machine()) if part) or "cpu"
 
 
+def workload_name(cfg: RunConfig) -> str:
+    """What a profile times, in a few words: model, per-worker batch (x micro-batches) and
+    precision, e.g. ``small_cnn b32 fp32`` or ``resnet50 b32 amp``."""
+    micro = f" x{cfg.train.comm_interval}" if cfg.train.comm_interval > 1 else ""
+    precision = f"amp-{cfg.train.amp_dtype}" if cfg.train.amp and str(cfg.train.amp_dtype) != "auto" else "amp"
+    return f"{cfg.model.name} b{cfg.train.batch_size}{micro} {precision if cfg.train.amp else 'fp32'}"
+
+
 def profile_key(cfg: RunConfig, device: torch.device) -> str:
     """What a profile depends on: model, data shape, batch, micro-batches, optimizer, precision,
-    task, device, torch version and threads (a hash of them)."""
+    task, device, host, torch version, the measuring threads and method (a hash of them)."""
+    with measuring_threads(device) as threads:
+        pass
     parts = {
         "model": plain(cfg.model),
         "dataset": [cfg.dataset.name, getattr(cfg.dataset, "image_size", None)],  # only image folders resize
@@ -348,23 +356,43 @@ def profile_key(cfg: RunConfig, device: torch.device) -> str:
         "precision": [cfg.train.amp, str(cfg.train.amp_dtype)],
         "task": plain(cfg.task),
         "device": device_name(device),
+        "host": platform.node(),
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        "threads": threads,
+        "method": METHOD,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _shown(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    return str(path)
+
+
 def cached_profile(
-    cfg: RunConfig, data: Any, device: torch.device, folder: Path, progress: Callable[[str], None] | None = None
-) -> tuple[ComputeProfile, Path, bool]:
+    cfg: RunConfig,
+    data: Any,
+    device: torch.device,
+    folder: Path,
+    progress: Callable[[str], None] | None = None,
+    fresh: bool = False,
+) -> ComputeProfile:
     """The profile of ``cfg`` from ``folder`` (keyed by :func:`profile_key`), measured and written
-    there when absent; with its path and whether it was measured now."""
+    there when absent, damaged or ``fresh``; its ``origin`` says which. A measurement on a machine
+    too busy to trust raises :class:`~dlcomm.train.profile_measure.BusyMachine` and caches nothing."""
     path = folder / f"{profile_key(cfg, device)}.json"
-    if path.exists():
-        return ComputeProfile.from_json(path.read_text()), path, False
+    damaged = ""
+    if path.exists() and not fresh:
+        try:
+            return ComputeProfile.from_json(path.read_text()).from_origin(f"read from the cache {_shown(path)}")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            damaged = f" (the cached copy was damaged: {type(error).__name__}; measured again)"
+            if progress is not None:
+                progress(f"the cached profile {_shown(path)} is damaged ({type(error).__name__}): measuring again")
     profile = measure(cfg, data, device, progress)
-    write_atomically(path, profile.to_json())
-    return profile, path, True
+    write_atomically(path, profile.to_json(with_origin=False))
+    return profile.from_origin(f"measured now, cached in {_shown(path)}{damaged}")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -383,48 +411,64 @@ def uses_profile(cfg: RunConfig) -> bool:
     return cfg.network.mode == "simulate" and cfg.network.compute == "profile"
 
 
-@contextlib.contextmanager
-def all_threads() -> Iterator[int]:
-    """torch's thread count set to every core this process may run on (a replica alone has the
-    machine), given back after; the count."""
-    previous = torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(cores)
-    try:
-        yield cores
-    finally:
-        torch.set_num_threads(previous)
+def given_profile(name: str) -> ComputeProfile:
+    """``network.compute_profile``'s profile: a file, else a profile of the library
+    (:mod:`dlcomm.train.profile_library`); with its origin."""
+    from dlcomm.train.profile_library import library_path
+
+    path = Path(name)
+    if not path.is_file() and library_path(name) is not None:
+        return read_profile(library_path(name), name).from_origin(f"the shipped profile {name}")  # type: ignore[arg-type]
+    return read_profile(path, name).from_origin(f"the file network.compute_profile={name}")
+
+
+def run_profile(
+    cfg: RunConfig,
+    device: torch.device,
+    folder: Path,
+    progress: Callable[[str], None] | None = None,
+    data: Any = None,
+) -> ComputeProfile:
+    """The profile ``cfg``'s ranks charge, with its origin: ``network.compute_profile``'s, else the
+    cache's (measured now when the cache lacks it), ``network.compute_ms`` applied."""
+    if cfg.network.compute_profile:
+        profile = given_profile(cfg.network.compute_profile)
+    else:
+        if data is None:
+            from dlcomm.data import build_dataset
+
+            data = build_dataset(cfg.dataset)
+        profile = cached_profile(cfg, data, device, folder, progress)
+    if cfg.network.compute_ms > 0:
+        profile = profile.with_step_s(cfg.network.compute_ms / 1000.0)
+    return profile
 
 
 def prepare_run_profile(
     cfg: RunConfig, run_dir: Path, folder: Path, device: torch.device, progress: Callable[[str], None] | None = None
 ) -> ComputeProfile:
-    """Write ``run_dir/compute_profile.json`` before the ranks start: ``network.compute_profile``'s
-    file, else the cached profile (measured now, with every core, when the cache lacks it)."""
-    given = cfg.network.compute_profile
-    if given:
-        profile = read_profile(Path(given))
-    else:
-        from dlcomm.data import build_dataset
-
-        with all_threads():  # the same key and figures whichever process profiles (driver or rank 0)
-            path = folder / f"{profile_key(cfg, device)}.json"
-            if path.exists():
-                profile = read_profile(path)
-            else:
-                profile, _, _ = cached_profile(cfg, build_dataset(cfg.dataset), device, folder, progress)
+    """Write ``run_dir/compute_profile.json`` (what the ranks charge, with its origin) before the ranks start."""
+    profile = run_profile(cfg, device, folder, progress)
     write_atomically(run_dir / RUN_PROFILE, profile.to_json())
     return profile
 
 
-def read_profile(path: Path) -> ComputeProfile:
+def run_profile_in(run_dir: Path) -> ComputeProfile | None:
+    """The profile a run's ranks charged (its folder's :data:`RUN_PROFILE`), None when it has none."""
+    path = Path(run_dir) / RUN_PROFILE
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return ComputeProfile.from_json(path.read_text())
+    return None
+
+
+def read_profile(path: Path, named: str = "") -> ComputeProfile:
     from dlcomm.errors import UserError
 
     try:
         return ComputeProfile.from_json(path.read_text())
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserError(
-            f"network.compute_profile={path} is not a compute profile ({type(error).__name__}: "
+            f"network.compute_profile={named or path} is not a compute profile ({type(error).__name__}: "
             f"{str(error)[:120]}); write one with `dlcomm profile ... --out {path}`"
         ) from None
 
@@ -446,9 +490,7 @@ def profiled_compute(
     if not uses_profile(cfg):
         return None
     path = run_dir / RUN_PROFILE
-    if cfg.network.compute_profile:
-        path = Path(cfg.network.compute_profile)  # every rank reads it: nothing to wait for
-    elif not path.exists():
+    if not path.exists():
         if rank == 0:
             prepare_run_profile(cfg, run_dir, folder, device)
         else:
@@ -457,9 +499,7 @@ def profiled_compute(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"rank 0 wrote no compute profile to {path} in {_WAIT_S:.0f} s")
                 time.sleep(0.2)
-    profile = read_profile(path)
-    if cfg.network.compute_ms > 0:
-        profile = profile.with_step_s(cfg.network.compute_ms / 1000.0)
+    profile = read_profile(path)  # network.compute_ms is applied in it
     if service:
         return ProfiledCompute(profile.of_service(), lambda step: 1.0)
     return ProfiledCompute(profile, step_factor(cfg.network, cfg.seed, rank), model)
