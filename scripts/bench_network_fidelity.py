@@ -47,7 +47,8 @@ from dlcomm.models import build_model
 from dlcomm.models.zoo.small import MLPConfig
 from dlcomm.models.zoo.torchvision import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
-from dlcomm.train.profile import ComputeProfile, ProfiledCompute, measure_step
+from dlcomm.train.profile import ComputeProfile, ProfiledCompute
+from dlcomm.train.profile_measure import measure_step
 
 # "resnet18-mlp": an MLP 3072 -> 3640 -> 10 with ResNet-18's parameter count (11.22 M vs 11.18 M),
 # hence the same traffic, but a tenth of its compute: the communication is what is measured.
@@ -140,7 +141,7 @@ def _run(
 
 
 def _profile(args: argparse.Namespace) -> ComputeProfile:
-    """One replica stepped alone in this process with all its threads (what network.compute=profile does)."""
+    """One replica stepped alone in this process (what network.compute=profile does: one thread, its CPU time)."""
     torch.manual_seed(0)
     model = build_model(MODELS[args.model], (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -149,7 +150,9 @@ def _profile(args: argparse.Namespace) -> ComputeProfile:
         torch.randn(args.batch, 3, 32, 32, generator=generator),
         torch.randint(0, 10, (args.batch,), generator=generator),
     )
-    return measure_step(model, optimizer, cross_entropy_loss, itertools.repeat(batch), torch.device("cpu"))
+    device = torch.device("cpu")
+    found = measure_step(model, optimizer, cross_entropy_loss, itertools.repeat(batch), device, check_load=False)
+    return ComputeProfile.of(found, device)
 
 
 def main() -> int:

@@ -107,7 +107,10 @@ def main() -> int:
                     f"{baseline / alone['baseline']:.3f}",
                 ]
             )
-            print(f"  {name}, {per_core} hog(s) per core: {rows[-1][2]} ms (x{rows[-1][3]}), hand-written {rows[-1][8]} ms (x{rows[-1][9]})", flush=True)
+            print(
+                f"  {name}, {per_core} hog(s) per core: {rows[-1][2]} ms (x{rows[-1][3]}), hand-written {rows[-1][8]} ms (x{rows[-1][9]})",
+                flush=True,
+            )
     print(f"\n{os.uname().nodename}, {cores} cores, torch {torch.__version__}")
     print(
         tabulate(

@@ -250,12 +250,14 @@ def test_dlcomm_profile_measures_caches_and_writes_a_profile_a_run_then_uses(hom
     measured = cli_here(home, "profile", *FAST, "model=mlp", "--out", str(out))
     assert measured.returncode == 0, measured.stderr
     printed = measured.stdout
-    assert "compute profile (measured now, cached in" in printed and f"written to {out}" in printed
+    assert "compute profile: mlp b64 fp32: " in printed and "; measured now, cached in" in printed
+    assert f"written to {out}" in printed
     profile = ComputeProfile.from_json(out.read_text())
-    assert profile.steps >= 10 and len(profile.ready_s) == 6 and profile.step_s > 0
+    assert profile.steps >= 12 and len(profile.ready_s) == 6 and profile.step_s > 0
+    assert profile.origin == "" and profile.measured_at and profile.host  # a file travels without this machine's path
     assert all(0 <= r <= profile.backward_s * 1.5 for r in profile.ready_s)
     cached = cli_here(home, "profile", *FAST, "model=mlp")
-    assert cached.returncode == 0 and "from the cache" in cached.stdout, cached.stderr
+    assert cached.returncode == 0 and "; read from the cache" in cached.stdout, cached.stderr
     timings = _run(cli_here, home, "nodes=2", "network=eth_10g", f"network.compute_profile={out}", "train.max_steps=2")
     assert set(timings["sim_compute_s"].round(12)) <= {round(profile.step_s, 12)}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 import torch
 
 import dlcomm.train.profile as profile_module

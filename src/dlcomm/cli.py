@@ -175,7 +175,9 @@ def _parser() -> argparse.ArgumentParser:
         "optimizer times: what network.compute=profile charges every rank's simulated clock.",
     )
     profile.add_argument("--out", default="", help="also write the profile (JSON) here: network.compute_profile=<it>")
-    profile.add_argument("--fresh", action="store_true", help="measure again (and cache that) instead of reading the cache")
+    profile.add_argument(
+        "--fresh", action="store_true", help="measure again (and cache that) instead of reading the cache"
+    )
     profile.add_argument("overrides", nargs="*", help="the run's overrides, e.g. model=resnet50 train.batch_size=32")
     show = sub.add_parser("config", help="print the composed configuration for the given overrides")
     show.add_argument(
@@ -332,7 +334,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.launch.gpus import trains_on_cuda
     from dlcomm.paths import check_writable, profiles_dir
     from dlcomm.run import check_runnable
-    from dlcomm.train.profile import cached_profile, write_atomically, workload_name
+    from dlcomm.train.profile import cached_profile, workload_name, write_atomically
 
     cfg = compose(overrides)
     check_runnable(cfg)  # what train refuses (a model the data cannot feed, a damaged data set) in one line

@@ -221,10 +221,16 @@ def resolve_profiles(specs: list[RunSpec]) -> None:
     seen: set[tuple[str, str, float]] = set()
     for cfg in wanted:
         device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
-        which = (cfg.network.compute_profile, cfg.network.compute_profile or profile_key(cfg, device), cfg.network.compute_ms)
+        which = (
+            cfg.network.compute_profile,
+            cfg.network.compute_profile or profile_key(cfg, device),
+            cfg.network.compute_ms,
+        )
         if which in seen:
             continue
         seen.add(which)
         progress.stage("the compute profile the simulated clocks charge")
-        profile = run_profile(cfg, device, profiles_dir(), lambda what: progress.stage(f"profiling one replica alone: {what}"))
+        profile = run_profile(
+            cfg, device, profiles_dir(), lambda what: progress.stage(f"profiling one replica alone: {what}")
+        )
         progress.say(f"{'sweep' if len(specs) > 1 else 'dlcomm'}: compute profile: {profile.provenance()}")

@@ -55,7 +55,9 @@ WINDOW_MIN_S = 0.4
 MAX_STEPS = 200
 SPREAD_LIMIT = 0.15
 MIN_CPU_SHARE = 0.5
-ACCEPT_BUSY = "DLCOMM_PROFILE_BUSY"  # =accept: use (and cache) a busy machine's measurement anyway (test suites on shared cores)
+ACCEPT_BUSY = (
+    "DLCOMM_PROFILE_BUSY"  # =accept: use (and cache) a busy machine's measurement anyway (test suites on shared cores)
+)
 METHOD = 2  # 1: all threads, wall clock, median of every step (profiles before issue 56)
 
 
@@ -216,7 +218,9 @@ def measure_step(
             nonlocal step
             inputs, labels = next(batches)
             inputs, labels = inputs.to(device), labels.to(device)
-            hooked_step(alone, model, optimizer, loss_fn, inputs, labels, step, micro_batches, precision or FULL, meter=watch)
+            hooked_step(
+                alone, model, optimizer, loss_fn, inputs, labels, step, micro_batches, precision or FULL, meter=watch
+            )
             step += 1
             return watch.sample()
 
@@ -234,7 +238,9 @@ def measure_step(
             runnable = max(runnable, runnable_tasks())
             windows.append(window)
             if progress is not None:
-                progress(f"window {index + 1} of {WINDOWS}: {statistics.median(s.total for s in window) * 1e3:.2f} ms per step")
+                progress(
+                    f"window {index + 1} of {WINDOWS}: {statistics.median(s.total for s in window) * 1e3:.2f} ms per step"
+                )
     every = [s for window in windows for s in window]
     share = 1.0 if device.type == "cuda" else min(1.0, sum(s.total for s in every) / sum(s.wall for s in every))
     medians = [statistics.median(s.total for s in window) for window in windows]
@@ -270,7 +276,9 @@ def busy_reason(found: Any) -> str:
     if found.spread > SPREAD_LIMIT:
         return f"its windows differ by {found.spread:.0%} (limit {SPREAD_LIMIT:.0%}; {load})"
     if 0 <= found.cpu_share < MIN_CPU_SHARE:
-        return f"the measuring thread ran {found.cpu_share:.0%} of the time (at least {MIN_CPU_SHARE:.0%} needed; {load})"
+        return (
+            f"the measuring thread ran {found.cpu_share:.0%} of the time (at least {MIN_CPU_SHARE:.0%} needed; {load})"
+        )
     return ""
 
 
