@@ -14,7 +14,8 @@ A run's configuration splits three ways:
   ``launcher.*``, ``debug.*``, ``report.*``, evaluation cadence, data paths, threads) are not
   part of the setting.
 
-When one (setting, method, seed) was run more than once, the latest run counts.
+When one (setting, method, seed) was run more than once, the latest run counts; runs on another
+clock or compute profile are kept apart (:mod:`dlcomm.report.clocks`), never taken for reruns.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+
+from dlcomm.report.clocks import CLOCK, PROFILE, with_comparison
 
 PARAM = "params."
 # Prefixes and keys that do not change what a run computes.
@@ -85,8 +88,10 @@ def method_labels(runs: pd.DataFrame) -> pd.Series:
 
 def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """``runs`` with columns ``setting`` (a label of the keys that differ between settings, each
-    run's label leaving out the knobs its choices lack (None); "all" when there is one), ``method`` and ``seed``, one run per (setting, method, seed),
-    the settings in the order of their values (numbers by size);
+    run's label leaving out the knobs its choices lack (None); "all" when there is one), ``method``,
+    ``seed`` and the run's comparison (``clock``, ``profile``: :mod:`dlcomm.report.clocks`), one run
+    per (comparison, setting, method, seed), wall-clock runs first, then the settings in the order
+    of their values (numbers by size);
     and the setting keys that vary (the axes a plot may use: ``nodes``, ``network.inter.latency_ms``)."""
     runs = runs.copy()
     keys = _setting_keys(runs)
@@ -96,9 +101,11 @@ def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     )
     runs["method"] = method_labels(runs)
     runs["seed"] = runs[PARAM + "seed"].astype(int)
-    runs = runs.sort_values("start_time").groupby(["setting", "method", "seed"], as_index=False).tail(1)
+    runs = with_comparison(runs)  # a run on another clock or compute profile is no rerun of the same
+    runs = runs.sort_values("start_time").groupby([CLOCK, PROFILE, "setting", "method", "seed"], as_index=False).tail(1)
     runs["order"] = runs.apply(lambda row: tuple(_in_order(row[PARAM + k]) for k in varying), axis=1)
-    runs = runs.sort_values(["order", "method", "seed"]).drop(columns="order")
+    runs["wall_first"] = runs[CLOCK] != "wall"
+    runs = runs.sort_values(["wall_first", PROFILE, "order", "method", "seed"]).drop(columns=["order", "wall_first"])
     return runs.reset_index(drop=True), varying
 
 

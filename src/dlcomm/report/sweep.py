@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from dlcomm.metrics import names
+from dlcomm.report.table import clock_lines, comparisons, presentable
 from dlcomm.tracking.ui import (
     DESCRIPTION_TAG,
     experiment_of,
@@ -128,11 +129,15 @@ def _metric_name(text: str) -> str:
 def parent_metrics(table: pd.DataFrame) -> dict[str, float]:
     """The table's headline figures as the parent run's metrics (its page lists them):
     ``<method>/speedup``, ``<method>/ms_per_iter`` (on the speedup's clock) and
-    ``<method>/test_acc_pct``, prefixed by ``<setting>/`` when the sweep has several settings."""
+    ``<method>/test_acc_pct``, prefixed by ``<setting>/`` when the sweep has several settings, and
+    by ``comparison <n>/`` when it has several comparisons (clocks or compute profiles)."""
     several = table["setting"].nunique() > 1
+    numbers = {heading: number for number, (heading, _) in enumerate(comparisons(table), 1)}
     out: dict[str, float] = {}
     for _, row in table.iterrows():
         prefix = _metric_name(f"{row['setting']}/{row['method']}" if several else str(row["method"])) + "/"
+        if len(numbers) > 1:  # the same setting and method in two comparisons: apart, as in the table
+            prefix = f"comparison {numbers[row['comparison']]}/{prefix}"
         ms = row["sim_ms_per_iter" if _on_simulated_clock(row) else "wall_ms_per_iter"]
         figures = {"speedup": row.get("speedup", math.nan), "ms_per_iter": ms, "test_acc_pct": row["final_acc_mean"]}
         out.update({prefix + key: round(float(value), 3) for key, value in figures.items() if not pd.isna(value)})
@@ -143,11 +148,11 @@ def parent_description(
     parent: Any, table: pd.DataFrame, figures: list[Path], view: str, notes: Sequence[str] = ()
 ) -> str:
     """The sweep's comparison as its parent run's description (markdown on the run's page): the
-    table with every column, the clock it is on, its figures as images (from the parent's
+    table with every column (a table per comparison, headed by its clock and compute profile:
+    :func:`~dlcomm.report.table.comparisons`), the clock it is on, its figures as images (from the parent's
     artifacts), why a figure is missing (``notes``: the lines of table.md), and a link to the runs
     list ``view`` (its children grouped by method)."""
-    from dlcomm.report.build import clock_sentence
-    from dlcomm.report.table import presentable
+    from dlcomm.report.build import clock_sentence, comparison_lines
     from dlcomm.tracking.ui import artifact_image, fit_description
 
     lines = [
@@ -156,12 +161,24 @@ def parent_description(
         "",
         clock_sentence(table),
         "",
-        presentable(table).to_markdown(index=False),
-        "",
     ]
+    sections = comparisons(table)  # a table per clock and compute profile, each headed by them
+    lines += [line for number, (_, rows) in enumerate(sections, 1) for line in comparison_lines(sections, number, rows)]
     lines += [artifact_image(parent.info.run_id, f"{FOLDER}/{figure.name}", figure.stem) for figure in figures]
     lines += [line for line in notes if line.startswith("No accuracy figure")]  # why a figure is missing
     return fit_description("\n".join(lines))
+
+
+def ui_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The table for the MLflow UI's table view (one table): each comparison's presentable rows,
+    under a first column naming the comparison when there are several; a speedup column's header
+    names its clock, so one column never holds two clocks' figures."""
+    sections = comparisons(table)
+    if len(sections) == 1:
+        return presentable(table)
+    return pd.concat(
+        [presentable(rows).assign(comparison=heading) for heading, rows in sections], ignore_index=True
+    ).pipe(lambda shown: shown[["comparison", *(c for c in shown.columns if c != "comparison")]])
 
 
 def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFrame, files: list[Path]) -> str:
@@ -169,7 +186,6 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
     child's summary metrics; the experiment's id."""
     from mlflow.entities import Metric, RunTag
 
-    from dlcomm.report.table import presentable
     from dlcomm.tracking.mlflow_run import retrying, store_client
 
     client = store_client(uri)
@@ -186,7 +202,7 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
         )
     # log_table appends to an existing file: a sweep reported again keeps its one table
     if not any(item.path == f"{FOLDER}/table.json" for item in client.list_artifacts(parent, FOLDER)):
-        retrying(client.log_table, parent, presentable(table), f"{FOLDER}/table.json")
+        retrying(client.log_table, parent, ui_table(table), f"{FOLDER}/table.json")
     for path in files:
         retrying(client.log_artifact, parent, str(path), FOLDER)
     run = retrying(client.get_run, parent)
@@ -205,9 +221,9 @@ def log_comparison(uri: str, parent: str, table: pd.DataFrame, runs: pd.DataFram
     return experiment_id
 
 
-def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
+def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path], pd.DataFrame]:
     """Summarise the sweep ``which`` (a parent run id or ``last``) into ``root/sweeps/<parent>/``
-    and log it to the parent run; its parent run id and the files written."""
+    and log it to the parent run; its parent run id, the files written and the table."""
     from dlcomm.paths import entry_name
     from dlcomm.report.build import write_report
     from dlcomm.report.groups import assign
@@ -224,17 +240,18 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path]]:
         title=f"sweep {parent[:8]} ({experiment})",
     )
     log_comparison(uri, parent, table, assign(runs)[0], files)
-    return parent, files
+    return parent, files, table
 
 
 def compare_sweep(uri: str, parent: str) -> None:
-    """The sweep's comparison (:mod:`dlcomm.report.sweep`) at its end; a failure to write it is
-    one line on stderr and leaves the sweep's outcome as it is (``dlcomm report sweep=<parent>``
-    tries again)."""
+    """The sweep's comparison (:mod:`dlcomm.report.sweep`) at its end, with the clock and compute
+    profile its simulated figures rest on (:func:`~dlcomm.report.table.clock_lines`: each, when its
+    runs differ); a failure to write it is one line on stderr and leaves the sweep's outcome as it
+    is (``dlcomm report sweep=<parent>`` tries again)."""
     from dlcomm.paths import results_dir
 
     try:
-        _, written = report_sweep(uri, parent, results_dir())
+        _, written, table = report_sweep(uri, parent, results_dir())
     except Exception as error:  # noqa: BLE001 - the runs are recorded; only their summary is missing
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         print(
@@ -244,4 +261,6 @@ def compare_sweep(uri: str, parent: str) -> None:
         )
         return
     print(f"sweep comparison: {written[0].parent}/table.md (also artifacts of the parent run, comparison/)", flush=True)
+    for line in clock_lines(table):
+        print(f"sweep comparison: {line}", flush=True)
     print(ui_lines(run_page(uri, experiment_of(uri, parent), parent), uri), flush=True)

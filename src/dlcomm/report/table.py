@@ -21,9 +21,13 @@ and ``table.tex``, never ``0``):
   knob beside its communication cut); empty for other algorithms, absent when no run has it;
 * ``wall_ms_per_iter_std`` and ``sim_ms_per_iter_std``: the sample standard deviation of ``t``
   over seeds;
-* ``speedup = t_baseline / t_method`` with the simulated times when every run of the setting
-  has them, else the wall times (column ``speedup_clock``); ``speedup_std`` is the sample
-  standard deviation over seeds of the per-seed ratios ``t_baseline(s) / t_method(s)`` (seeds
+* ``speedup = t_baseline / t_method``, both on one clock and compute profile: rows are made per
+  (comparison, setting, method), the comparison being the runs' clock and, on the simulated clock,
+  the compute profile they charged (:mod:`dlcomm.report.clocks`; column ``comparison``, its
+  heading, '' when the table has one comparison and no profile to name), so a wall-clock baseline
+  never divides a simulated time, nor one profile's time another's. ``speedup_clock`` is the
+  comparison's clock (simulated times where its runs have them, else wall); ``speedup_std`` is
+  the sample standard deviation over seeds of the per-seed ratios ``t_baseline(s) / t_method(s)`` (seeds
   that both have; undefined below two, and for the baseline itself);
 * ``comm_cut_pct = 100 (1 - e_method / e_baseline)``, with ``e`` the exposed communication per
   iteration on the speedup's clock: the communication a method saves (the layer-dropping
@@ -62,6 +66,7 @@ import numpy as np
 import pandas as pd
 
 from dlcomm.metrics import names
+from dlcomm.report.clocks import CLOCK, PROFILE, recorded, title, with_comparison
 from dlcomm.report.groups import matches
 
 METRIC = "metrics."
@@ -181,11 +186,12 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves, traffic: bool =
     The traffic columns (``sent_mb``, ``peak_mb``) are kept when ``traffic`` (``report.traffic``) or
     when compressors are compared, and dropped otherwise."""
     rows = []
-    for setting, in_setting in runs.groupby("setting", sort=False):
+    runs = with_comparison(runs)
+    titles = {key: title(frame) for key, frame in runs.groupby([CLOCK, PROFILE], sort=False)}
+    for (clock, profile, setting), in_setting in runs.groupby([CLOCK, PROFILE, "setting"], sort=False):
         methods = {method: frame for method, frame in in_setting.groupby("method", sort=True)}
         base = next((m for m in methods if matches(m, baseline)), None)
-        simulated = _metric(in_setting, names.FINAL_SIM_TIME_PER_ITER).notna().all()
-        clock = "simulated" if simulated else "wall"
+        simulated = clock == "simulated"  # every run of this (comparison, setting) is on it
         base_curve = curves(methods[base]) if base else None
         time_key = "sim_ms_per_iter" if simulated else "wall_ms_per_iter"
         time_metric = names.FINAL_SIM_TIME_PER_ITER if simulated else names.FINAL_TIME_PER_ITER
@@ -193,7 +199,8 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves, traffic: bool =
         base_row = method_row(methods[base]) if base else {}
         base_time, base_comm = base_row.get(time_key, math.nan), base_row.get(comm_key, math.nan)
         for method, frame in methods.items():
-            row = {"setting": setting, "method": method, "baseline": base or "", **method_row(frame)}
+            row = {"comparison": titles[(clock, profile)], "setting": setting, "method": method, "baseline": base or ""}
+            row.update(method_row(frame))
             if base:
                 row["speedup"], row["speedup_clock"] = base_time / row[time_key], clock
                 row["comm_cut_pct"] = 100 * (1 - row[comm_key] / base_comm) if base_comm > 0 else math.nan
@@ -219,6 +226,8 @@ def summarise(runs: pd.DataFrame, baseline: str, curves: Curves, traffic: bool =
             rows.append(row)
     table = pd.DataFrame(rows)
     optional = [c for c in OPTIONAL if c in table and table[c].isna().all()]
+    if table["comparison"].nunique() == 1 and not recorded(runs):  # one comparison, no profile to name: no heading
+        table["comparison"] = ""
     if not (
         traffic or table["method"].str.contains("+", regex=False).any()
     ):  # bytes asked for, or compressors compared
@@ -243,8 +252,30 @@ def simulated_clock_name(table: pd.DataFrame) -> str:
     return f"simulated {networks.pop()}" if len(networks) == 1 else "simulated"
 
 
+def comparisons(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The table's comparisons in order (:mod:`dlcomm.report.clocks`), each as its heading and its
+    rows: what the report shows as one table each, so that no column holds speedups of two clocks
+    or profiles. The heading is '' for a table of one comparison with no profile to name."""
+    if "comparison" not in table:
+        return [("", table)]
+    return [(str(heading), rows) for heading, rows in table.groupby("comparison", sort=False)]
+
+
+def clock_lines(table: pd.DataFrame) -> list[str]:
+    """What a command says of the table's comparisons: none for one with no profile to name, its
+    heading for one, else how many and each heading (the tables are apart)."""
+    headings = [heading for heading, _ in comparisons(table) if heading]
+    if len(headings) < 2:
+        return headings
+    return [
+        f"{len(headings)} comparisons, one table each (a speedup compares runs on one clock and compute profile):",
+        *(f"  {number}. {heading}" for number, heading in enumerate(headings, 1)),
+    ]
+
+
 def presentable(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as people read it: mean ± std (``n/a`` for one seed), ms with one decimal, columns that say their unit."""
+    """The table as people read it: mean ± std (``n/a`` for one seed), ms with one decimal, columns
+    that say their unit. One comparison only (:func:`comparisons`): its speedup header names its clock."""
     shared = "ranks_per_core" in table and bool((table["ranks_per_core"] > 1).any())
     wall_note = "; ranks shared cores" if shared else ""  # ranks taking turns on cores: no cluster's wall clock
     waits = "wall_peer_wait_ms" in table and bool(table["wall_peer_wait_ms"].notna().any())
@@ -288,12 +319,10 @@ def presentable(table: pd.DataFrame) -> pd.DataFrame:
     if "layers_dropped_pct" in table and table["layers_dropped_pct"].notna().any():
         out["layers dropped %"] = [_num(v) for v in table["layers_dropped_pct"]]
     clocks = set(table.get("speedup_clock", pd.Series(dtype=str)).fillna("")) - {""}
+    if len(clocks) > 1 or ("comparison" in table and table["comparison"].nunique() > 1):
+        raise ValueError("presentable shows one comparison: split the table with comparisons() first")
     # the clock a speedup was measured on, in its header: a wall clock of ranks that share cores is no cluster's
-    on = (
-        f" ({f'wall clock{wall_note}' if clocks == {'wall'} else simulated_clock_name(table) if clocks == {'simulated'} else 'per setting: speedup_clock'})"
-        if clocks
-        else ""
-    )
+    on = f" ({f'wall clock{wall_note}' if clocks == {'wall'} else simulated_clock_name(table)})" if clocks else ""
     out[f"speedup{on}"] = [
         _num(m, 2) + ("" if math.isnan(s) else f" ± {s:.2f}") for m, s in zip(table["speedup"], table["speedup_std"])
     ]
