@@ -28,7 +28,8 @@ PROVENANCE = (
     "commits",
     "ranks_per_core",
     "network",
-)  # which runs, which code, on what machine, modelling which preset
+    "comparison",
+)  # which runs, which code, on what machine, modelling which preset, charged from which profile (when and where measured)
 ROW = ["setting", "method"]  # what a row is about
 CLOCK = "sim_clock"  # how the simulated compute was charged: profile (repeatable) or measured
 
