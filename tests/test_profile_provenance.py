@@ -140,3 +140,28 @@ def test_every_screen_of_a_run_names_its_profile(home, monkeypatch, cli_here) ->
     second = cli_here(home, *common)
     assert "read from the cache" in second.stdout + second.stderr
     assert mlflow_run(second).data.tags["profile_ms"] == tags["profile_ms"]
+
+
+def test_a_shipped_profile_is_one_override_listed_with_its_provenance(home, monkeypatch, cli_here) -> None:
+    """A library of one profile (as gpu_profiles.sh writes them): `--explain network` lists it with
+    its device and date, `network.compute_profile=<device>/<workload>` charges it, and the run
+    names it as the shipped profile; an unknown name is refused in one line that lists the library."""
+    import dlcomm.train.profile_library as library
+
+    monkeypatch.setattr(library, "LIBRARY", home / "library")
+    measured = cli_here(
+        home, "profile", *FAST, "model=mlp", "--out", str(home / "library" / "testgpu" / "mlp_b64_fp32.json")
+    )
+    assert measured.returncode == 0, measured.stderr
+    shipped = ComputeProfile.from_json((home / "library" / "testgpu" / "mlp_b64_fp32.json").read_text())
+    listed = cli_here(home, "config", "--explain", "network")
+    assert listed.returncode == 0, listed.stderr
+    line = next(row for row in listed.stdout.splitlines() if "testgpu/mlp_b64_fp32" in row)
+    assert f"{shipped.step_s * 1e3:.2f} ms per step" in line and shipped.device in line and shipped.measured_at in line
+    common = ["train", *FAST, "model=mlp", "launcher=threads", "network=eth_10g", "train.max_steps=3"]
+    run = cli_here(home, *common, "network.compute_profile=testgpu/mlp_b64_fp32")
+    assert run.returncode == 0, run.stderr
+    assert mlflow_run(run).data.tags["profile_origin"] == "the shipped profile testgpu/mlp_b64_fp32"
+    assert mlflow_run(run).data.tags["profile_ms"] == f"{shipped.step_s * 1e3:.3f}"
+    wrong = cli_here(home, *common, "network.compute_profile=testgpu/nothing")
+    assert wrong.returncode == 2 and "pick a shipped one (testgpu/mlp_b64_fp32)" in wrong.stderr
