@@ -26,6 +26,9 @@
 #       stem; --cpu: small_cnn), batch 64, 40 steps (--cpu: 10); its wall ms/iter against the serial
 #       floor (N x one plain-torch step) and one batch of N x 64 in plain torch (bench_step_overhead.py
 #       --plain-batches); these rows run alone, before the pool
+#     - the compute profile's prediction (issue 56): scripts/gpu_profiles.sh for resnet18 (cifar stem)
+#       batch 128: `dlcomm profile` on the GPU, then 4 ranks launcher.compute=serial network=off for
+#       30 steps; their median measured compute_s within 10% of the profile's step [GPU only]
 #   * every algorithm (dlcomm's own registered ones, dlcomm.catalog, listed when the script runs: 15 on
 #     2026-11-27, diloco and streaming_diloco included) for STEPS steps under launcher=threads, all
 #     ranks on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl
@@ -291,6 +294,8 @@ for ranks in 4 16; do
         model=$PERF_MODEL $PERF_STEM dataset=synthetic train.batch_size=64 train.device=$DEVICE \
         train.max_steps=$PERF_STEPS train.eval_size=256
 done
+# issue 56 item 4: the profile measured here against a real 4-rank serial run's measured compute (gpu_profiles.sh)
+row "perf: profile predicts compute (resnet18 b128)" prediction "$GPU_ONLY" resnet18_b128_fp32
 FIRST_POOL=${#R_NAME[@]}  # rows before this run one at a time, those after JOBS at once
 
 shape() {  # the job shape an algorithm is checked at
@@ -353,6 +358,13 @@ run_row() {
             else
                 rc=1 note=$(tail -n 1 "$dir/log" | head -c 200)
             fi
+            ;;
+        prediction)  # ok within 10% (scripts/gpu_profiles.sh); its profile lands in the row's folder
+            DEVICE=gpu-check OUT="$dir" ONLY="^${R_ARGS[$i]}\$" DLCOMM="$DLCOMM" PY="$PY" \
+                timeout --kill-after=15 "$limit" scripts/gpu_profiles.sh >"$dir/log" 2>&1 || rc=$?
+            note=$(grep -E "^${R_ARGS[$i]}\|" "$dir/log" | tail -n 1 | cut -d'|' -f2,4 | cut -d';' -f1 | head -c 200)
+            [ -n "$note" ] || note=$(tail -n 1 "$dir/log" | head -c 200)
+            echo "profile prediction, ${R_ARGS[$i]}: $note" >"$dir/perf"
             ;;
         *)
             local attempt=0 retry=1

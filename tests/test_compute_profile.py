@@ -253,7 +253,7 @@ def test_dlcomm_profile_measures_caches_and_writes_a_profile_a_run_then_uses(hom
     assert "compute profile: mlp b64 fp32: " in printed and "; measured now, cached in" in printed
     assert f"written to {out}" in printed
     profile = ComputeProfile.from_json(out.read_text())
-    assert profile.steps >= 12 and len(profile.ready_s) == 6 and profile.step_s > 0
+    assert profile.steps >= 8 and len(profile.ready_s) == 6 and profile.step_s > 0
     assert profile.origin == "" and profile.measured_at and profile.host  # a file travels without this machine's path
     assert all(0 <= r <= profile.backward_s * 1.5 for r in profile.ready_s)
     cached = cli_here(home, "profile", *FAST, "model=mlp")

@@ -180,7 +180,7 @@ def job_ranks(spec: RunSpec) -> int:
 def prepare_profile(spec: RunSpec) -> None:
     """Under ``network.compute=profile``, the run's compute profile in its folder before any rank
     starts (this machine runs them all): from ``network.compute_profile``, the cache, or one replica
-    stepped here alone with all this process's threads (:mod:`dlcomm.train.profile`)."""
+    stepped here alone on one thread, timed by its own CPU time (:mod:`dlcomm.train.profile_measure`)."""
     cfg = spec.cfg()
     from dlcomm.train.profile import prepare_run_profile, uses_profile
 
