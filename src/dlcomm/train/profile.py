@@ -52,7 +52,7 @@ import torch
 from dlcomm.comm.clock import StepMeter
 from dlcomm.config.schema import NetworkConfig, RunConfig
 from dlcomm.config.typed import plain
-from dlcomm.train.profile_measure import METHOD, Measurement, measure_step, measuring_threads
+from dlcomm.train.profile_measure import METHOD, Measurement, measure_step, measuring_thread_count
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class ComputeProfile:
             backward_s=self.backward_s * k,
             optimizer_s=self.optimizer_s * k,
             ready_s=tuple(r * k for r in self.ready_s),
-            origin=f"network.compute_ms={step_s * 1e3:g} over the shape of {self.origin or 'the profile'}",
+            origin=f"network.compute_ms={step_s * 1e3:g}, in the shape of the profile ({self.origin or 'its origin unrecorded'})",
         )
 
     def of_service(self) -> "ComputeProfile":
@@ -345,8 +345,6 @@ def workload_name(cfg: RunConfig) -> str:
 def profile_key(cfg: RunConfig, device: torch.device) -> str:
     """What a profile depends on: model, data shape, batch, micro-batches, optimizer, precision,
     task, device, host, torch version, the measuring threads and method (a hash of them)."""
-    with measuring_threads(device) as threads:
-        pass
     parts = {
         "model": plain(cfg.model),
         "dataset": [cfg.dataset.name, getattr(cfg.dataset, "image_size", None)],  # only image folders resize
@@ -358,7 +356,7 @@ def profile_key(cfg: RunConfig, device: torch.device) -> str:
         "device": device_name(device),
         "host": platform.node(),
         "torch": torch.__version__,
-        "threads": threads,
+        "threads": measuring_thread_count(device),
         "method": METHOD,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -417,8 +415,9 @@ def given_profile(name: str) -> ComputeProfile:
     from dlcomm.train.profile_library import library_path
 
     path = Path(name)
-    if not path.is_file() and library_path(name) is not None:
-        return read_profile(library_path(name), name).from_origin(f"the shipped profile {name}")  # type: ignore[arg-type]
+    shipped = None if path.is_file() else library_path(name)
+    if shipped is not None:
+        return read_profile(shipped, name).from_origin(f"the shipped profile {name}")
     return read_profile(path, name).from_origin(f"the file network.compute_profile={name}")
 
 

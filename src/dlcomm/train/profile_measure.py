@@ -97,12 +97,17 @@ def runnable_tasks() -> int:
     return 0
 
 
+def measuring_thread_count(device: torch.device) -> int:
+    """The torch thread count a profile is measured with: 1 on a CPU (the module docstring), all
+    this process's cores on CUDA (host work only)."""
+    return 1 if device.type == "cpu" else cores_here()
+
+
 @contextlib.contextmanager
 def measuring_threads(device: torch.device) -> Iterator[int]:
-    """The torch thread count a profile is measured with: 1 on a CPU (the module docstring), all
-    this process's cores on CUDA (host work only); given back after."""
+    """torch's thread count set to :func:`measuring_thread_count`, given back after; the count."""
     previous = torch.get_num_threads()
-    threads = 1 if device.type == "cpu" else cores_here()
+    threads = measuring_thread_count(device)
     torch.set_num_threads(threads)
     try:
         yield threads
