@@ -165,3 +165,15 @@ def test_a_shipped_profile_is_one_override_listed_with_its_provenance(home, monk
     assert mlflow_run(run).data.tags["profile_ms"] == f"{shipped.step_s * 1e3:.3f}"
     wrong = cli_here(home, *common, "network.compute_profile=testgpu/nothing")
     assert wrong.returncode == 2 and "pick a shipped one (testgpu/mlp_b64_fp32)" in wrong.stderr
+
+
+def test_dlcomm_profile_leaves_the_launchers_checks_out(home, tmp_path, monkeypatch, cli_here) -> None:
+    """A SLURM preset profiled on a GPU node without sbatch: `dlcomm profile` steps one replica here
+    and launches nothing, so the launcher's refusal is train's alone."""
+    monkeypatch.setenv("DLCOMM_PROFILES", str(home / "profiles"))
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no sbatch on it
+    trained = cli_here(home, "train", *FAST, "model=mlp", "launcher=slurm")
+    assert trained.returncode == 2 and "no sbatch on PATH" in trained.stderr
+    profiled = cli_here(home, "profile", *FAST, "model=mlp", "launcher=slurm")
+    assert profiled.returncode == 0, profiled.stderr

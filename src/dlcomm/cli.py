@@ -337,7 +337,9 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.train.profile import cached_profile, workload_name, write_atomically
 
     cfg = compose(overrides)
-    check_runnable(cfg)  # what train refuses (a model the data cannot feed, a damaged data set) in one line
+    # what train refuses (a model the data cannot feed, a damaged data set) in one line; not the
+    # launcher's checks: one replica steps here, nothing is launched (a SLURM preset on a GPU node)
+    check_runnable(cfg, launcher=False)
     if out:
         check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
     device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")

@@ -11,13 +11,14 @@ from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.spec import RunSpec
 
 
-def check_runnable(cfg: RunConfig, data_here: bool = True) -> None:
+def check_runnable(cfg: RunConfig, data_here: bool = True, launcher: bool = True) -> None:
     """Everything that can be known wrong before any process starts or any run is recorded,
     beyond what :func:`dlcomm.compose.compose` checked (every torch-free rule of the configuration
     alone), the checks that need no torch first.
     ``data_here`` False (``dlcomm sweep export``, whose jobs run elsewhere): the data set's files
     are not looked for, and what depends on them (its shape, its size) is checked where it is
-    known without them."""
+    known without them. ``launcher`` False (``dlcomm profile``, which steps one replica here and
+    launches nothing): the launcher's own checks (sbatch, GPUs, the job's memory) are left out."""
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
     from dlcomm.train.plan import UNBOUNDED, check_plan
@@ -52,6 +53,8 @@ def check_runnable(cfg: RunConfig, data_here: bool = True) -> None:
             f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "
             "workers' scaled gradients; pass train.amp_dtype=bf16 (no scaling)"
         )
+    if not launcher:
+        return
     from dlcomm.launch.registry import get_launcher
 
     get_launcher(cfg.launcher.name).check(cfg, roles)  # its launcher.* ranges, GPUs, sbatch, service processes
