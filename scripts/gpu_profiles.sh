@@ -52,8 +52,8 @@ for entry in "${WORKLOADS[@]}"; do
     rows+=("$name|profile FAILED|$(( $(date +%s) - start ))|$(tail -1 "$log")"); failed=1; continue
   fi
   profile_line=$(grep -m1 '^compute profile:' "$log")
-  if ! $DLCOMM train "${overrides[@]}" "${device[@]}" launcher=threads launcher.compute=serial nodes=4 \
-      network=off train.max_steps=$PREDICT_STEPS train.timing_warmup=5 >> "$log" 2>&1; then
+  if ! $DLCOMM train "${overrides[@]}" "${device[@]}" launcher=threads launcher.compute=serial nodes=4 workers_per_node=1 \
+      network=off train.max_steps=$PREDICT_STEPS train.timing_warmup=5 train.eval_batch_size=64 train.eval_size=256 >> "$log" 2>&1; then
     rows+=("$name|train FAILED|$(( $(date +%s) - start ))|$(tail -1 "$log")"); failed=1; continue
   fi
   run_id=$(grep -o 'mlflow run [0-9a-f]\{32\}' "$log" | tail -1 | cut -d' ' -f3)
