@@ -146,7 +146,7 @@ def test_a_shipped_profile_is_one_override_listed_with_its_provenance(home, monk
     """A library of one profile (as gpu_profiles.sh writes them): `--explain network` lists it with
     its device and date, `network.compute_profile=<device>/<workload>` charges it, and the run
     names it as the shipped profile; an unknown name is refused in one line that lists the library."""
-    import dlcomm.train.profile_library as library
+    import dlcomm.profiles as library
 
     monkeypatch.setattr(library, "LIBRARY", home / "library")
     measured = cli_here(

@@ -145,7 +145,7 @@ def _appendix(group: str) -> list[str]:
     """What a section's table cannot show: for ``network``, the compute profiles shipped with dlcomm."""
     if group != "network":
         return []
-    from dlcomm.train.profile_library import library_lines
+    from dlcomm.profiles import library_lines
 
     shipped = library_lines()
     return [

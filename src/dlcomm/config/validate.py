@@ -246,7 +246,7 @@ def validate_network(network: "NetworkConfig", world: int) -> None:
     if network.compute_profile:
         from pathlib import Path
 
-        from dlcomm.train.profile_library import library_names, library_path
+        from dlcomm.profiles import library_names, library_path
 
         shipped = library_names()
         require(

@@ -16,7 +16,7 @@ is refused in one line rather than cached.
 
 **Where a profile comes from** (its ``origin``, named on every screen that shows a simulated
 figure): ``network.compute_profile=<file>``, or a profile of the library shipped with dlcomm
-(``network.compute_profile=<device>/<workload>``, :mod:`dlcomm.train.profile_library`), or the
+(``network.compute_profile=<device>/<workload>``, :mod:`dlcomm.profiles`), or the
 cache (``results/profiles/``, keyed by :func:`profile_key`: model, data shape, batch, optimizer,
 precision, task, device, host, torch version, threads and measuring method, so that a profile of
 another machine or torch is never reused), or measured now and cached.
@@ -411,8 +411,8 @@ def uses_profile(cfg: RunConfig) -> bool:
 
 def given_profile(name: str) -> ComputeProfile:
     """``network.compute_profile``'s profile: a file, else a profile of the library
-    (:mod:`dlcomm.train.profile_library`); with its origin."""
-    from dlcomm.train.profile_library import library_path
+    (:mod:`dlcomm.profiles`); with its origin."""
+    from dlcomm.profiles import library_path
 
     path = Path(name)
     shipped = None if path.is_file() else library_path(name)

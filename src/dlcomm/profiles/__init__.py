@@ -1,13 +1,15 @@
 """The compute profiles shipped with dlcomm: measured on real devices, chosen with one override,
 ``network.compute_profile=<device>/<workload>`` (e.g. ``h200/resnet50_b32_amp``).
 
-A shipped profile is a file ``src/dlcomm/profiles/<device>/<workload>.json`` in the format
+A shipped profile is a file ``src/dlcomm/profiles/<device>/<workload>.json`` (this package's
+folder) in the format
 ``dlcomm profile --out`` writes (docs/network.md, "Profiles measured on real devices"), where
 ``<device>`` is a short lower-case name of the device (``h200``, ``v100``, ``epyc-1core``) and
 ``<workload>`` is ``<model>_b<per-worker batch>[_x<micro-batches>]_<fp32|amp>``. Each states in its
 own fields where, when and how it was measured (device, host, torch, date, clock, spread; ``note``
 for the driver and anything else). Nothing here is estimated: a device no one measured has no file.
-Imports nothing heavy (``dlcomm config --explain network`` lists the library).
+Imports nothing of dlcomm's and nothing heavy: the configuration's checks and ``dlcomm config
+--explain network`` read the library.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-LIBRARY = Path(__file__).resolve().parent.parent / "profiles"
+LIBRARY = Path(__file__).resolve().parent
 
 
 def library_names() -> list[str]:
