@@ -10,8 +10,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import quote, unquote_plus
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from dlcomm import secrets
 from dlcomm.tracking.store import _probe_server
@@ -28,10 +31,47 @@ J = ["dataset=synthetic", "model=mlp", "nodes=2", "train.max_steps=2", "launcher
         ("see https://h/p?a=1&SIG=zz9&key=k1 and more", "see https://h/p?a=1&SIG=***&key=*** and more"),
         ("http://alice@h:1/ (no password)", "http://alice@h:1/ (no password)"),
         ("sqlite:////tmp/a b.db", "sqlite:////tmp/a b.db"),
+        # issue 57 item 2: encoded values, a '+', a fragment after the value, a secret in the fragment
+        ("https://a.blob/c?sv=1&sig=ab%2Bcd%3D", "https://a.blob/c?sv=1&sig=***"),
+        ("https://s3/b?X-Amz-Credential=AKIAXX%2F2026%2Fus&y=2", "https://s3/b?X-Amz-Credential=***&y=2"),
+        ("https://h/?token=a+b&y=1", "https://h/?token=***&y=1"),
+        ("https://h/?token=abc123#frag", "https://h/?token=***#frag"),
+        ("https://h/cb#access_token=zz99&state=1", "https://h/cb#access_token=***&state=1"),
+        ("https://h/?%73ig=v4lue", "https://h/?%73ig=***"),
     ],
 )
 def test_credentials_in_a_uri_are_masked_and_nothing_else(text: str, masked: str) -> None:
     assert secrets.mask(text) == masked
+
+
+# what a value may hold as written in a query or fragment (RFC 3986's unreserved, sub-delims but '&',
+# ':', '@', '/', '?', '=' and percent-escapes); '&' ends a parameter, '#' the query
+_URL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$()*+,;=:@/?"
+
+
+@given(
+    value=st.one_of(
+        st.text(alphabet=_URL_CHARS, min_size=6, max_size=30),
+        st.text(min_size=6, max_size=20).map(lambda text: quote(text, safe="")),  # percent-encoded, any text
+    ),
+    name=st.sampled_from(sorted(secrets.SECRET_PARAMETERS)).map(lambda name: name.upper() if len(name) % 2 else name),
+    where=st.sampled_from(["query first", "query middle", "query last", "fragment"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_every_secret_parameter_is_masked_whatever_its_encoding_and_place(value: str, name: str, where: str) -> None:
+    templates = {
+        "query first": "https://store.example/api?{p}&other=1",
+        "query middle": "https://store.example/api?a=1&{p}&b=2#frag",
+        "query last": "https://store.example/api?a=1&{p}",
+        "fragment": "https://store.example/cb?a=1#state=2&{p}",
+    }
+    text = "failed: " + templates[where].format(p=f"{name}={value}") + " (retrying)"
+    assume(value not in templates[where].format(p=f"{name}="))  # the value is not also some other part of it
+    masked = secrets.mask(text)
+    assert value not in masked and f"{name}={secrets.MASK}" in masked
+    assert masked.endswith(" (retrying)") and masked.startswith("failed: https://store.example/")
+    decoded = unquote_plus(value)
+    assert value in secrets.credentials(text) and decoded in secrets.credentials(text)
 
 
 def test_a_remembered_secret_is_masked_outside_its_uri_too(monkeypatch) -> None:
@@ -101,13 +141,14 @@ def test_no_printed_line_holds_the_password(tmp_path) -> None:
 def test_no_record_or_file_of_a_run_holds_a_secret(tmp_path, cli_here) -> None:
     from mlflow.tracking import MlflowClient
 
-    result = cli_here(tmp_path, "train", *J, f'tracking.run_name="see http://bob:{PASSWORD}@host/x?token=tok3n"')
+    uri = f"http://bob:{PASSWORD}@host/x?token=tok3n&sig=ab%2Bcd%3D#access_token=fr4gm3nt"
+    result = cli_here(tmp_path, "train", *J, f'tracking.run_name="see {uri}"')
     assert result.returncode == 0, result.stderr
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/results/mlflow.db")
     [run] = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])
     recorded = " ".join([run.info.run_name, *run.data.params.values(), *run.data.tags.values()])
     written = " ".join(path.read_text(errors="replace") for path in (tmp_path / "results").rglob("*.yaml"))
-    for secret in (PASSWORD, "tok3n"):
+    for secret in (PASSWORD, "tok3n", "ab%2Bcd%3D", "ab+cd=", "fr4gm3nt"):
         assert secret not in recorded + written  # the printed lines: the test above (a process's streams)
     assert "bob:***@host" in run.info.run_name and "token=***" in run.data.params["tracking.run_name"]
 

@@ -1,8 +1,12 @@
 """Credentials in URIs stay secret: masked in every line dlcomm prints and everything it records.
 
 A tracking URI may carry a password (``http://alice:pw@host:5000``, which MLflow's client sends as
-HTTP basic authentication) or a token in its query (``?token=...``, a signed URL's ``sig=...``).
-:func:`mask` replaces those parts of every URI in a text with ``***``, and every secret
+HTTP basic authentication) or a token in its query (``?token=...``, a signed URL's ``sig=...``) or
+its fragment (OAuth's ``#access_token=...``). :func:`mask` replaces those parts of every URI in a
+text with ``***`` by their position in the raw text: a parameter is ``name=value`` between ``?``
+or ``&`` (or ``#`` or ``&`` in the fragment) and the next ``&`` or the part's end, its name compared
+decoded (``%73ig`` is ``sig``), its value masked as written, whatever its encoding
+(``ab%2Bcd%3D``, ``a+b``); and every secret
 :func:`remember` was given (from the command line and ``MLFLOW_TRACKING_URI``/``_PASSWORD``/``_TOKEN``,
 so a secret that a library's error quotes outside its URI is masked too) wherever it appears.
 The standard streams (:mod:`dlcomm.streams`) mask what is written to them; the MLflow records (params,
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 MASK = "***"
 #: Query parameters whose value is a credential (case-insensitive).
@@ -44,18 +48,43 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _remembered: set[str] = set()
 
 
+def _parameters(raw: str) -> list[tuple[str, str]]:
+    """``(name, value)`` of each ``name=value`` of a raw query or fragment, as written."""
+    return [(name, value) for name, eq, value in (piece.partition("=") for piece in raw.split("&")) if eq]
+
+
+def _secret_name(name: str) -> bool:
+    return unquote_plus(name).lower() in SECRET_PARAMETERS
+
+
+def _split(uri: str) -> tuple[str, str, str] | None:
+    """``(before the query, query, fragment)`` of ``uri`` as written (each without its ``?``/``#``),
+    None when urlsplit cannot read it; the userinfo's password is in the first part."""
+    try:
+        parts = urlsplit(uri)
+        parts.password  # noqa: B018 - raises for a bracket left open ("http://[::1")
+    except ValueError:
+        return None
+    head, _, fragment = uri.partition("#")
+    base, _, query = head.partition("?")
+    return base, query, fragment
+
+
 def credentials(text: str) -> list[str]:
-    """The secrets in the URIs of ``text``: each userinfo's password and each secret query value."""
-    found = []
+    """The secrets in the URIs of ``text``: each userinfo's password and each secret query or
+    fragment value, as written and (where it differs) decoded, so either form is masked when
+    remembered."""
+    found: list[str] = []
     for uri in _URI.findall(text):
-        try:
-            parts = urlsplit(uri)
-            parts.password  # noqa: B018 - raises for a bracket left open ("http://[::1")
-        except ValueError:
+        split = _split(uri)
+        if split is None:
             continue
-        if parts.password:
-            found.append(parts.password)
-        found += [value for name, value in parse_qsl(parts.query) if name.lower() in SECRET_PARAMETERS and value]
+        _, query, fragment = split
+        password = urlsplit(uri).password
+        values = [password] if password else []
+        values += [value for name, value in _parameters(query) + _parameters(fragment) if value and _secret_name(name)]
+        for value in values:
+            found += dict.fromkeys([value, unquote(value), unquote_plus(value)])
     return found
 
 
@@ -72,19 +101,29 @@ def remember_environment() -> None:
             _remembered.add(os.environ[name])
 
 
+def _mask_parameters(raw: str) -> str:
+    """A raw query or fragment with every secret parameter's value replaced by ``***``."""
+    pieces = []
+    for piece in raw.split("&"):
+        name, eq, value = piece.partition("=")
+        pieces.append(f"{name}={MASK}" if eq and value and _secret_name(name) else piece)
+    return "&".join(pieces)
+
+
 def _mask_uri(match: re.Match[str]) -> str:
     uri = match.group(0)
-    try:
-        parts = urlsplit(uri)
-        parts.password  # noqa: B018 - raises for a bracket left open
-    except ValueError:  # not a URI urlsplit reads: left as it is (its remembered secrets still go)
+    split = _split(uri)
+    if split is None:  # not a URI urlsplit reads: left as it is (its remembered secrets still go)
         return uri
-    if parts.password:
-        uri = uri.replace(f":{parts.password}@", f":{MASK}@", 1)
-    for name, value in parse_qsl(parts.query):
-        if name.lower() in SECRET_PARAMETERS and value:
-            uri = re.sub(rf"([?&]{re.escape(name)}=){re.escape(value)}(?=&|$)", rf"\g<1>{MASK}", uri, count=1)
-    return uri
+    base, query, fragment = split
+    password = urlsplit(uri).password
+    if password:
+        base = base.replace(f":{password}@", f":{MASK}@", 1)
+    return (
+        base
+        + ("?" + _mask_parameters(query) if "?" in uri.partition("#")[0] else "")
+        + ("#" + _mask_parameters(fragment) if "#" in uri else "")
+    )
 
 
 def mask(text: str) -> str:
