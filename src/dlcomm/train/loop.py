@@ -221,6 +221,7 @@ class TrainLoop:
         self.precision = precision
         self.state = TrainState()
         self.checkpointing = checkpointing
+        self._algorithm_finished = False
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -305,12 +306,14 @@ class TrainLoop:
             finished = self.state.step >= total or self.state.out_of_time
             last_epoch = not budgeted and epoch == train.epochs - 1
             evaluate_now = finished or last_epoch or (train.eval_every > 0 and (epoch + 1) % train.eval_every == 0)
+            if finished or last_epoch:  # the final figures are of the finished algorithm (nothing left in flight)
+                self._finish_algorithm()
             last = self._end_epoch(epoch, epoch_rows, epoch_stats, train_wall_s, evaluate_now, warmup_wall_s)
             if finished:
                 break
             self.state.epoch = epoch + 1
             self._checkpoint()
-        self.algorithm.finish()
+        self._finish_algorithm()  # a run resumed after its last epoch trained none
         summary: dict[str, Any] = self._summary(last)  # and, on rank 0, lists per rank
         peaks = self.channel.gather_objects((peak_rss_mib(), memory.stop(), socket.gethostname()), dst=0)
         if peaks is not None:
@@ -320,6 +323,12 @@ class TrainLoop:
         if self.reporter:
             self.reporter.finish(summary, self.ended_by())
         return summary
+
+    def _finish_algorithm(self) -> None:
+        """:meth:`Algorithm.finish`, once: after the last iteration, before the final evaluation."""
+        if not self._algorithm_finished:
+            self._algorithm_finished = True
+            self.algorithm.finish()
 
     def _train_epoch(self, batches: Any, total: int) -> None:
         """Train on ``batches`` until they or the run's steps run out; the epoch's rows, batch
