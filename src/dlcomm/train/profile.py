@@ -87,24 +87,11 @@ class ComputeProfile:
     def of(cls, found: Measurement, device: torch.device, key: str = "", workload: str = "") -> "ComputeProfile":
         """The profile of a measurement made on ``device`` now."""
         return cls(
-            lead_s=found.lead_s,
-            backward_s=found.backward_s,
-            optimizer_s=found.optimizer_s,
-            ready_s=found.ready_s,
-            steps=found.steps,
+            **asdict(found),  # every field of a Measurement is one of the profile's
             device=device_name(device),
             torch_version=torch.__version__,
-            threads=found.threads,
             key=key,
             workload=workload,
-            clock=found.clock,
-            spread=found.spread,
-            windows=found.windows,
-            cpu_share=found.cpu_share,
-            runnable=found.runnable,
-            cores=found.cores,
-            measured_at=found.measured_at,
-            host=found.host,
             method=METHOD,
         )
 
