@@ -342,6 +342,13 @@ SUBCOMMANDS: dict[str, list[tuple[list[str], str]]] = {
         (["config", "algo=nope"], "Available options in 'algo'"),
         (["config", "nodes=four"], "nodes=four"),
         (["config", "--explain", "nope"], "--explain nope is invalid: not a section of the configuration"),
+        # issue 57: an empty section is refused, not the whole configuration printed
+        (["config", "--explain", ""], "--explain '' is invalid: not a section of the configuration; pass one of algo"),
+        # issue 57: a domain that is a set is described as the set ("from 4 to 8" before)
+        (
+            ["config", "compress=lowbit", "compress.bits=3"],
+            "compress.bits=3 is invalid: the bits per entry (4: E3M0, 8: E4M3), must be 4 or 8, e.g. 4",
+        ),
     ],
     "topology": [
         (["topology", "topology=nope"], "topology"),
@@ -365,11 +372,16 @@ SUBCOMMANDS: dict[str, list[tuple[list[str], str]]] = {
         (["calibrate", "--max-mib", "0"], "--max-mib 0 is invalid: the largest message timed must be 1 to 16 MiB"),
         (["calibrate", "--tasks-per-host", "0"], "--tasks-per-host 0 is invalid"),
         (["calibrate", "--slurm-nodes", "-1"], "--slurm-nodes -1 is invalid"),
+        # issue 57: 0 measured this machine and wrote a preset
+        (
+            ["calibrate", "--slurm-nodes", "0", "--out", "preset.yaml"],
+            "--slurm-nodes 0 is invalid: pass the number of hosts, 1 or more (leave it out to measure this machine)",
+        ),
         (["calibrate", "--name", "../up"], "--name ../up is invalid"),
     ],
     "profile": [
         (["profile", "nodes=0"], "nodes=0 is invalid"),
-        (["profile", "--out", "/proc/x/y.json"], "--out cannot be written: /proc/x"),
+        (["profile", "--out", "/proc/x/y.json"], "--out /proc/x/y.json cannot be written: /proc/x"),
     ],
     "doctor": [(["doctor", "bogus"], "unrecognized arguments: bogus")],
 }

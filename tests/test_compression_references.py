@@ -310,5 +310,7 @@ def test_lowbit_refuses_other_widths_in_one_line() -> None:
     from dlcomm.compose import compose
     from dlcomm.errors import UserError
 
-    with pytest.raises(UserError, match=r"compress.bits=6 is invalid: pass 4 \(E3M0\) or 8 \(E4M3\)"):
-        compose(["compress=lowbit", "compress.bits=6"])
+    # the set, not the range around it (issue 57: bits=3 was told "must be from 4 to 8")
+    for bits in (3, 6, 9):
+        with pytest.raises(UserError, match=rf"^compress.bits={bits} is invalid: .* must be 4 or 8, e.g. 4$"):
+            compose(["compress=lowbit", f"compress.bits={bits}"])

@@ -70,7 +70,7 @@ def test_help_lists_doctor(home: Path) -> None:
 
 
 def _fake_node(monkeypatch, driver: str, cuda: doctor.TorchCuda | None = None, build=("2.14.1+cu130", "13.0")) -> None:
-    monkeypatch.setattr(doctor, "driver_version", lambda: driver)
+    monkeypatch.setattr(doctor, "read_driver", lambda: doctor.Driver(driver, True))
     monkeypatch.setattr(doctor, "torch_build", lambda: build)
     monkeypatch.setattr(doctor, "torch_cuda", lambda: cuda)
 
@@ -182,3 +182,98 @@ def test_torch_s_cuda_warning_becomes_the_problem_line(monkeypatch) -> None:
     found = doctor.torch_cuda()
     assert not found.available and found.count == 0
     assert found.problem == "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040)."
+
+
+# ---- odd tool output (issue 57): a doctor survives the tools it diagnoses ---------------------------------------
+
+
+def _fake_tool(folder: Path, name: str, script: str) -> None:
+    tool = folder / name
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(0o755)
+
+
+def _tools_only_from(monkeypatch, folder: Path) -> None:
+    """PATH: the fake tools in ``folder`` first (a silent sinfo and scontrol where the test made none: a
+    machine's own SLURM clients may wait seconds for a controller), then the system's; no driver under /proc."""
+    for name in ("sinfo", "scontrol"):
+        if not (folder / name).exists():
+            _fake_tool(folder, name, "exit 0\n")
+    monkeypatch.setenv("PATH", f"{folder}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(doctor, "_PROC_VERSION", folder / "no-proc-version")
+
+
+NVIDIA_SMI = {  # what the fake prints -> (the NVIDIA driver row starts with, it says, the verdict says)
+    "a warning before the version": (
+        "echo 'WARNING: infoROM is corrupted at gpu 0000:04:00.0'; echo 580.65.06; echo 580.65.06",
+        "580.65.06 (nvidia-smi also printed 'WARNING: infoROM is corrupted",
+        "GPU path ready: 2 GPU(s), driver 580.65.06 runs CUDA 13.0",
+    ),
+    "a warning and no version": (
+        "echo 'WARNING: infoROM is corrupted at gpu 0000:04:00.0'",
+        "unknown: nvidia-smi printed no driver version: 'WARNING: infoROM",
+        "GPU path ready: 2 GPU(s), driver (version unknown) runs CUDA 13.0",
+    ),
+    "bytes of no encoding": (
+        r"printf '\377\376 5\200\n'",
+        "unknown: nvidia-smi printed no driver version: '\ufffd\ufffd 5\ufffd'",
+        "GPU path ready",
+    ),
+    "a failure in bytes of no encoding": (
+        r"printf 'NVIDIA-SMI has failed \377\n' >&2; exit 9",
+        "none (nvidia-smi failed (exit 9): 'NVIDIA-SMI has failed \ufffd')",
+        "no GPU on this node",
+    ),
+    "nothing": ("true", "unknown: nvidia-smi printed no driver version: nothing", "GPU path ready"),
+}
+
+
+@pytest.mark.parametrize("case", NVIDIA_SMI, ids=list(NVIDIA_SMI))
+def test_odd_nvidia_smi_output_is_a_finding_not_a_crash(monkeypatch, tmp_path: Path, case: str) -> None:
+    """Old code: int('WARNING:') raised ValueError, bytes of no encoding UnicodeDecodeError."""
+    script, row, verdict = NVIDIA_SMI[case]
+    _fake_tool(tmp_path, "nvidia-smi", script + "\n")
+    _tools_only_from(monkeypatch, tmp_path)
+    monkeypatch.setattr(doctor, "torch_build", lambda: ("2.14.1+cu130", "13.0"))
+    monkeypatch.setattr(doctor, "torch_cuda", lambda: _cuda())
+    report = doctor.diagnose()
+    rows = dict(report.rows)
+    assert rows["NVIDIA driver"].startswith(row), rows["NVIDIA driver"]
+    assert any(v.startswith(verdict) for v in report.verdicts), report.verdicts
+    if case != "a warning before the version":  # nothing read: the driver's fitness is left to torch
+        assert rows["driver runs the build"].startswith(("?: the driver's version could not be read", "n/a"))
+    said = [v for v in report.verdicts if v.startswith("NVIDIA driver: ")]
+    assert said and "run nvidia-smi on this node" in said[0]  # what the tool printed is reported once
+
+
+def test_odd_sinfo_and_scontrol_output_is_quoted_not_suggested(monkeypatch, tmp_path: Path) -> None:
+    _fake_tool(tmp_path, "sinfo", r"printf 'gpu* gpu:4\n\377\376 gpu:8\n'" + "\n")
+    _fake_tool(tmp_path, "scontrol", r"printf '\377node\n'" + "\n")
+    _tools_only_from(monkeypatch, tmp_path)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    assert doctor.slurm_partitions() == [
+        ("gpu*", "gpu:4"),
+        ("?", "sinfo printed 1 line(s) naming no partition, e.g. '\ufffd\ufffd gpu:8'"),
+    ]
+    assert doctor.rendezvous_host("") == ("192.0.2.1", "the default route")  # not a host named by undecodable bytes
+    _fake_tool(tmp_path, "scontrol", "echo 'WARNING: slow controller'; echo node7; echo node8\n")
+    assert doctor.rendezvous_host("") == ("node7", "the route towards node7, this job's first node")
+    _fake_tool(tmp_path, "sinfo", r"printf 'slurm_load_partitions: \377\n' >&2; exit 1" + "\n")
+    assert doctor.slurm_partitions() == [("?", "sinfo failed (exit 1): 'slurm_load_partitions: \ufffd'")]
+
+
+def test_dlcomm_doctor_on_odd_tools_ends_without_a_traceback(monkeypatch, tmp_path: Path, home: Path) -> None:
+    """The command a user runs, every tool it reads printing bytes of no encoding after a warning."""
+    if Path("/proc/driver/nvidia/version").exists():
+        pytest.skip("a driver here: /proc/driver/nvidia/version wins over nvidia-smi in a subprocess")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("nvidia-smi", "sinfo", "scontrol"):
+        _fake_tool(tools, name, r"echo 'WARNING: something'; printf '\377\376\n'" + "\n")
+    monkeypatch.setenv("PATH", f"{tools}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node1")
+    result = run_cli(home, "doctor", timeout=120)
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    assert _row(result.stdout, "NVIDIA driver").startswith("unknown: nvidia-smi printed no driver version: 'WARNING")
+    assert "verdict: NVIDIA driver: nvidia-smi printed no driver version" in result.stdout

@@ -83,6 +83,9 @@ def _outside(rules: dict, kind: object) -> list[object]:
             values.append(int(math.ceil(rules["below"])))
         if rules.get("above") is not None:
             values.append(int(math.floor(rules["above"])))
+        if rules.get("one_of"):  # a set of numbers: a gap between its members (5 of 4 or 8), else past it
+            allowed = rules["one_of"]
+            values.append(next((v for v in range(min(allowed), max(allowed)) if v not in allowed), max(allowed) + 1))
     elif element is float:
         for bound, step in (("low", -1), ("high", 1)):
             if rules.get(bound) is not None:
@@ -136,6 +139,7 @@ def test_a_value_just_outside_a_declared_domain_is_refused_naming_the_key(key, s
         ({"above": 0.0}, 0.0, "must be above 0.0"),
         ({"above": 0.0, "high": 1.0}, 0.0, "must be in (0.0, 1.0]"),
         ({"above": 0.0, "high": 1.0, "means": "the step size"}, 1.5, "the step size must be in (0.0, 1.0]"),
+        ({"one_of": (4, 8)}, 5, "must be 4 or 8"),  # a set, never the range around it ("from 4 to 8")
     ],
 )
 def test_each_bound_is_worded_and_an_open_bound_refuses_itself(rules, value, words) -> None:
@@ -145,6 +149,7 @@ def test_each_bound_is_worded_and_an_open_bound_refuses_itself(rules, value, wor
     with pytest.raises(UserError, match=rf"^k={re.escape(str(value))} is invalid: {re.escape(words)}$"):
         _check_number("k", value, value, full, "", None)
     inside = (full["above"] or full["low"] or 0) + 0.5 if full["above"] is not None else full["low"]
+    inside = full["one_of"][0] if full.get("one_of") else inside
     _check_number("k", inside, inside, full, "", None)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dlcomm.errors import UserError
+from dlcomm.tools import ToolSilent, ask, quoted
 
 SIZES = [4 * 1024, 64 * 1024, 1024**2, 4 * 1024**2, 16 * 1024**2]
 GBPS = 1e9 / 8
@@ -199,27 +199,31 @@ def submit(nodes: int, per_host: int, forwarded: list[str]) -> int:
     folder = tempfile.TemporaryDirectory(prefix="dlcomm-calibrate-")
     log = Path(folder.name) / "slurm-%j.out"
     command = " ".join(shlex.quote(part) for part in [sys.executable, "-m", "dlcomm.cli", "calibrate", *forwarded])
-    done = subprocess.run(
-        [
-            "sbatch",
-            "--wait",
-            "--parsable",
-            f"--nodes={nodes}",
-            f"--ntasks-per-node={per_host}",
-            f"--output={log}",
-            "--job-name=dlcomm-calibrate",
-            f"--wrap=srun {command}",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    try:
+        done = ask(
+            [
+                "sbatch",
+                "--wait",
+                "--parsable",
+                f"--nodes={nodes}",
+                f"--ntasks-per-node={per_host}",
+                f"--output={log}",
+                "--job-name=dlcomm-calibrate",
+                f"--wrap=srun {command}",
+            ],
+            None,  # --wait: as long as the job queues and runs
+        )
+    except ToolSilent as error:
+        folder.cleanup()
+        raise UserError(
+            f"--slurm-nodes {nodes}: {error}; run it on a SLURM login node, or leave --slurm-nodes out"
+        ) from None
     for written in log.parent.glob("slurm-*.out"):
-        print(written.read_text(), end="")
+        print(written.read_text(errors="replace"), end="")
     folder.cleanup()
     if done.returncode != 0:
-        raise UserError(
-            f"the calibration job failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'see above'}"
-        )
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise UserError(f"the calibration job failed: {quoted(lines[-1]) if lines else 'see above'}")
     return 0
 
 
@@ -252,7 +256,7 @@ def preset_path(name: str, out: str) -> Path:
 MOST_LOCAL_RANKS = 64
 
 
-def check_options(ranks: int, max_mib: int, slurm_nodes: int, per_host: int) -> None:
+def check_options(ranks: int, max_mib: int, slurm_nodes: int | None, per_host: int) -> None:
     """Every option's range, before anything is measured or submitted: one line with the fix."""
     rules = [
         (
@@ -266,7 +270,11 @@ def check_options(ranks: int, max_mib: int, slurm_nodes: int, per_host: int) -> 
             f"--max-mib {max_mib}",
             f"the largest message timed must be 1 to {SIZES[-1] >> 20} MiB (the sizes are 4 KiB to 16 MiB; default 16)",
         ),
-        (slurm_nodes >= 0, f"--slurm-nodes {slurm_nodes}", "pass the number of hosts, 1 or more (0: this machine)"),
+        (
+            slurm_nodes is None or slurm_nodes >= 1,
+            f"--slurm-nodes {slurm_nodes}",
+            "pass the number of hosts, 1 or more (leave it out to measure this machine)",
+        ),
         (per_host >= 1, f"--tasks-per-host {per_host}", "pass 1 or more ranks per host (default 2)"),
     ]
     for ok, given, rule in rules:
@@ -280,7 +288,7 @@ def calibrate(
     ranks: int,
     max_mib: int,
     repeats: int,
-    slurm_nodes: int,
+    slurm_nodes: int | None,
     per_host: int,
     force: bool,
     forwarded: list[str],
@@ -292,18 +300,18 @@ def calibrate(
             f"--repeats {repeats} is invalid: time at least one message per size and pair; pass --repeats 1 or more (default 5)"
         )
     check_options(ranks, max_mib, slurm_nodes, per_host)
-    target = preset_path(name, out)
+    target = shown = preset_path(name, out)  # shown: as given; target: its links resolved
     in_srun = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
-    if target.exists() and not force and os.environ.get("SLURM_PROCID", "0") == "0":
-        raise UserError(f"{target} exists: pass --force to replace it, or another --name")
-    if target.is_dir():
-        raise UserError(f"--out {target} is a folder: pass the preset file's path, e.g. {target / (name + '.yaml')}")
     if os.environ.get("SLURM_PROCID", "0") == "0":  # the writer: refuse before minutes of measuring, not after
-        from dlcomm.paths import check_writable
+        from dlcomm.paths import check_output_file
 
-        check_writable(
-            target.parent, f"--out {target}" if out else f"the preset {target}", "pass --out <a path you can write>"
+        target = check_output_file(
+            target,
+            f"--out {target}" if out else f"the preset {target}",
+            f"pass --out <a new file, or one to replace with --force>, e.g. {name}.yaml",
         )
+        if target.exists() and not force:
+            raise UserError(f"{shown} exists: pass --force to replace it, or another --name")
     sizes = [s for s in SIZES if s <= max_mib * 1024**2] or SIZES[:2]
     if slurm_nodes:
         return submit(slurm_nodes, per_host, forwarded)
@@ -320,9 +328,9 @@ def calibrate(
     target.write_text(preset_text(name, fits, where))
     if out:
         print(
-            f"wrote {target}: copy it to configs/network/{name}.yaml, then simulate this cluster with "
+            f"wrote {shown}: copy it to configs/network/{name}.yaml, then simulate this cluster with "
             f"network={name} network.mode=simulate"
         )
     else:
-        print(f"wrote {target}: simulate this cluster with network={name} network.mode=simulate")
+        print(f"wrote {shown}: simulate this cluster with network={name} network.mode=simulate")
     return 0

@@ -143,7 +143,10 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--force", action="store_true", help="replace an existing preset")
     calibrate.add_argument("--ranks", type=int, default=2, help="outside SLURM: processes on this machine (default 2)")
     calibrate.add_argument(
-        "--slurm-nodes", type=int, default=0, help="submit the measurement as a SLURM job on this many hosts"
+        "--slurm-nodes",
+        type=int,
+        default=None,
+        help="submit the measurement as a SLURM job on this many hosts (1 or more)",
     )
     calibrate.add_argument(
         "--tasks-per-host",
@@ -183,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--explain",
         metavar="GROUP",
-        default="",
+        default=None,
         help="instead: every knob of GROUP (algo, train, network, launcher, model, ...) with its type, "
         "value, default and meaning, e.g. dlcomm config --explain algo algo=crossover",
     )
@@ -332,7 +335,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.compose import compose
     from dlcomm.data import build_dataset
     from dlcomm.launch.gpus import trains_on_cuda
-    from dlcomm.paths import check_writable, profiles_dir
+    from dlcomm.paths import check_output_file, profiles_dir
     from dlcomm.run import check_runnable
     from dlcomm.train.profile import cached_profile, workload_name, write_atomically
 
@@ -340,8 +343,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     # what train refuses (a model the data cannot feed, a damaged data set) in one line; not the
     # launcher's checks: one replica steps here, nothing is launched (a SLURM preset on a GPU node)
     check_runnable(cfg, launcher=False)
-    if out:
-        check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
+    target = check_output_file(Path(out), f"--out {out}", "pass --out a new file, or one to replace") if out else None
     device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
     data = build_dataset(cfg.dataset)
     how = "one thread, timed by its own CPU time" if device.type == "cpu" else "timed by the synchronized wall clock"
@@ -352,13 +354,13 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     progress.end()
     print(f"compute profile: {profile.provenance()}")
     print(f"  {profile.describe()}")
-    if out:
-        write_atomically(Path(out), profile.to_json(with_origin=False))
+    if target is not None:
+        write_atomically(target, profile.to_json(with_origin=False))
         print(f"written to {out}: pass network.compute_profile={out}")
     return 0
 
 
-def _show_config(overrides: list[str], explain: str = "") -> int:
+def _show_config(overrides: list[str], explain: str | None = None) -> int:
     from omegaconf import OmegaConf
 
     from dlcomm.compose import compose
@@ -366,7 +368,7 @@ def _show_config(overrides: list[str], explain: str = "") -> int:
     from dlcomm.tracking.mlflow_run import resolve_tracking_uri
 
     cfg = compose(overrides)
-    if explain:
+    if explain is not None:  # given, even empty: an empty section is refused, not the whole configuration shown
         from dlcomm.config.explain import explain as explain_group
 
         print(explain_group(cfg, explain))

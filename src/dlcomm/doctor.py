@@ -22,11 +22,12 @@ import platform
 import re
 import shutil
 import socket
-import subprocess
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dlcomm.tools import ToolSilent, ask, quoted
 
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}  # CUDA major -> the oldest driver branch that runs it
 CUDA12_INDEX = "https://download.pytorch.org/whl/cu126"  # a CUDA 12 build of torch for older drivers
@@ -92,38 +93,65 @@ def wheel_version(prefix: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Driver:
+    """The NVIDIA driver as this node shows it: ``version`` when it could be read; ``present`` when
+    there is one (its version read, or ``nvidia-smi`` answering 0 in words no version could be read
+    from); ``note``: what the tools said beside or instead of a version, a finding to report."""
+
+    version: str | None
+    present: bool
+    note: str = ""
+
+
+_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+
+
+def read_driver() -> Driver:
+    """The NVIDIA kernel driver (``/proc/driver/nvidia/version``, else ``nvidia-smi``). Whatever
+    ``nvidia-smi`` prints (warnings before the version, bytes of no encoding, nothing) becomes a
+    :class:`Driver` with a note, never an exception: a doctor must survive the tools it diagnoses."""
+    try:
+        text = _PROC_VERSION.read_text(errors="replace") if _PROC_VERSION.exists() else ""
+    except OSError:
+        text = ""
+    found = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9]+(?:\.[0-9]+)+)", text)
+    if found:
+        return Driver(found.group(1), True)
+    if not shutil.which("nvidia-smi"):
+        return Driver(None, False)
+    try:
+        answer = ask(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], _TIMEOUT_S)
+    except ToolSilent as error:
+        return Driver(None, False, str(error))
+    if answer.returncode != 0:  # e.g. 9: "NVIDIA-SMI has failed because it couldn't communicate with the driver"
+        return Driver(None, False, f"nvidia-smi failed (exit {answer.returncode}): {answer.said()}")
+    lines = [line.strip() for line in answer.stdout.splitlines() if line.strip()]
+    versions = [line for line in lines if _VERSION.fullmatch(line)]  # one per GPU
+    others = [quoted(line) for line in lines if not _VERSION.fullmatch(line)]
+    if versions:
+        return Driver(versions[0], True, f"nvidia-smi also printed {'; '.join(others[:2])}" if others else "")
+    return Driver(None, True, f"nvidia-smi printed no driver version: {'; '.join(others[:2]) or 'nothing'}")
+
+
 def driver_version() -> str | None:
-    """The NVIDIA kernel driver's version (``/proc/driver/nvidia/version``, else ``nvidia-smi``);
-    None where there is no driver."""
-    if _PROC_VERSION.exists():
-        found = re.search(
-            r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9]+(?:\.[0-9]+)+)", _PROC_VERSION.read_text(errors="replace")
-        )
-        if found:
-            return found.group(1)
-    if shutil.which("nvidia-smi"):
-        try:
-            answer = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=_TIMEOUT_S,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        lines = answer.stdout.split()
-        if answer.returncode == 0 and lines:
-            return lines[0]
-    return None
+    """The NVIDIA kernel driver's version; None where there is none, or none could be read."""
+    return read_driver().version
+
+
+def _major(version: str) -> int | None:
+    """The leading number of a version (``13`` of ``13.0``, ``580`` of ``580.65.06``); None for none."""
+    found = re.match(r"\s*([0-9]+)", version)
+    return int(found.group(1)) if found else None
 
 
 def driver_runs(cuda: str, driver: str) -> tuple[bool, int | None]:
     """Whether driver ``driver`` runs a CUDA ``cuda`` build, and the oldest driver branch that does."""
-    major = int(cuda.split(".")[0])
-    needed = MIN_DRIVER.get(major)
-    if needed is None:
-        return True, None
-    return int(driver.split(".")[0]) >= needed, needed
+    major, branch = _major(cuda), _major(driver)
+    needed = MIN_DRIVER.get(major) if major is not None else None
+    if needed is None or branch is None:
+        return True, needed
+    return branch >= needed, needed
 
 
 @dataclass
@@ -208,15 +236,19 @@ def rendezvous_host(given: str) -> tuple[str, str]:
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     if nodelist and shutil.which("scontrol"):
         try:
-            answer = subprocess.run(
-                ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=_TIMEOUT_S
-            )
-            first = answer.stdout.split()[0] if answer.returncode == 0 and answer.stdout.split() else ""
-        except (OSError, subprocess.TimeoutExpired):
-            first = ""
+            answer = ask(["scontrol", "show", "hostnames", nodelist], _TIMEOUT_S)
+        except ToolSilent:
+            answer = None
+        # one host name a line; a warning or undecodable bytes are no host: the default route instead
+        hosts = [line.strip() for line in answer.stdout.splitlines()] if answer and answer.returncode == 0 else []
+        first = next((host for host in hosts if _HOST.fullmatch(host)), "")
         if first:
             return first, f"the route towards {first}, this job's first node"
     return "192.0.2.1", "the default route"
+
+
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_PARTITION = re.compile(r"[A-Za-z0-9_.-]+\*?")  # sinfo marks the default partition with '*'
 
 
 def slurm_partitions() -> list[tuple[str, str]] | None:
@@ -224,20 +256,33 @@ def slurm_partitions() -> list[tuple[str, str]] | None:
     if not shutil.which("sinfo"):
         return None
     try:
-        answer = subprocess.run(["sinfo", "-h", "-o", "%P %G"], capture_output=True, text=True, timeout=_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return [("?", f"sinfo did not answer: {error}")]
+        answer = ask(["sinfo", "-h", "-o", "%P %G"], _TIMEOUT_S)
+    except ToolSilent as error:
+        return [("?", str(error))]
     if answer.returncode != 0:
-        return [("?", f"sinfo failed: {' '.join(answer.stderr.split())[:200]}")]
+        return [("?", f"sinfo failed (exit {answer.returncode}): {answer.said()}")]
     found: dict[str, list[str]] = {}
+    unreadable = []
     for line in answer.stdout.splitlines():
         parts = line.split(None, 1)
-        if parts:
+        if parts and not (_readable(line) and _PARTITION.fullmatch(parts[0])):  # quoted, never suggested
+            unreadable.append(quoted(line))
+        elif parts:
             gres = parts[1].strip() if len(parts) > 1 else "(null)"
             found.setdefault(parts[0], [])
             if gres not in found[parts[0]]:
                 found[parts[0]].append(gres)
-    return [(partition, ", ".join(gres)) for partition, gres in found.items()]
+    listed = [(partition, ", ".join(gres)) for partition, gres in found.items()]
+    return listed + (
+        [("?", f"sinfo printed {len(unreadable)} line(s) naming no partition, e.g. {unreadable[0]}")]
+        if unreadable
+        else []
+    )
+
+
+def _readable(text: str) -> bool:
+    """Whether a tool's line holds words only: no undecodable byte (U+FFFD), no control character."""
+    return "\ufffd" not in text and not any(ord(c) < 32 and c != "\t" or c == "\x7f" for c in text)
 
 
 def gpus_in(gres: str) -> int:
@@ -255,7 +300,7 @@ def diagnose(towards: str = "") -> Report:
     report.row("node", f"{socket.gethostname()} ({platform.machine()}, {os.cpu_count()} CPUs)")
     report.row("python", platform.python_version())
     build = torch_build()
-    driver = driver_version()
+    driver = read_driver()
     probed: TorchCuda | None = None
     if build is None:
         report.row("torch", "not installed (make setup)")
@@ -264,9 +309,9 @@ def diagnose(towards: str = "") -> Report:
     else:
         version, cuda = build
         report.row("torch", f"{version} ({f'CUDA {cuda}' if cuda else 'CPU-only'} build)")
-        if driver is not None and cuda:
+        if driver.present and cuda:
             probed = torch_cuda()
-        needed = MIN_DRIVER.get(int(cuda.split(".")[0])) if cuda else None
+        needed = MIN_DRIVER.get(_major(cuda) or 0) if cuda else None
         report.row(
             "CUDA of the build",
             f"{cuda} (needs NVIDIA driver >= {needed})" if cuda and needed else (cuda or "none (CPU-only build)"),
@@ -281,7 +326,7 @@ def diagnose(towards: str = "") -> Report:
             "NCCL",
             (probed.nccl if probed and probed.nccl else None) or wheel_version("nvidia-nccl") or "bundled with torch",
         )
-    report.row("NVIDIA driver", driver or "none (no /proc/driver/nvidia/version, no nvidia-smi)")
+    report.row("NVIDIA driver", _driver_row(driver))
     _gpu_rows(report, build, driver, probed)
     interface, interfaces, problem = network(*rendezvous_host(towards))
     report.row("interfaces", interfaces)
@@ -310,18 +355,28 @@ def diagnose(towards: str = "") -> Report:
         f"torch imported in {probed.import_s:.1f} s to ask CUDA"
         if probed is not None
         else "torch not imported (no NVIDIA driver here)"
-        if build is not None and driver is None
+        if build is not None and not driver.present
         else "torch not imported"
     )
     report.row("doctor", f"{took:.2f} s; {imported}; mlflow not imported")
     return report
 
 
-def _gpu_rows(report: Report, build, driver: str | None, probed: TorchCuda | None) -> None:
+def _driver_row(driver: Driver) -> str:
+    if driver.version:
+        return driver.version + (f" ({driver.note})" if driver.note else "")
+    if driver.present:
+        return f"unknown: {driver.note}"
+    return f"none ({driver.note})" if driver.note else "none (no /proc/driver/nvidia/version, no nvidia-smi)"
+
+
+def _gpu_rows(report: Report, build, driver: Driver, probed: TorchCuda | None) -> None:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     restriction = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
     cuda = build[1] if build else None
-    if driver is None:
+    if driver.note:  # what nvidia-smi said beside or instead of a version: a finding, whatever follows
+        report.verdicts.append(f"NVIDIA driver: {driver.note}; run nvidia-smi on this node to see it whole")
+    if not driver.present:
         report.row("GPUs visible", f"0 on this node: no NVIDIA driver{restriction}")
         report.row("driver runs the build", "n/a: no driver")
         report.verdicts.append(
@@ -329,26 +384,31 @@ def _gpu_rows(report: Report, build, driver: str | None, probed: TorchCuda | Non
             "`dlcomm doctor` on a GPU node (e.g. srun -p <partition> --gres=gpu:1 .venv/bin/dlcomm doctor)"
         )
         return
+    shown = driver.version or "(version unknown)"
     if not cuda:
         report.row("GPUs visible", f"? (a CPU-only torch cannot see them){restriction}")
         report.row("driver runs the build", "n/a: CPU-only torch")
         report.verdicts.append(
-            f"driver {driver} is here but torch is a CPU-only build: install a CUDA build "
+            f"driver {shown} is here but torch is a CPU-only build: install a CUDA build "
             f"(make setup TORCH_INDEX=...; docs/slurm.md)"
         )
         report.failed = True
         return
-    runs, needed = driver_runs(cuda, driver)
+    if driver.version:
+        runs, needed = driver_runs(cuda, driver.version)
+        told = ("yes" if runs else "NO") + (
+            f": CUDA {cuda} needs >= {needed}, driver {driver.version}" if needed else ""
+        )
+    else:  # torch's own start of CUDA below says whether it runs
+        runs, needed = True, MIN_DRIVER.get(_major(cuda) or 0)
+        told = f"?: the driver's version could not be read (CUDA {cuda} needs >= {needed or '?'})"
     names = sorted(set(probed.names)) if probed else []
     count = probed.count if probed else 0
     report.row("GPUs visible", f"{count} on this node{': ' + ', '.join(names) if names else ''}{restriction}")
-    report.row(
-        "driver runs the build",
-        ("yes" if runs else "NO") + (f": CUDA {cuda} needs >= {needed}, driver {driver}" if needed else ""),
-    )
+    report.row("driver runs the build", told)
     if not runs:
         report.verdicts.append(
-            f"driver {driver} is too old for torch's CUDA {cuda} (needs >= {needed}): install a CUDA 12 build, "
+            f"driver {shown} is too old for torch's CUDA {cuda} (needs >= {needed}): install a CUDA 12 build, "
             f"`make setup TORCH_INDEX={CUDA12_INDEX}` (CUDA 12 needs >= 525), or ask for a newer driver"
         )
         report.failed = True
@@ -363,7 +423,7 @@ def _gpu_rows(report: Report, build, driver: str | None, probed: TorchCuda | Non
     else:
         nccl = f"NCCL {probed.nccl}" if probed and probed.nccl else "NCCL"
         report.verdicts.append(
-            f"GPU path ready: {count} GPU(s), driver {driver} runs CUDA {cuda}; "
+            f"GPU path ready: {count} GPU(s), driver {shown} runs CUDA {cuda}; "
             f"train.device=cuda uses {nccl}, one GPU per rank"
         )
 

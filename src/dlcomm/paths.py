@@ -73,13 +73,56 @@ def write_probe(folder: Path) -> None:
 
 def check_writable(folder: Path, setting: str, fix: str) -> None:
     """:func:`write_probe` before any work whose results go to ``folder``; else one line:
-    ``<setting> cannot be written: <folder>: <reason>; <fix>``."""
+    ``<setting> cannot be written: <folder>: <reason>; <fix>`` (``<folder> is a FIFO, not a
+    folder`` for something there that is no folder)."""
     from dlcomm.errors import UserError
 
+    kind = _kind(folder)
+    if kind not in (None, "a folder"):
+        raise UserError(f"{setting} cannot be written: {folder} is {kind}, not a folder; {fix}")
     try:
         write_probe(folder)
     except OSError as error:
         raise UserError(f"{setting} cannot be written: {folder}: {error.strerror or error}; {fix}") from None
+
+
+def check_output_file(path: Path, setting: str, fix: str) -> Path:
+    """The one check of every option that names a file dlcomm writes (``calibrate --out``,
+    ``profile --out``), before any work: ``path`` must be a regular file (replaced; through a link,
+    the file it leads to, the link kept) or a new name in a folder that can be written (made if
+    missing). A folder, a FIFO (a write would wait for a reader), a device (an atomic rename would
+    replace the node) or a socket is one line: ``<setting> cannot be written: <path> is a FIFO, not
+    a regular file; <fix>``. Returns the path to write: ``path`` with its links resolved."""
+    from dlcomm.errors import UserError
+
+    target = path.resolve()
+    kind = _kind(target)
+    if kind not in (None, "a regular file"):
+        raise UserError(f"{setting} cannot be written: {path} is {kind}, not a regular file; {fix}")
+    check_writable(target.parent, setting, fix)
+    return target
+
+
+def _kind(path: Path) -> str | None:
+    """What is at ``path`` (links followed), in words (``a FIFO``, ``a character device``); None for
+    nothing there (or nothing that can be looked at: the write that follows says why)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    for test, words in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "something else"
 
 
 NAME_MAX = 255  # bytes of one entry of a folder (Linux's NAME_MAX, and most file systems')

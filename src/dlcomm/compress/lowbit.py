@@ -45,7 +45,7 @@ class LowBitConfig(CompressConfig):
 
     name: str = "lowbit"
     bits: int = field(
-        default=4, metadata=domain(low=4, high=8, means="the bits per entry (4: E3M0, 8: E4M3),")
+        default=4, metadata=domain(one_of=tuple(FORMATS), means="the bits per entry (4: E3M0, 8: E4M3),")
     )  # 4: E3M0 (0, 0.25, ..., 16), Streaming DiLoCo's; 8: E4M3 (torch.float8_e4m3fn)
     block_size: int = field(
         default=128, metadata=domain(low=1, means="B, the number of entries sharing one scale,")

@@ -119,8 +119,11 @@ def explain(cfg: "RunConfig", group: str) -> str:
     """The table of ``group``'s knobs in ``cfg`` (a composed run configuration)."""
     sections = [item.name for item in dataclasses.fields(cfg) if _section(getattr(cfg, item.name))]
     if group not in sections:
+        import shlex
+
         raise UserError(
-            f"--explain {group} is invalid: not a section of the configuration; pass one of {', '.join(sections)}"
+            f"--explain {shlex.quote(group)} is invalid: not a section of the configuration; "
+            f"pass one of {', '.join(sections)}"
         )
     from tabulate import tabulate
 

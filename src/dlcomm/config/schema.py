@@ -31,7 +31,7 @@ def domain(
     high: Any = None,
     below: Any = None,
     length: Optional[int] = None,
-    one_of: Optional[Tuple[str, ...]] = None,
+    one_of: Optional[Tuple[Any, ...]] = None,
     pattern: Optional[str] = None,
     max_chars: Optional[int] = None,
     anything: Optional[str] = None,
@@ -40,7 +40,9 @@ def domain(
     """Metadata declaring the values a field takes, checked for every run and every element of a
     sweep while composing (:func:`dlcomm.config.validate.check_values`), before anything runs or
     is recorded. For a number (each element, for a list): ``low <= value <= high``, ``value >
-    above`` and ``value < below``; for a list ``len(value) == length``; for a string: ``value in one_of``, ``value``
+    above`` and ``value < below``, and ``value in one_of`` where only some values of a range are
+    valid (the refusal lists the set: ``must be 4 or 8``, never ``from 4 to 8``); for a list
+    ``len(value) == length``; for a string: ``value in one_of``, ``value``
     matching ``pattern`` whole (:func:`re.fullmatch`) and at most ``max_chars`` characters.
     ``anything`` says why every value of the type is fine (a free label, or checked where it is
     used, naming where). ``means`` is the field's own words, put before the rule in the refusal

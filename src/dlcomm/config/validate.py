@@ -99,9 +99,7 @@ def _check_text(name: str, shown: Any, value: str, rules: Mapping[str, Any], eac
     subject = _subject(rules, each)
     one_of, pattern, max_chars = rules.get("one_of"), rules.get("pattern"), rules.get("max_chars")
     if one_of is not None:
-        words = list(one_of)
-        listed = ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
-        require(value in one_of, name, _shortened(shown), f"{subject}must be {listed}")
+        require(value in one_of, name, _shortened(shown), f"{subject}must be {_listed(one_of)}")
     if max_chars is not None:
         require(
             len(value) <= max_chars,
@@ -114,6 +112,12 @@ def _check_text(name: str, shown: Any, value: str, rules: Mapping[str, Any], eac
         require(
             re.fullmatch(pattern, value) is not None, name, _shortened(shown), f"{subject}must match {pattern}{hint}"
         )
+
+
+def _listed(one_of: Any) -> str:
+    """A set of values in words: ``4 or 8``, ``cos, tan or sec``."""
+    words = [str(word) for word in one_of]
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
 
 
 def _shortened(value: Any) -> Any:
@@ -131,6 +135,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def _check_number(name: str, shown: Any, value: Any, rules: Mapping[str, Any], each: str, example: Any) -> None:
     subject = _subject(rules, each)
     hint = f", e.g. {example}" if example not in (None, [], "") else ""
+    if rules.get("one_of") is not None:  # a set is described as the set, never as the range around it
+        require(value in rules["one_of"], name, shown, f"{subject}must be {_listed(rules['one_of'])}{hint}")
     low, above, high, below = (rules.get(bound) for bound in ("low", "above", "high", "below"))
     ok = (
         (low is None or value >= low)

@@ -381,10 +381,16 @@ def cached_profile(
 
 
 def write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all (a partial file renamed over it); the partial
+    file removed when the write or the rename fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text)
-    os.replace(partial, path)
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 # -- a run's profile -------------------------------------------------------------------------------------------------
