@@ -120,15 +120,17 @@ class RankTask:
 
     Rank 0 hosts the rendezvous store. The run is closed here: FINISHED by rank 0 when
     training ends, FAILED by a rank that raises (its one-line reason in the run's ``error``
-    tag, the traceback in the task's log), KILLED when SLURM ends the job (``scancel``, the
+    tag, the traceback in the task's log; bad input or settings, :func:`user_line`, only that
+    line, as the local launchers print it), KILLED when SLURM ends the job (``scancel``, the
     time limit). A sweep element then ends its parent if it was the last to end.
 
     Preemption and time limits (``launcher.max_requeue`` > 0): the ranks checkpoint at epoch
     ends and, on SLURM's warning signal (USR2, ``launcher.signal_delay_s`` before the limit),
     after the next agreed iteration; rank 0 then requeues the job (``scontrol requeue``), which
     SLURM starts again with the same pickled task, and the run resumes from its checkpoint into
-    the same MLflow run (tag ``requeues`` counts the restarts). Past ``max_requeue`` the run
-    is KILLED.
+    the same MLflow run (tag ``requeues`` counts the restarts). Past ``max_requeue``, or when
+    SLURM does not take the requeue, the run is KILLED and rank 0's task prints why and exits 1:
+    what the task says and its exit status agree with the record.
     """
 
     spec: RunSpec
