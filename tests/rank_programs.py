@@ -958,14 +958,15 @@ def abort_on(cluster, channel, aborting: int) -> int:
     return cluster.rank
 
 
-def train_until_warned(cluster, channel, container: dict, folder: str | None, stop_at: int | None, algorithm_class):
-    """One run as dlcomm.launch.rank runs it (the train loop, algorithm ``algorithm_class``), with
-    checkpoints in ``folder`` (None: none) and the scheduler's warning signal arriving while the loop
-    runs step ``stop_at`` (0-based; None: never), so the check after it stops the run:
+def train_until_warned(cluster, channel, spec, folder: str | None, stop_at: int | None, algorithm_class):
+    """One run as dlcomm.launch.rank runs it (the train loop, algorithm ``algorithm_class``) on what a
+    rank gets: the typed configuration of ``spec`` (a :class:`~dlcomm.spec.RunSpec`, pickled to the
+    rank as the launchers pickle it; ``spec.cfg()`` as :func:`dlcomm.launch.rank.train_rank` reads it),
+    with checkpoints in ``folder`` (None: none) and the scheduler's warning signal arriving while the
+    loop runs step ``stop_at`` (0-based; None: never), so the check after it stops the run:
     ``(loop, algorithm, model, the loop's summary, the step it stopped after)``, the last None for a
     run that finished and the summary None for one that stopped."""
-    from omegaconf import OmegaConf
-
+    from dlcomm.config.schema import RunConfig
     from dlcomm.data import build_dataset
     from dlcomm.tasks import build_task
     from dlcomm.train.checkpoint import Checkpointing, Preempted
@@ -978,12 +979,13 @@ def train_until_warned(cluster, channel, container: dict, folder: str | None, st
         def raised(self) -> bool:
             return stop_at is not None and loop.state.step > stop_at
 
-    cfg = OmegaConf.create(container)
+    cfg = spec.cfg()
+    assert isinstance(cfg, RunConfig), type(cfg)  # the typed run, not a DictConfig
     data, task = build_dataset(cfg.dataset), build_task(cfg)
     torch.manual_seed(cfg.seed)
     model = task.build_model(cfg.model, data)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-    algorithm = algorithm_class(cfg.algo, cluster, channel, seed=cfg.seed)
+    algorithm = algorithm_class(cfg.algo, cluster, channel, seed=cfg.seed, compress=cfg.compress)
     algorithm.setup(model, optimizer)
     per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
     scheduler = build_scheduler(cfg.optim, optimizer, per_epoch, total)
@@ -996,11 +998,20 @@ def train_until_warned(cluster, channel, container: dict, folder: str | None, st
     return loop, algorithm, model, summary, None
 
 
-def straight_stopped_resumed(run, cluster, channel, container: dict, folder: str, stop_at: int) -> dict:
-    """``run(cluster, channel, container, folder, stop_at)`` three times: without checkpoints, stopped
+def run_spec(overrides: list[str]):
+    """The :class:`~dlcomm.spec.RunSpec` a launcher hands its ranks for ``overrides`` (composed and
+    checked as ``dlcomm train`` composes them; recorded nowhere)."""
+    from dlcomm.compose import compose
+    from dlcomm.spec import RunSpec
+
+    return RunSpec.from_config(compose(overrides), tracking_uri="")
+
+
+def straight_stopped_resumed(run, cluster, channel, spec, folder: str, stop_at: int) -> dict:
+    """``run(cluster, channel, spec, folder, stop_at)`` three times: without checkpoints, stopped
     by the warning after step ``stop_at``, then resumed from that checkpoint."""
     return {
-        "straight": run(cluster, channel, container, None, None),
-        "stopped": run(cluster, channel, container, folder, stop_at),
-        "resumed": run(cluster, channel, container, folder, None),
+        "straight": run(cluster, channel, spec, None, None),
+        "stopped": run(cluster, channel, spec, folder, stop_at),
+        "resumed": run(cluster, channel, spec, folder, None),
     }

@@ -3,6 +3,8 @@ wrong, how to go on; never a traceback of torch's or int()'s."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -65,3 +67,78 @@ def test_a_checkpoint_of_another_model_is_named(tmp_path) -> None:
         TrainLoop._restore(Loop(), Loop.checkpointing.load())
     message = _one_line(refused)
     assert "is of another model or configuration than this run's (RuntimeError: Error(s) in loading" in message
+
+
+# ---- an algorithm's state that does not fit the run, through the train loop a rank runs ----------------
+
+STOP_AT = 5  # Streaming DiLoCo, period 4, 2 fragments, tau 1: fragment 1's exchange is in flight after step 6
+
+
+def _tamper_in_flight(state: dict) -> str:
+    state["algorithm"]["in_flight"]["fragment"] = 7
+    return "(in-flight fragment=7 is out of range: this run has 2 (0 to 1))"
+
+
+def _tamper_delta(state: dict) -> str:
+    state["algorithm"]["in_flight"]["delta"] = []
+    return "(fragment 1's outer gradient holds 0 tensors where this run has 1)"
+
+
+def _tamper_theta(state: dict) -> str:
+    theta = state["algorithm"]["theta"]
+    state["algorithm"]["theta"] = [theta[0][:-1], *theta[1:]]
+    return f"(the algorithm's theta[0] has shape ({theta[0].numel() - 1},) where this run's has ({theta[0].numel()},))"
+
+
+TAMPERS = {"fragment": _tamper_in_flight, "delta": _tamper_delta, "theta": _tamper_theta}
+
+
+def _stopped_tampered_resumed(cluster, channel, spec, folder: str, tamper: str):
+    """Stop with an exchange in flight, change this rank's checkpoint file, resume: the refusal
+    (and the words expected in it) or None."""
+    from dlcomm.algorithms.streaming_diloco import StreamingDiLoCo
+    from dlcomm.train.checkpoint import load_checkpoint
+
+    import rank_programs
+
+    *_, stopped = rank_programs.train_until_warned(cluster, channel, spec, folder, STOP_AT, StreamingDiLoCo)
+    path = Path(folder) / f"step{stopped}" / f"rank{cluster.rank}.pt"
+    state = load_checkpoint(path)
+    expected = TAMPERS[tamper](state)
+    torch.save(state, path)
+    try:
+        rank_programs.train_until_warned(cluster, channel, spec, folder, None, StreamingDiLoCo)
+    except UserError as refused:
+        return str(refused), str(path), expected
+    return None, str(path), expected
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_an_algorithm_state_that_does_not_fit_the_run_is_named_with_its_file(tmp_path, tamper: str) -> None:
+    """Before: an in-flight fragment out of range ended in a raw `IndexError: list index out of range`
+    naming no file; other lengths and shapes named the folder only."""
+    from dlcomm.launch.harness import run_ranks
+
+    import rank_programs
+
+    spec = rank_programs.run_spec(
+        [
+            "algo=streaming_diloco",
+            "algo.period=4",
+            "algo.fragments=2",
+            "algo.overlap_steps=1",
+            "nodes=2",
+            "model=mlp",
+            "dataset=synthetic",
+            "dataset.train_size=256",
+            "dataset.test_size=64",
+            "train.batch_size=32",
+            "train.epochs=3",
+            "train.eval_batch_size=64",
+        ]
+    )
+    folder = str(tmp_path / "checkpoints")
+    for message, path, expected in run_ranks(_stopped_tampered_resumed, 2, spec, folder, tamper, nodes=2):
+        assert message is not None and "\n" not in message
+        assert message.startswith(f"checkpoint {path} is of another model or configuration than this run's {expected}")
+        assert "remove the run's checkpoints folder" in message and "trains from step 0" in message

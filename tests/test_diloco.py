@@ -172,43 +172,36 @@ def test_the_papers_update_under_nccls_rules(nodes: int, per_node: int) -> None:
 RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: 1 step into the second period of 5, 2 into epoch 2 of 4 steps
 
 
-def _loop(cluster, channel, container: dict, folder: str | None, stop_at: int | None) -> dict:
+def _loop(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
     """This rank's final parameters and theta, or the step the warning stopped it after."""
-    _, algorithm, model, _, stopped = rank_programs.train_until_warned(
-        cluster, channel, container, folder, stop_at, DiLoCo
-    )
+    _, algorithm, model, _, stopped = rank_programs.train_until_warned(cluster, channel, spec, folder, stop_at, DiLoCo)
     if stopped is not None:
         return {"stopped": stopped}
     return {"params": _flat(model), "theta": torch.cat(algorithm.theta).numpy().copy()}
 
 
-def _three_runs(cluster, channel, container: dict, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, container, folder, RESUME_STOP_AT)
+def _three_runs(cluster, channel, spec, folder: str) -> dict:
+    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, spec, folder, RESUME_STOP_AT)
 
 
 def test_a_run_resumed_mid_period_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:
-    from dlcomm.compose import compose
-    from dlcomm.config.typed import plain
-
-    container = plain(
-        compose(
-            [
-                "algo=diloco",
-                "algo.period=5",
-                "optim=adamw",
-                "nodes=2",
-                "model=mlp",
-                "dataset=synthetic",
-                "dataset.train_size=256",
-                "dataset.test_size=64",
-                "train.batch_size=32",
-                "train.epochs=3",
-                "train.eval_batch_size=64",
-                "seed=5",
-            ]
-        )
+    spec = rank_programs.run_spec(
+        [
+            "algo=diloco",
+            "algo.period=5",
+            "optim=adamw",
+            "nodes=2",
+            "model=mlp",
+            "dataset=synthetic",
+            "dataset.train_size=256",
+            "dataset.test_size=64",
+            "train.batch_size=32",
+            "train.epochs=3",
+            "train.eval_batch_size=64",
+            "seed=5",
+        ]
     )
-    results = run_ranks(_three_runs, 2, container, str(tmp_path / "checkpoints"), nodes=2)
+    results = run_ranks(_three_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2)
     for rank in results:
         assert rank["stopped"] == {"stopped": RESUME_STOP_AT + 1}
         assert np.array_equal(rank["resumed"]["params"], rank["straight"]["params"])

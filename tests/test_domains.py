@@ -70,47 +70,84 @@ def test_every_field_of_every_schema_declares_its_domain() -> None:
     assert not missing, f"{len(missing)} fields without a declared domain:\n" + "\n".join(missing)
 
 
-def _outside(rules: dict, kind: object) -> list[object]:
-    """Values of the field's type just outside its declared domain."""
-    element = typing.get_args(kind)[0] if typing.get_origin(kind) in (list, typing.List) else kind
-    values: list[object] = []
+#: Strings tried against a declared pattern: blank, whitespace, path separators and dots, every kind of
+#: control character (a line break, a tab, NUL, DEL), and a long one. Each the pattern refuses is a case.
+PATTERN_PROBES = (
+    "",
+    " ",
+    "a b",
+    ".hidden",
+    "../up",
+    "a/b",
+    "a\\b",
+    "a\nb",
+    "a\rb",
+    "a\tb",
+    "a\x00b",
+    "a\x7fb",
+    "x" * 300,
+)
+
+#: The rules of a domain (dlcomm.config.schema.domain) that refuse values; ``anything`` refuses none.
+RULES = ("low", "above", "high", "below", "length", "one_of", "pattern", "max_chars")
+
+#: (key, rule) pairs with no value of the field's type outside that rule, and why. Empty: every
+#: declared rule of every field has one (a new entry needs its reason).
+NONE_OUTSIDE: dict[tuple[str, str], str] = {}
+
+
+def _outside(rules: dict, kind: object, default: object) -> list[tuple[str, object, bool]]:
+    """``(rule, value, whole)`` for each declared rule: a value of the field's type just outside that
+    rule and inside the others where they allow (``whole``: the value is the whole list, not one
+    element); for a pattern, every probe of :data:`PATTERN_PROBES` it refuses."""
+    listed = typing.get_origin(kind) in (list, typing.List)
+    element = typing.get_args(kind)[0] if listed else kind
+    values: list[tuple[str, object, bool]] = []
     if element is int:
         if rules.get("low") is not None:
-            values.append(int(math.ceil(rules["low"])) - 1)
+            values.append(("low", int(math.ceil(rules["low"])) - 1, False))
         if rules.get("high") is not None:
-            values.append(int(math.floor(rules["high"])) + 1)
+            values.append(("high", int(math.floor(rules["high"])) + 1, False))
         if rules.get("below") is not None:
-            values.append(int(math.ceil(rules["below"])))
+            values.append(("below", int(math.ceil(rules["below"])), False))
         if rules.get("above") is not None:
-            values.append(int(math.floor(rules["above"])))
+            values.append(("above", int(math.floor(rules["above"])), False))
         if rules.get("one_of"):  # a set of numbers: a gap between its members (5 of 4 or 8), else past it
             allowed = rules["one_of"]
-            values.append(next((v for v in range(min(allowed), max(allowed)) if v not in allowed), max(allowed) + 1))
+            gap = next((v for v in range(min(allowed), max(allowed)) if v not in allowed), max(allowed) + 1)
+            values.append(("one_of", gap, False))
     elif element is float:
         for bound, step in (("low", -1), ("high", 1)):
             if rules.get(bound) is not None:
-                values.append(float(rules[bound]) + step * max(1e-3, abs(float(rules[bound])) * 1e-3))
+                values.append((bound, float(rules[bound]) + step * max(1e-3, abs(float(rules[bound])) * 1e-3), False))
         for bound in ("below", "above"):  # an open bound refuses itself
             if rules.get(bound) is not None:
-                values.append(float(rules[bound]))
+                values.append((bound, float(rules[bound]), False))
     elif element is str:
         if rules.get("one_of"):
-            values.append("not-" + rules["one_of"][0])
+            values.append(("one_of", "not-" + rules["one_of"][0], False))
         if rules.get("max_chars") is not None:
-            values.append("x" * (rules["max_chars"] + 1))
+            values.append(("max_chars", "x" * (rules["max_chars"] + 1), False))
         if rules.get("pattern"):
-            values += [
-                text for text in ("", " ", "a b", "../up", "x" * 300) if not re.fullmatch(rules["pattern"], text)
-            ][:1]
+            fits = [text for text in PATTERN_PROBES if len(text) <= (rules.get("max_chars") or len(text))]
+            values += [("pattern", text, False) for text in fits if not re.fullmatch(rules["pattern"], text)]
+    if listed and rules.get("length") is not None and isinstance(default, list) and default:
+        values.append(("length", [*default, default[0]], True))  # one element more, each inside the rest
     return values
 
 
-def _cases() -> list[tuple[str, type, str, object]]:
+def _default(item: dataclasses.Field) -> object:
+    if item.default is not dataclasses.MISSING:
+        return item.default
+    return item.default_factory() if item.default_factory is not dataclasses.MISSING else None
+
+
+def _cases() -> list[tuple[str, type, str, str, object, bool]]:
     cases = []
     for key, schema, item, kind in FIELDS:
         rules = item.metadata.get("limits")
         if rules:
-            cases += [(key, schema, item.name, value) for value in _outside(rules, kind)]
+            cases += [(key, schema, item.name, *case) for case in _outside(rules, kind, _default(item))]
     return cases
 
 
@@ -121,14 +158,57 @@ def test_the_generated_cases_reach_most_fields() -> None:
     assert len({key for key, *_ in CASES}) >= 100
 
 
-@pytest.mark.parametrize("key,schema,field_name,value", CASES, ids=[f"{k}={str(v)[:20]}" for k, _, _, v in CASES])
-def test_a_value_just_outside_a_declared_domain_is_refused_naming_the_key(key, schema, field_name, value) -> None:
+def test_every_declared_rule_of_every_field_has_a_value_outside_it() -> None:
+    """Before: a pattern-checked field (launcher.partition, .account, .qos, .constraint of both SLURM
+    launchers, tracking.run_name's control characters) got no case, its probes all matching the
+    one-line pattern, and no list got one of another length."""
+    covered = {(key, rule) for key, _, _, rule, _, _ in CASES}
+    declared = {
+        (key, rule)
+        for key, _, item, _ in FIELDS
+        for rule in RULES
+        if item.metadata.get("limits", {}).get(rule) is not None
+    }
+    missing = sorted(declared - covered - set(NONE_OUTSIDE))
+    assert not missing, f"{len(missing)} declared rules without a value outside them: {missing}"
+    assert not set(NONE_OUTSIDE) - declared, "NONE_OUTSIDE names a rule no field declares"
+
+
+def test_a_one_line_field_refuses_every_control_character_and_takes_any_other() -> None:
+    """The fields whose value must stay one line (an #SBATCH line, a run's name, an experiment's
+    folder) refuse each control character anywhere in it, and take printable text of any script."""
+    one_line = [
+        (key, item)
+        for key, _, item, _ in FIELDS
+        if "control character" in (item.metadata.get("limits") or {}).get("means", "")
+    ]
+    assert len({key for key, _ in one_line}) >= 6  # the SLURM launchers' four, run_name, experiment
+    for key, item in one_line:
+        for code in [*range(0x20), 0x7F]:
+            with pytest.raises(UserError, match=rf"^{re.escape(key)}=.* is invalid: .*must match "):
+                check_value(key, f"gpu{chr(code)}x", item)
+        check_value(key, "gpu-a100 node_1 élan 計算", item)
+
+
+#: The words of each rule's refusal (dlcomm.config.validate), for the rule the case is outside.
+RULE_WORDS = {"pattern": "must match ", "max_chars": "characters (it has ", "one_of": "must be ", "length": "give "}
+
+
+@pytest.mark.parametrize(
+    "key,schema,field_name,rule,value,whole",
+    CASES,
+    ids=[f"{k}={ascii(v)[:20]}" for k, _, _, _, v, _ in CASES],
+)
+def test_a_value_just_outside_a_declared_domain_is_refused_naming_the_key(
+    key, schema, field_name, rule, value, whole
+) -> None:
     node = OmegaConf.structured(schema)
     # a field without a default (optim.lr in the optimizers' base) reads as missing, not as a list
     listed = not OmegaConf.is_missing(node, field_name) and OmegaConf.is_list(node[field_name])
     field = {item.name: item for item in dataclasses.fields(schema)}[field_name]
-    with pytest.raises(UserError, match=rf"^{re.escape(key)}=.* is invalid: "):
-        check_value(key, [value] if listed else value, field)
+    with pytest.raises(UserError, match=rf"^{re.escape(key)}=.* is invalid: ") as refused:
+        check_value(key, [value] if listed and not whole else value, field)
+    assert "\n" not in str(refused.value) and RULE_WORDS.get(rule, "") in str(refused.value)
 
 
 @pytest.mark.parametrize(

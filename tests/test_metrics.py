@@ -131,45 +131,39 @@ def _statistics_algorithm(base):
     return WithStatistics
 
 
-def _loop_run(cluster, channel, container: dict, folder: str | None, stop_at: int | None) -> dict:
+def _loop_run(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
     """The loop's state and summary (or the step it stopped at) of one run with statistics."""
     from dlcomm.algorithms.registry import get_algorithm
 
-    algorithm = _statistics_algorithm(get_algorithm(container["algo"]["name"]))
-    loop, _, _, summary, stopped = rank_programs.train_until_warned(
-        cluster, channel, container, folder, stop_at, algorithm
-    )
+    algorithm = _statistics_algorithm(get_algorithm(spec.cfg().algo.name))
+    loop, _, _, summary, stopped = rank_programs.train_until_warned(cluster, channel, spec, folder, stop_at, algorithm)
     if stopped is not None:
         return {"stopped": stopped}
     return {"summary": summary, "rows": loop.state.rows, "run_stats": loop.state.run_stats}
 
 
-def _runs(cluster, channel, container: dict, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop_run, cluster, channel, container, folder, STOP_AT)
+def _runs(cluster, channel, spec, folder: str) -> dict:
+    return rank_programs.straight_stopped_resumed(_loop_run, cluster, channel, spec, folder, STOP_AT)
 
 
 def test_a_resumed_run_keeps_the_rows_and_statistics_of_a_straight_one(tmp_path) -> None:
-    from dlcomm.compose import compose
-    from dlcomm.config.typed import plain
     from dlcomm.launch.harness import run_ranks
 
-    container = plain(
-        compose(
-            [
-                "algo=allreduce",
-                "nodes=2",
-                "model=mlp",
-                "dataset=synthetic",
-                "dataset.train_size=256",
-                "dataset.test_size=64",
-                "train.batch_size=32",
-                "train.epochs=3",
-                "train.eval_batch_size=64",
-                "seed=5",
-            ]
-        )
+    spec = rank_programs.run_spec(
+        [
+            "algo=allreduce",
+            "nodes=2",
+            "model=mlp",
+            "dataset=synthetic",
+            "dataset.train_size=256",
+            "dataset.test_size=64",
+            "train.batch_size=32",
+            "train.epochs=3",
+            "train.eval_batch_size=64",
+            "seed=5",
+        ]
     )
-    rank0 = run_ranks(_runs, 2, container, str(tmp_path / "checkpoints"), nodes=2, timeout=120)[0]
+    rank0 = run_ranks(_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2, timeout=120)[0]
     assert rank0["stopped"] == {"stopped": STOP_AT + 1}  # the warning seen after step STOP_AT stops the next check
     straight, resumed = rank0["straight"], rank0["resumed"]
     measured = (

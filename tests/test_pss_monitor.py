@@ -37,24 +37,24 @@ def test_one_thread_serves_every_monitor_until_the_last_stops_and_stop_is_idempo
     assert math.isnan(peak) or peak > 0  # NaN where the kernel reports no PSS
 
 
-def _stopped_run(cluster, channel, container: dict, folder: str):
+def _stopped_run(cluster, channel, spec, folder: str):
     from dlcomm.algorithms.registry import get_algorithm
 
     import rank_programs
 
     *_, stopped_at = rank_programs.train_until_warned(
-        cluster, channel, container, folder, 1, get_algorithm(container["algo"]["name"])
+        cluster, channel, spec, folder, 1, get_algorithm(spec.cfg().algo.name)
     )
     return stopped_at
 
 
 def test_a_loop_that_stops_early_leaves_no_sampler_running(tmp_path) -> None:
-    from dlcomm.compose import compose
-    from dlcomm.config.typed import plain
     from dlcomm.launch.harness import run_ranks
 
+    import rank_programs
+
     assert _gone(), "a sampler was left running before this test"
-    container = plain(compose(["algo=allreduce", "nodes=2", "model=mlp", *FAST, "train.max_steps=6"]))
-    stopped = run_ranks(_stopped_run, 2, container, str(tmp_path), nodes=2, in_process="parallel", timeout=120)
+    spec = rank_programs.run_spec(["algo=allreduce", "nodes=2", "model=mlp", *FAST, "train.max_steps=6"])
+    stopped = run_ranks(_stopped_run, 2, spec, str(tmp_path), nodes=2, in_process="parallel", timeout=120)
     assert stopped[0] is not None and stopped == [stopped[0]] * 2 and stopped[0] < 6  # both raised Preempted
     assert _gone(), f"{len(_samplers())} sampler thread(s) still running after the loops raised"

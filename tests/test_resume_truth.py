@@ -65,6 +65,60 @@ def test_a_resume_with_other_settings_is_refused_naming_the_keys(tmp_path, opene
     assert "seed=0 -> 7" in message and "train.batch_size=16 -> 32" in message and "submit a new job" in message
 
 
+@pytest.mark.parametrize(
+    "then,now,shown",
+    [
+        ([], ["launcher.backend=gloo"], "launcher.backend=auto -> gloo"),
+        (["launcher.backend=nccl"], [], "launcher.backend=nccl -> auto"),
+        (["launcher.cpus_per_task=2"], ["launcher.cpus_per_task=8"], "launcher.cpus_per_task=2 -> 8"),
+    ],
+)
+def test_a_resume_that_changed_a_launcher_knob_that_computes_is_refused(tmp_path, opened, then, now, shown) -> None:
+    """Before: launcher was left out of config_hash, so a requeued srun start with another backend
+    (gloo's and NCCL's reductions differ in their last digits) resumed the run and recorded its numbers."""
+    from dlcomm.launch.srun import job_run
+
+    srun = [*J, "launcher=srun"]
+    _, run_id = opened([*srun, *then])
+    with pytest.raises(UserError) as refused:
+        job_run(opened.spec_of([*srun, *now]), _marker(tmp_path, run_id), "77")
+    message = str(refused.value)
+    assert "\n" not in message and f"({shown})" in message and "submit a new job" in message
+
+
+def test_a_resume_that_changed_where_the_job_runs_is_resumed(tmp_path, opened) -> None:
+    """Partition, account, qos, time limit and the requeue knobs say where and how long the job runs."""
+    from dlcomm.launch.srun import job_run
+
+    srun = [*J, "launcher=srun"]
+    _, run_id = opened(srun)
+    moved = [
+        "launcher.partition=big",
+        "launcher.account=lab",
+        "launcher.qos=high",
+        "launcher.time_min=600",
+        "launcher.max_requeue=9",
+        "launcher.comm_timeout_s=60",
+    ]
+    assert job_run(opened.spec_of([*srun, *moved]), _marker(tmp_path, run_id), "77") == run_id
+
+
+@pytest.mark.parametrize(
+    "launcher,changed",
+    [
+        ("threads", "launcher.semantics=nccl"),
+        ("threads", "launcher.compute=serial"),
+        ("local", "launcher.backend=gloo"),
+        ("slurm", "launcher.gpus_per_node=1"),
+        ("slurm", "launcher.cpus_per_task=4"),
+    ],
+)
+def test_the_launcher_knobs_that_change_the_numbers_are_in_the_configuration_hash(opened, launcher, changed) -> None:
+    base = opened.spec_of([*J, f"launcher={launcher}"])
+    assert opened.spec_of([*J, f"launcher={launcher}", changed]).config_hash != base.config_hash
+    assert opened.spec_of([*J, f"launcher={launcher}", "launcher.teardown_grace_s=9"]).config_hash == base.config_hash
+
+
 @pytest.mark.parametrize("status", ["FINISHED", "FAILED", "KILLED"])
 def test_an_ended_run_is_never_trained_again(tmp_path, opened, status) -> None:
     """Before: the same SLURM_JOB_ID started after its run FINISHED trained into it again (74 -> 148 rows)."""

@@ -287,47 +287,42 @@ def test_an_exchange_in_flight_at_the_end_is_applied_by_finish() -> None:
 RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: fragment 1 (offset 2 of period 4) sent after step 6, due after 7
 
 
-def _loop(cluster, channel, container: dict, folder: str | None, stop_at: int | None) -> dict:
+def _loop(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
     """This rank's final parameters and theta, or the step the warning stopped it after and
     whether an exchange was in flight then."""
     _, algorithm, model, _, stopped = rank_programs.train_until_warned(
-        cluster, channel, container, folder, stop_at, StreamingDiLoCo
+        cluster, channel, spec, folder, stop_at, StreamingDiLoCo
     )
     if stopped is not None:
         return {"stopped": stopped, "in_flight": algorithm.in_flight is not None}
     return {"params": _flat(model), "theta": torch.cat(algorithm.theta).numpy().copy()}
 
 
-def _three_runs(cluster, channel, container: dict, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, container, folder, RESUME_STOP_AT)
+def _three_runs(cluster, channel, spec, folder: str) -> dict:
+    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, spec, folder, RESUME_STOP_AT)
 
 
 def test_a_run_resumed_with_an_exchange_in_flight_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:
-    from dlcomm.compose import compose
-    from dlcomm.config.typed import plain
-
-    container = plain(
-        compose(
-            [
-                "algo=streaming_diloco",
-                "algo.period=4",
-                "algo.fragments=2",
-                "algo.overlap_steps=1",
-                "algo.alpha=0.25",
-                "optim=adamw",
-                "nodes=2",
-                "model=mlp",
-                "dataset=synthetic",
-                "dataset.train_size=256",
-                "dataset.test_size=64",
-                "train.batch_size=32",
-                "train.epochs=3",
-                "train.eval_batch_size=64",
-                "seed=5",
-            ]
-        )
+    spec = rank_programs.run_spec(
+        [
+            "algo=streaming_diloco",
+            "algo.period=4",
+            "algo.fragments=2",
+            "algo.overlap_steps=1",
+            "algo.alpha=0.25",
+            "optim=adamw",
+            "nodes=2",
+            "model=mlp",
+            "dataset=synthetic",
+            "dataset.train_size=256",
+            "dataset.test_size=64",
+            "train.batch_size=32",
+            "train.epochs=3",
+            "train.eval_batch_size=64",
+            "seed=5",
+        ]
     )
-    results = run_ranks(_three_runs, 2, container, str(tmp_path / "checkpoints"), nodes=2)
+    results = run_ranks(_three_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2)
     for rank in results:
         assert rank["stopped"] == {"stopped": RESUME_STOP_AT + 1, "in_flight": True}
         assert np.array_equal(rank["resumed"]["params"], rank["straight"]["params"])

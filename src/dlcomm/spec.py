@@ -5,16 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import Field, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import COMPUTES, RunConfig
 from dlcomm.config.typed import plain
 
 RUN_NAME_CHARS = 64  # a run's default name, which the MLflow UI's runs list shows whole at about this width
-# Keys that say where and how a run is recorded or launched, not what it computes.
+# Keys that say where and how a run is recorded or launched, not what it computes; of ``launcher``,
+# the knobs marked :func:`dlcomm.config.schema.computes` are hashed all the same (computed_config).
 _NOT_HASHED = ("tracking", "launcher", "debug", "report")
 
 
@@ -51,8 +52,13 @@ class RunSpec:
         return cast(dict[str, Any], plain(self.run))
 
     @cached_property
+    def computed(self) -> dict[str, Any]:
+        """What the run computes, as plain data: what :attr:`config_hash` hashes (:func:`computed_config`)."""
+        return computed_config(self.run)
+
+    @cached_property
     def config_hash(self) -> str:
-        return config_hash(self.config)
+        return config_hash(self.computed)
 
     def with_run(self, run_id: str, run_dir: Path) -> "RunSpec":
         return replace(self, run_id=run_id, run_dir=str(run_dir))
@@ -113,10 +119,35 @@ def _key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]
 
 
-def config_hash(config: dict[str, Any]) -> str:
-    """First 12 hex digits of the SHA-256 of the canonical JSON of what the run computes."""
-    payload = {k: v for k, v in config.items() if k not in _NOT_HASHED}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+def computed_config(run: RunConfig) -> dict[str, Any]:
+    """The configuration of ``run`` that decides its numbers, as plain data: every key but
+    ``tracking``, ``launcher``, ``debug`` and ``report``, and of ``launcher`` the knobs its schema
+    marks :func:`~dlcomm.config.schema.computes` (``launcher.backend``, ``launcher.semantics``,
+    ``launcher.compute``, ``launcher.gpus_per_node``, ``launcher.cpus_per_task``) set away from
+    their defaults (so runs of different launchers at their defaults, which compute alike, share a
+    hash, and a run's hash is what it was before these knobs were hashed): a resume must keep all of
+    these, and may change the rest (partition, account, time limit, ...)."""
+    config = cast(dict[str, Any], plain(run))
+    payload = {key: value for key, value in config.items() if key not in _NOT_HASHED}
+    launcher = {
+        item.name: config["launcher"][item.name]
+        for item in computing_knobs(run.launcher)
+        if config["launcher"][item.name] != plain(item.default)
+    }
+    if launcher:
+        payload["launcher"] = launcher
+    return payload
+
+
+def computing_knobs(launcher: Any) -> list[Field[Any]]:
+    """The fields of a launcher's ``Config`` marked :func:`~dlcomm.config.schema.computes`."""
+    return [item for item in fields(launcher) if item.metadata.get(COMPUTES)]
+
+
+def config_hash(computed: dict[str, Any]) -> str:
+    """First 12 hex digits of the SHA-256 of the canonical JSON of what the run computes
+    (:func:`computed_config`)."""
+    return hashlib.sha256(json.dumps(computed, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def git_commit() -> str:

@@ -51,7 +51,9 @@ class ChangeAverage:
         return {"compressor": self.compressor.state_dict(), "anchors": [a.clone() for a in self.anchors]}
 
     def load_state_dict(self, state: dict) -> None:
+        from dlcomm.saved import copy_into, entry, tensors
+
         if "compressor" in state:
+            anchors = tensors(entry(state, "anchors", "the algorithm's state"), self.anchors, "the algorithm's anchors")
             self.compressor.load_state_dict(state["compressor"])
-            for mine, saved in zip(self.anchors, state["anchors"]):
-                mine.copy_(saved)
+            copy_into(self.anchors, anchors, "the algorithm's anchors")

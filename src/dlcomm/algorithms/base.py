@@ -158,7 +158,10 @@ class Algorithm(Generic[C]):
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Continue from ``state`` (a checkpoint's, of :meth:`state_dict`), reading it through
+        :mod:`dlcomm.saved`: every entry is checked against this run (its keys, its tensors' count
+        and shapes, its indices' ranges) before any is used, and what does not fit raises
+        :class:`~dlcomm.saved.StateMismatch`, which the train loop words in one line naming the file."""
 
     def serve(self, role: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Run service ``role`` (one of :meth:`roles`) until the workers are done."""

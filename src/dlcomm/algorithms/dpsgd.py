@@ -116,6 +116,19 @@ class DPSGD(Algorithm[DPSGDConfig]):
         return {"public": [[t.clone() for t in copies] for copies in self.public]}
 
     def load_state_dict(self, state: dict) -> None:
-        for mine, saved in zip(getattr(self, "public", []), state.get("public", [])):
-            for tensor, value in zip(mine, saved):
-                tensor.copy_(value)
+        """The public copies (compressed), every one checked against this run's before any is copied."""
+        from dlcomm.saved import StateMismatch, copy_into, entry, tensors
+
+        mine = getattr(self, "public", [])
+        if not mine:
+            return
+        saved = entry(state, "public", "the algorithm's state")
+        if not isinstance(saved, list) or len(saved) != len(mine):
+            count = len(saved) if isinstance(saved, list) else type(saved).__name__
+            raise StateMismatch(f"the algorithm's public copies are of {count} buckets where this run has {len(mine)}")
+        checked = [
+            tensors(theirs, copies, f"bucket {n}'s public copies")
+            for n, (theirs, copies) in enumerate(zip(saved, mine))
+        ]
+        for copies, theirs in zip(mine, checked):
+            copy_into(copies, theirs, "the algorithm's public copies")

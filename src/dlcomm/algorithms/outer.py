@@ -99,8 +99,15 @@ class OuterSGD:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        # strict: a checkpoint of other buckets (another model or bucket_mb) is refused, not half loaded
-        for mine, saved in zip([*self.theta, *self.momentum], [*state["theta"], *state["momentum"]], strict=True):
-            mine.copy_(saved)
-        if not self.compressor.identity:
-            self.compressor.load_state_dict(state["compressor"])
+        """Every saved bucket checked against this run's before any is copied: a checkpoint of other
+        buckets (another model or bucket_mb) is refused (:class:`~dlcomm.saved.StateMismatch`), not half loaded."""
+        from dlcomm.saved import copy_into, entry, tensors
+
+        where = "the algorithm's state"
+        theta = tensors(entry(state, "theta", where), self.theta, "the algorithm's theta")
+        momentum = tensors(entry(state, "momentum", where), self.momentum, "the algorithm's outer momentum")
+        compressor = None if self.compressor.identity else entry(state, "compressor", where)
+        copy_into(self.theta, theta, "the algorithm's theta")
+        copy_into(self.momentum, momentum, "the algorithm's outer momentum")
+        if compressor is not None:
+            self.compressor.load_state_dict(compressor)

@@ -227,12 +227,18 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.outer.load_state_dict(state)
-        self.in_flight = None
+        """The outer state, and an exchange in flight checked against this run's fragments (its index,
+        its buckets' shapes) before any of it is used (:mod:`dlcomm.saved`)."""
+        from dlcomm.saved import copy_into, entry, index
+
+        in_flight, deltas = None, []
         if "in_flight" in state:
-            fragment = int(state["in_flight"]["fragment"])
-            saved = state["in_flight"]["delta"]
-            deltas = [self.buffers[index].new_empty(self.buffers[index].shape) for index in self.members[fragment]]
-            for mine, theirs in zip(deltas, saved, strict=True):
-                mine.copy_(theirs)
-            self.in_flight = (fragment, Averaging(deltas, []))
+            saved = entry(state, "in_flight", "the algorithm's state")
+            fragment = index(
+                entry(saved, "fragment", "the exchange in flight"), len(self.members), "in-flight fragment"
+            )
+            deltas = [self.buffers[bucket].new_empty(self.buffers[bucket].shape) for bucket in self.members[fragment]]
+            copy_into(deltas, entry(saved, "delta", "the exchange in flight"), f"fragment {fragment}'s outer gradient")
+            in_flight = fragment
+        self.outer.load_state_dict(state)
+        self.in_flight = None if in_flight is None else (in_flight, Averaging(deltas, []))

@@ -32,5 +32,6 @@ class ResidualMemory:
         return {"accum": [t.clone() for t in self.accum]}
 
     def load_state_dict(self, state: dict) -> None:
-        for mine, saved in zip(self.accum, state["accum"]):
-            mine.copy_(saved)
+        from dlcomm.saved import copy_into, entry
+
+        copy_into(self.accum, entry(state, "accum", "the residual memory's state"), "the residual memory")

@@ -65,6 +65,20 @@ def domain(
     return {"limits": {**declared, "means": means}}
 
 
+#: Field metadata key of a launcher knob that changes the run's numbers (:func:`computes`).
+COMPUTES = "computes"
+
+
+def computes(metadata: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``metadata`` (a :func:`domain`'s, or none) marking a launcher knob that changes what the run
+    computes: the process group's rules (gloo's or NCCL's reductions differ in their last digits),
+    the device, the compute scheduling, the threads a rank computes with. The configuration hash
+    (:func:`dlcomm.spec.computed_config`) holds these and no other ``launcher`` key, so a resume
+    that changed one is refused (:func:`dlcomm.launch.srun.job_run`); where the job runs, what it is
+    charged to and how long it may take (partition, account, qos, time_min, ...) are not marked."""
+    return {**(metadata or {}), COMPUTES: True}
+
+
 class Choice(str, Enum):
     """A knob with a closed set of values. OmegaConf refuses any other value while composing
     (:func:`dlcomm.compose.compose` words it as ``key=value is invalid: use a, b or c``). A member
@@ -330,8 +344,8 @@ class LauncherConfig:
     class (:mod:`dlcomm.launch`); the knobs every launcher has."""
 
     name: str = "local"
-    backend: Backend = (
-        Backend.auto
+    backend: Backend = field(
+        default=Backend.auto, metadata=computes()
     )  # process group: auto (nccl when train.device resolves to cuda, else gloo) | gloo | nccl
     teardown_grace_s: float = field(
         default=5.0, metadata=domain(low=0.0)
@@ -372,10 +386,10 @@ class SlurmLauncherConfig(ProcessLauncherConfig):
         default=60, metadata=domain(low=1, means="the job's time limit in minutes")
     )  # the job's wall-clock limit (--time), minutes
     gpus_per_node: int = field(
-        default=0, metadata=domain(low=0)
+        default=0, metadata=computes(domain(low=0))
     )  # GPUs per node (--gpus-per-node); 0: none (gloo); >0 with train.device=auto|cuda: nccl
     cpus_per_task: int = field(
-        default=1, metadata=domain(low=1)
+        default=1, metadata=computes(domain(low=1))
     )  # cores per rank (--cpus-per-task); its torch threads unless train.threads_per_rank is set
     mem_gb: float = field(
         default=0.0, metadata=domain(low=0.0)

@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
 from dlcomm.config.schema import RunConfig, SlurmLauncherConfig
 from dlcomm.config.validate import require
-from dlcomm.errors import UserError
+from dlcomm.errors import EXIT_USAGE, Diverged, UserError
 from dlcomm.launch.base import Launcher, element_label, launcher_settings
 from dlcomm.launch.interrupts import INTERRUPTS
 from dlcomm.launch.job_end import TermWatcher, cancel_job, comm_failure_line, down_hosts
@@ -118,15 +120,17 @@ class RankTask:
 
     Rank 0 hosts the rendezvous store. The run is closed here: FINISHED by rank 0 when
     training ends, FAILED by a rank that raises (its one-line reason in the run's ``error``
-    tag, the traceback in the task's log), KILLED when SLURM ends the job (``scancel``, the
+    tag, the traceback in the task's log; bad input or settings, :func:`user_line`, only that
+    line, as the local launchers print it), KILLED when SLURM ends the job (``scancel``, the
     time limit). A sweep element then ends its parent if it was the last to end.
 
     Preemption and time limits (``launcher.max_requeue`` > 0): the ranks checkpoint at epoch
     ends and, on SLURM's warning signal (USR2, ``launcher.signal_delay_s`` before the limit),
     after the next agreed iteration; rank 0 then requeues the job (``scontrol requeue``), which
     SLURM starts again with the same pickled task, and the run resumes from its checkpoint into
-    the same MLflow run (tag ``requeues`` counts the restarts). Past ``max_requeue`` the run
-    is KILLED.
+    the same MLflow run (tag ``requeues`` counts the restarts). Past ``max_requeue``, or when
+    SLURM does not take the requeue, the run is KILLED and rank 0's task prints why and exits 1:
+    what the task says and its exit status agree with the record.
     """
 
     spec: RunSpec
@@ -153,6 +157,8 @@ class RankTask:
 
         def on_term() -> None:  # in TermWatcher's thread, whatever the main thread is blocked in
             if requeuing or ending:  # SLURM stops the job it requeues, or the job this rank cancelled
+                if requeuing:
+                    self._requeued.announce()  # rank 0 asked, and SLURM acts on it: stopping the job is the requeue
                 os._exit(0 if requeuing else 1)
             lost = down_hosts(os.environ.get("SLURM_JOB_NODELIST", ""))
             if lost:
@@ -188,23 +194,35 @@ class RankTask:
         except Preempted as stop:
             requeuing.append(True)
             if env.global_rank == 0:
-                self._requeue(stop, env.raw_job_id)
+                ended = self._requeue(stop, env.raw_job_id)
+                if ended:  # not requeued: the run is KILLED with this reason, and the task says so and fails
+                    requeuing.clear()
+                    ending.append(True)
+                    _say_error(f"{ended}; mlflow run {self.spec.run_id} marked KILLED")
+                    raise SystemExit(1) from None
             return {}
         except BaseException as error:
             ending.append(True)
-            line, consequence = comm_failure_line(error, env.global_rank, launcher.comm_timeout_s) or (
-                _one_line(error),
-                False,
+            said = user_line(error, env.global_rank)  # bad input or settings: one line, no traceback
+            line, consequence = (
+                (said, False)
+                if said is not None
+                else comm_failure_line(error, env.global_rank, launcher.comm_timeout_s) or (_one_line(error), False)
             )
             if consequence:  # let the rank that timed out (the cause) write its reason first
                 time.sleep(3)
             lost = down_hosts(os.environ.get("SLURM_JOB_NODELIST", ""))
             self._end("FAILED", f"host(s) {', '.join(lost)} set DOWN by SLURM; {line}" if lost else line)
             # the scancel below reaches this task too, whose TermWatcher exits before submitit would
-            # print the traceback: the task's .err log gets it now
-            traceback.print_exc(file=sys.stderr)
-            sys.stderr.flush()
+            # print the traceback: the task's .err log gets it now (a user error only its line)
+            if said is not None:
+                _say_error(f"{line}; mlflow run {self.spec.run_id} marked FAILED")
+            else:
+                traceback.print_exc(file=sys.stderr)
+                sys.stderr.flush()
             cancel_job(env.job_id)  # the other ranks stop now, and SLURM does not requeue a lost host's job
+            if said is not None:  # ends the task without submitit's traceback (it re-raises Exceptions only)
+                raise SystemExit(EXIT_USAGE if isinstance(error, UserError) else 1) from None
             raise
         finally:
             del store
@@ -214,8 +232,13 @@ class RankTask:
             self.on_sweep_end(self.spec.tracking_uri, self.spec.parent_run_id)
         return summary
 
-    def _requeue(self, stop: BaseException, job_id: str) -> None:
-        """Requeue this job (or array element) unless it has been requeued ``max_requeue`` times."""
+    def _requeue(self, stop: BaseException, job_id: str) -> str:
+        """Requeue this job (or array element) unless it has been requeued ``max_requeue`` times;
+        "" when SLURM took the requeue, else the reason the run was ended KILLED with.
+
+        The line saying the job is requeued comes only once SLURM has taken it: after ``scontrol
+        requeue`` succeeded, or from :class:`~dlcomm.launch.job_end.TermWatcher` when SLURM's
+        SIGTERM, which stops the job it requeues, comes first (:attr:`_requeued`)."""
         import subprocess
 
         from dlcomm.tracking.mlflow_run import set_tags
@@ -223,26 +246,32 @@ class RankTask:
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         limit = slurm_settings(self.spec.cfg()).max_requeue
         if restarts >= limit:
-            self._end(
-                "KILLED", f"{stop} but the job was already requeued {restarts} times (launcher.max_requeue={limit})"
-            )
-            return
+            reason = f"{stop} but the job was already requeued {restarts} times (launcher.max_requeue={limit})"
+            self._end("KILLED", reason)
+            return reason
         # the count first: a requeue SLURM does stops this task at once (SIGTERM), before any line after it
         set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
-        print(f"dlcomm: {stop}; requeueing SLURM job {job_id} ({restarts + 1} of at most {limit})", flush=True)
+        self._requeued.line = f"dlcomm: {stop}; SLURM requeued job {job_id} ({restarts + 1} of at most {limit})"
         try:
             subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60, capture_output=True, text=True)
         except (OSError, subprocess.SubprocessError) as error:  # no scontrol, refused (exit 1), no answer
-            set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts)})  # it did not happen
+            self._requeued.line = ""  # it did not happen: a SIGTERM now (the time limit) says nothing of a requeue
+            set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts)})
             said = getattr(error, "stderr", "") or ""
             reason = next((line.strip() for line in said.splitlines() if line.strip()), "") or str(error)
-            self._end(
-                "KILLED",
+            reason = (
                 f"{stop}, but SLURM did not requeue job {job_id} (scontrol requeue: {reason}); the run ends here, its "
                 f"checkpoint kept in {Path(self.spec.run_dir) / 'checkpoints'}; allow requeues on this cluster "
-                "(or set launcher.max_requeue=0 to end at the time limit without checkpointing)",
+                "(or set launcher.max_requeue=0 to end at the time limit without checkpointing)"
             )
-            return
+            self._end("KILLED", reason)
+            return reason
+        self._requeued.announce()
+        return ""
+
+    @cached_property
+    def _requeued(self) -> "_Announcement":
+        return _Announcement()
 
     def _end(self, status: str, error: str = "") -> bool:
         """End the run unless another rank ended it first (the first reason is the root cause);
@@ -253,6 +282,39 @@ class RankTask:
             return False
         close_run(self.spec.tracking_uri, self.spec.run_id, status, error)
         return bool(self.spec.parent_run_id and close_parent_if_done(self.spec.tracking_uri, self.spec.parent_run_id))
+
+
+class _Announcement:
+    """A line printed at most once, from whichever thread gets there first (the task's main thread
+    after ``scontrol requeue`` returned, or the SIGTERM watcher when SLURM stopped the job first)."""
+
+    def __init__(self) -> None:
+        self.line = ""
+        self._lock = threading.Lock()
+
+    def announce(self) -> None:
+        with self._lock:
+            if self.line:
+                print(self.line, flush=True)
+                self.line = ""
+
+
+def user_line(error: BaseException, rank: int) -> str | None:
+    """What a task says of a rank stopped by bad input or settings (a :class:`UserError`, a
+    diverged loss), as the local launchers do (:class:`dlcomm.launch.driver.RankFailure`): one line,
+    not tagged by the exception's class; None for any other error, which keeps its traceback."""
+    if isinstance(error, Diverged):
+        return str(error)  # names the step and the rank itself
+    if isinstance(error, UserError):
+        return f"rank {rank} stopped: {error}"
+    return None
+
+
+def _say_error(line: str) -> None:
+    """The task's own one line on stderr (its .err log; srun's terminal), secrets masked."""
+    from dlcomm.secrets import mask
+
+    print(f"dlcomm: error: {mask(line)}", file=sys.stderr, flush=True)
 
 
 def _one_line(error: BaseException) -> str:

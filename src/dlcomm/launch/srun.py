@@ -110,10 +110,11 @@ def job_run(spec: RunSpec, marker: Path, job_id: str) -> str:
     """The run this SLURM job started before a requeue, to resume into; "" for a new run. A run that
     has ended (FINISHED, FAILED, KILLED) is never trained again: this start records a new run. A
     configuration that differs from the recorded one in what the run computes (every key but
-    ``tracking``, ``launcher``, ``debug`` and ``report``: :func:`dlcomm.spec.config_hash`) is refused
-    in one line naming the keys: continuing would record numbers of one configuration under another."""
+    ``tracking``, ``launcher``, ``debug`` and ``report``, and the launcher knobs that change the
+    numbers, e.g. ``launcher.backend``: :func:`dlcomm.spec.computed_config`) is refused in one line
+    naming the keys: continuing would record numbers of one configuration under another."""
     from dlcomm import progress
-    from dlcomm.spec import _NOT_HASHED
+    from dlcomm.spec import computing_knobs
     from dlcomm.tracking.mlflow_run import TERMINAL, flatten, recorded_run
 
     if not marker.is_file():
@@ -126,8 +127,10 @@ def job_run(spec: RunSpec, marker: Path, job_id: str) -> str:
         return ""
     recorded_hash = found.data.tags.get("config_hash", "")
     if recorded_hash and recorded_hash != spec.config_hash:
-        now = flatten({key: value for key, value in spec.config.items() if key not in _NOT_HASHED})
-        then = {key: value for key, value in found.data.params.items() if key.split(".")[0] not in _NOT_HASHED}
+        knobs = {f"launcher.{item.name}" for item in computing_knobs(spec.run.launcher)}  # at their defaults too
+        now = {**flatten(spec.computed), **{key: value for key, value in flatten(spec.config).items() if key in knobs}}
+        sections = {key.split(".")[0] for key in now} - {"launcher"}
+        then = {key: value for key, value in found.data.params.items() if key in now or key.split(".")[0] in sections}
         differing = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key))
         shown = ", ".join(f"{key}={then.get(key, '<unset>')} -> {now.get(key, '<unset>')}" for key in differing[:6])
         more = f" and {len(differing) - 6} more" if len(differing) > 6 else ""

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from dlcomm import progress
-from dlcomm.config.schema import LauncherConfig, RunConfig, domain
+from dlcomm.config.schema import LauncherConfig, RunConfig, computes, domain
 from dlcomm.errors import Diverged, UserError
 from dlcomm.launch.driver import DriverLauncher, LaunchResult, RankFailure, root_cause
 from dlcomm.launch.gpus import trains_on_cuda
@@ -72,12 +72,12 @@ class ThreadsLauncherConfig(LauncherConfig):
 
     name: str = "threads"
     compute: str = field(
-        default="auto", metadata=domain(one_of=COMPUTE_MODES, means="the compute mode")
+        default="auto", metadata=computes(domain(one_of=COMPUTE_MODES, means="the compute mode"))
     )  # parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | auto: parallel unless network.mode=simulate or training draws random numbers
     semantics: str = field(
         default="gloo",
-        metadata=domain(
-            one_of=SEMANTICS, means="the message semantics (gloo: gloo's delivery, nccl: NCCL's ordering rules)"
+        metadata=computes(
+            domain(one_of=SEMANTICS, means="the message semantics (gloo: gloo's delivery, nccl: NCCL's ordering rules)")
         ),
     )  # gloo: messages delivered as gloo does | nccl: NCCL's rules (no buffering, one queue per group and rank, batches as one unit), so what hangs on a GPU cluster hangs here
     hang_timeout_s: float = field(

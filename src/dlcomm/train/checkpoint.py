@@ -96,6 +96,7 @@ class Checkpointing:
         self.device = device  # where checkpoints are loaded to
         self.warning = warning
         self.check_every = max(1, check_every)
+        self.loaded_from: Path | None = None  # the file :meth:`load` read, for the refusals of what it holds
 
     # ---- the stop agreement --------------------------------------------------------------
     def stop_now(self, steps_done: int, any_rank: Callable[[bool], bool]) -> bool:
@@ -126,7 +127,8 @@ class Checkpointing:
         step = self.latest_step()
         if step is None:
             return None
-        return load_checkpoint(self.folder / f"step{step}" / f"rank{self.rank}.pt", self.device)
+        self.loaded_from = self.folder / f"step{step}" / f"rank{self.rank}.pt"
+        return load_checkpoint(self.loaded_from, self.device)
 
     def save(self, step: int, state: dict[str, Any], barrier: Callable[[], None]) -> None:
         """Write this rank's ``state``; once all ranks have, rank 0 marks ``step`` the newest and

@@ -41,6 +41,7 @@ from dlcomm.errors import Diverged, UserError, first_line
 from dlcomm.metrics import names, stats
 from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, readable, run_metrics, simulated_elapsed
 from dlcomm.metrics.rows import IterationRow
+from dlcomm.saved import StateMismatch
 from dlcomm.tasks import Task
 from dlcomm.train.checkpoint import AFRESH, Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
@@ -252,14 +253,23 @@ class TrainLoop:
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
 
     def _restore(self, saved: dict[str, Any]) -> None:
-        """:meth:`load_state_dict` of a checkpoint; one line when it is of another model or setup."""
+        """:meth:`load_state_dict` of a checkpoint; one line naming its file when what it holds does
+        not fit this run: the algorithm's and compressor's parts are checked as they are read
+        (:class:`~dlcomm.saved.StateMismatch`), torch's own loaders raise on other sizes or keys."""
         assert self.checkpointing is not None
+        folder = self.checkpointing.folder
+        file = self.checkpointing.loaded_from or folder
         try:
             self.load_state_dict(saved)
-        except (RuntimeError, KeyError, ValueError, TypeError) as error:  # size mismatch, missing keys
+        except StateMismatch as mismatch:
             raise UserError(
-                f"checkpoint {self.checkpointing.folder} is of another model or configuration than this run's "
-                f"({type(error).__name__}: {first_line(error)[:200]}); {AFRESH.format(folder=self.checkpointing.folder)}"
+                f"checkpoint {file} is of another model or configuration than this run's ({first_line(mismatch)}); "
+                f"{AFRESH.format(folder=folder)}"
+            ) from None
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:  # size mismatch, missing keys
+            raise UserError(
+                f"checkpoint {file} is of another model or configuration than this run's "
+                f"({type(error).__name__}: {first_line(error)[:200]}); {AFRESH.format(folder=folder)}"
             ) from None
 
     def _checkpoint(self) -> None:
