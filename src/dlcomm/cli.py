@@ -418,8 +418,16 @@ def _export_sweep(overrides: list[str]) -> int:
     store or the cluster, which the job checks where it runs."""
     from dlcomm.compose import compose
     from dlcomm.run import check_runnable
+    from dlcomm.secrets import credentials
     from dlcomm.sweep import expand, export_lines, screening_order
 
+    holding = [item.lstrip("+~").partition("=")[0] for item in overrides if credentials(item)]
+    if holding:  # the lines would be masked (useless) on a terminal, or hold it in a file anyone may read
+        raise UserError(
+            f"sweep export: {holding[0]} holds a credential (a password or token in a URI), which the exported lines "
+            "would write into the file the job reads: pass the URI without it and give it to the job's environment "
+            "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
+        )
     elements = expand(overrides)
     for element in (elements[position] for position in screening_order(elements)):
         try:
