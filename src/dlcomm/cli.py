@@ -332,7 +332,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.compose import compose
     from dlcomm.data import build_dataset
     from dlcomm.launch.gpus import trains_on_cuda
-    from dlcomm.paths import check_writable, profiles_dir
+    from dlcomm.paths import check_shape, check_writable, profiles_dir
     from dlcomm.run import check_runnable
     from dlcomm.train.profile import cached_profile, workload_name, write_atomically
 
@@ -340,6 +340,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     # what train refuses (a model the data cannot feed, a damaged data set) in one line; not the
     # launcher's checks: one replica steps here, nothing is launched (a SLURM preset on a GPU node)
     check_runnable(cfg, launcher=False)
+    check_shape(profiles_dir(), True, "the compute profiles")  # the cache it writes: a file there is one line
     if out:
         check_writable(Path(out).resolve().parent, "--out", "pass --out a file in a folder you can write")
     device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
