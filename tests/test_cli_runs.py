@@ -236,6 +236,35 @@ def test_ctrl_c_marks_the_run_killed(home, launcher, signum) -> None:
     assert client.get_run(run_id).info.status == "KILLED"
 
 
+@pytest.mark.parametrize("launcher", ["local", "threads"])
+def test_sigterm_when_the_done_line_appears_leaves_the_run_finished_and_exit_0(home, launcher) -> None:
+    """Issue 57 item 7: SIGTERM to the driver the moment ``done:`` was printed (its ranks still
+    ending) exited 130 with the run KILLED, though the result was recorded. Once rank 0 has recorded
+    it the run is FINISHED, and the exit code is that status's."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "model=mlp", "train.max_steps=3", f"launcher={launcher}"],
+        cwd=home,
+        env=cli_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("done:"):
+            process.send_signal(signal.SIGTERM)
+            break
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    run_id = next((home / "results" / "runs").iterdir()).name
+    # (the ranks end within milliseconds of the line: should every rank have ended first, that is said instead)
+    assert f"mlflow run {run_id} stays FINISHED" in stderr and "SIGTERM after" in stderr
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(tracking_uri=f"sqlite:///{home / 'results' / 'mlflow.db'}").get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["final/steps"] == 3
+
+
 def _interrupt_while_closing(monkeypatch, signum: int) -> list[str]:
     """``close_run`` patched to send this process ``signum`` at its first call, as a Ctrl-C
     arriving after every rank ended (while the driver records the outcome) would; the statuses

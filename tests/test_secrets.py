@@ -156,3 +156,62 @@ def test_no_record_or_file_of_a_run_holds_a_secret(tmp_path, cli_here) -> None:
 @pytest.mark.parametrize("text", ["tracking.uri=http://[::1", 'tracking.uri="http://[::1]"', "http://h:notaport/x"])
 def test_a_uri_urlsplit_cannot_read_is_left_as_it_is(text: str) -> None:
     assert secrets.credentials(text) == [] and secrets.mask(text) == text
+
+
+def _readable_by_others(path: Path, root: Path) -> bool:
+    """Whether a user other than the owner (group or others) can read ``path``: its own read bit,
+    and the search bit of every folder from ``root`` down to it."""
+    folders = [folder for folder in path.parents if folder.is_relative_to(root)]
+    for bits_read, bits_search in ((0o040, 0o010), (0o004, 0o001)):  # group, others
+        if path.stat().st_mode & bits_read and all(folder.stat().st_mode & bits_search for folder in folders):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_no_file_a_slurm_submission_writes_lets_others_read_a_secret(tmp_path, cli_here, monkeypatch, sweep) -> None:
+    """Issue 57 item 7: the submission pickle under results/runs/<id>/slurm/ held the run's
+    configuration as given (a tracking.uri's password, a token in a run name) with mode 0644.
+    sbatch and sinfo are stand-ins here (the submission's files are dlcomm's and submitit's)."""
+    import os
+    import stat
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, text in {"sbatch": "echo Submitted batch job 4242", "sinfo": "true", "squeue": "true"}.items():
+        (tools / name).write_text(f"#!/bin/sh\n{text}\n")
+        (tools / name).chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    home = tmp_path / "home"
+    home.mkdir()
+    secret_uri = f"http://bob:{PASSWORD}@host/x?token=tok3n"
+    previous = os.umask(0o022)  # a usual umask: files 0644, folders 0755
+    try:
+        sweep_args = ["-m", "seed=1,2"] if sweep else []
+        result = cli_here(
+            home, "train", *sweep_args, *J[:-1], "launcher=slurm", f'tracking.run_name="see {secret_uri}"'
+        )
+    finally:
+        os.umask(previous)
+    assert result.returncode == 0, result.stderr
+    assert "submitted SLURM job" in result.stdout
+    written = [path for path in (home / "results").rglob("*") if path.is_file()]
+    assert any(path.suffix == ".pkl" for path in written)
+    holding = [path for path in written if PASSWORD.encode() in path.read_bytes() or b"tok3n" in path.read_bytes()]
+    assert holding  # the job needs the run as given: it stays in the pickle, for its owner alone
+    assert not [path for path in holding if _readable_by_others(path, home / "results")]
+
+
+def test_sweep_export_refuses_a_credential_in_one_line(tmp_path, cli_here) -> None:
+    """Issue 57 item 7: it printed ``tracking.uri=http\\://alice\\:***@...`` lines, masked and so
+    useless when run (and unmasked they would sit in the job's lines file)."""
+    uri = f"http://alice:{PASSWORD}@127.0.0.1:5000"
+    result = cli_here(tmp_path, "sweep", "export", "-m", "dataset=synthetic", f"tracking.uri={uri}", "seed=1,2")
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("dlcomm: error: sweep export: tracking.uri holds a credential") and PASSWORD not in line
+    assert "MLFLOW_TRACKING_PASSWORD" in line
+    plain = cli_here(
+        tmp_path, "sweep", "export", "-m", "dataset=synthetic", "tracking.uri=http://alice@h:5000", "seed=1,2"
+    )
+    assert plain.returncode == 0 and len(plain.stdout.splitlines()) == 2

@@ -335,7 +335,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     from dlcomm.compose import compose
     from dlcomm.data import build_dataset
     from dlcomm.launch.gpus import trains_on_cuda
-    from dlcomm.paths import check_output_file, profiles_dir
+    from dlcomm.paths import check_output_file, check_shape, profiles_dir
     from dlcomm.run import check_runnable
     from dlcomm.train.profile import cached_profile, workload_name, write_atomically
 
@@ -343,6 +343,7 @@ def _profile(overrides: list[str], out: str, fresh: bool) -> int:
     # what train refuses (a model the data cannot feed, a damaged data set) in one line; not the
     # launcher's checks: one replica steps here, nothing is launched (a SLURM preset on a GPU node)
     check_runnable(cfg, launcher=False)
+    check_shape(profiles_dir(), True, "the compute profiles")  # the cache it writes: a file there is one line
     target = check_output_file(Path(out), f"--out {out}", "pass --out a new file, or one to replace") if out else None
     device = torch.device("cuda", 0) if trains_on_cuda(cfg.train) else torch.device("cpu")
     data = build_dataset(cfg.dataset)
@@ -420,8 +421,16 @@ def _export_sweep(overrides: list[str]) -> int:
     store or the cluster, which the job checks where it runs."""
     from dlcomm.compose import compose
     from dlcomm.run import check_runnable
+    from dlcomm.secrets import credentials
     from dlcomm.sweep import expand, export_lines, screening_order
 
+    holding = [item.lstrip("+~").partition("=")[0] for item in overrides if credentials(item)]
+    if holding:  # the lines would be masked (useless) on a terminal, or hold it in a file anyone may read
+        raise UserError(
+            f"sweep export: {holding[0]} holds a credential (a password or token in a URI), which the exported lines "
+            "would write into the file the job reads: pass the URI without it and give it to the job's environment "
+            "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
+        )
     elements = expand(overrides)
     for element in (elements[position] for position in screening_order(elements)):
         try:

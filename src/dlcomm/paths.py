@@ -158,3 +158,87 @@ def inside(folder: Path, path: Path, setting: str) -> Path:
             "'/', '\\' or '..' (or remove the link that leads out of the folder)"
         )
     return path
+
+
+#: What dlcomm keeps in a results folder beside the experiments' report folders (``results/<experiment>/``):
+#: the default store and the files SQLite and dlcomm's lock keep beside it, the runs' files, the
+#: artifacts (``0``: the default experiment's, where MLflow puts them), compute profiles, sweeps'
+#: summaries and ``dlcomm topology``'s tables. An experiment may not take one of these names.
+OWN_NAMES = (
+    "mlflow.db",
+    "mlflow.db.lock",
+    "mlflow.db-journal",
+    "mlflow.db-wal",
+    "mlflow.db-shm",
+    "runs",
+    "mlartifacts",
+    "0",
+    "profiles",
+    "sweeps",
+    "topology",
+)
+
+
+def own_name(name: str) -> bool:
+    """Whether the folder of an experiment named ``name`` (:func:`entry_name`) would be one of
+    :data:`OWN_NAMES`, compared without case (a case-insensitive file system has one entry for both)."""
+    return entry_name(name).casefold() in {own.casefold() for own in OWN_NAMES}
+
+
+def own_paths(tracking_uri: str) -> list[tuple[Path, bool, str]]:
+    """``(path, is a folder, what it holds)`` for every path dlcomm creates or uses for a run
+    recorded in ``tracking_uri``: the results folder and its own folders, and beside a SQLite
+    store its lock file, SQLite's journals, the runs' files and the artifacts. (The database file
+    itself is the store's probe's: :func:`dlcomm.tracking.store.probe`.)"""
+    results = results_dir()
+    found = [
+        (results, True, "the results"),
+        (results / "sweeps", True, "the sweeps' summaries"),
+        (results / "topology", True, "dlcomm topology's tables"),
+        (profiles_dir(), True, "the compute profiles"),
+    ]
+    database = sqlite_path(tracking_uri)
+    if database is not None:
+        found += [
+            (database.parent, True, "the MLflow store"),
+            (Path(f"{database}.lock"), False, "the MLflow store's lock file"),
+            *((Path(f"{database}{suffix}"), False, "SQLite's journal") for suffix in ("-journal", "-wal", "-shm")),
+            (database.parent / "mlartifacts", True, "the runs' artifacts"),
+        ]
+    found.append((runs_dir(tracking_uri), True, "the runs' files"))
+    return found
+
+
+def _kind(path: Path) -> str:
+    """What ``path`` is, in words: "" when it is absent or a folder or regular file (links followed)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a link to nothing" if path.is_symlink() else ""
+    except NotADirectoryError:  # a file above it: reported for that file
+        return ""
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return "a folder" if stat.S_ISDIR(mode) else "a file"
+    return "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def check_shape(path: Path, folder: bool, holds: str, fix: str = "") -> None:
+    """One line when ``path`` exists as something else than a folder (``folder``) or a regular
+    file: dlcomm would fail on it midway (a file where the runs' folders go, a folder where the
+    lock file goes), after the run was recorded. ``fix``: what to do instead of moving it aside."""
+    from dlcomm.errors import UserError
+
+    kind = _kind(path)
+    if kind and kind != ("a folder" if folder else "a file"):
+        raise UserError(
+            f"{path} is {kind}, where dlcomm keeps {holds} ({'a folder' if folder else 'a file'}); "
+            f"{fix or 'move it aside'} (mv {path} {path}.moved) and run again"
+        )
+
+
+def check_own_paths(tracking_uri: str) -> None:
+    """:func:`check_shape` for each of :func:`own_paths`, before anything is recorded."""
+    for path, folder, holds in own_paths(tracking_uri):
+        check_shape(path, folder, holds)

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import IO
 
 STAGE_FILE = ".stage"  # in the run's folder: rank 0's current stage, one line
-TRAINING = "training"  # rank 0's last stage: its bar takes over
+TRAINING = "training"  # rank 0's stage while training: its bar takes over
+# rank 0's last stage: the run's result (final metrics, timings, description) is in the store, the
+# done line follows; a stop signal the driver gets from now on ends no training (see :func:`recorded`)
+RECORDED = "result recorded"
 
 
 class Status:
@@ -89,7 +92,7 @@ class Status:
                     continue
                 if self._follow is not None:
                     ranks = read_stage(self._follow)
-                    if ranks == TRAINING:
+                    if ranks in (TRAINING, RECORDED):  # training began (or a short run is already over)
                         self._end_partial()
                         self._stop.set()
                         return
@@ -131,6 +134,12 @@ def mark_stage(run_dir: str | os.PathLike[str], text: str) -> None:
         temporary.replace(folder / STAGE_FILE)
     except OSError:  # a progress line is not worth failing a run for
         pass
+
+
+def recorded(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether rank 0 has recorded the run's result (marked :data:`RECORDED`): the driver of a
+    run then closes it FINISHED whatever signal comes while its ranks end."""
+    return bool(run_dir) and read_stage(Path(run_dir) / STAGE_FILE) == RECORDED
 
 
 def read_stage(path: Path) -> str:

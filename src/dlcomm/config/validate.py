@@ -197,7 +197,23 @@ def validate_run(cfg: "RunConfig") -> None:
         f"the cosine schedule's floor is above optim.lr={optim.lr}, so the learning rate would rise; pass "
         f"optim.min_lr={optim.lr} or less, e.g. 0",
     )
+    check_experiment_name(cfg.tracking.experiment, "tracking.experiment")
     validate_network(cfg.network, cfg.nodes * cfg.workers_per_node)
+
+
+def check_experiment_name(name: str, setting: str) -> None:
+    """An experiment's report goes to ``results/<name>/``: a name dlcomm keeps there for itself
+    (``runs``, ``mlflow.db``, ...: :data:`dlcomm.paths.OWN_NAMES`) would put the report among the
+    runs' folders or onto the store's file."""
+    from dlcomm.paths import OWN_NAMES, own_name
+
+    require(
+        not own_name(name),
+        setting,
+        name,
+        f"that name is dlcomm's own under results/ ({', '.join(OWN_NAMES)}), where the experiment's report "
+        "would go; pick another name",
+    )
 
 
 def validate_network(network: "NetworkConfig", world: int) -> None:

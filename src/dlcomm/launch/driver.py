@@ -4,6 +4,9 @@ runs the ranks, waits for them and closes the run with the truthful status; the 
 rank is named in one line (its traceback above it when it raised), Ctrl-C and SIGTERM end the
 run KILLED with exit 130 until every rank has ended; after that the outcome is decided (signals
 are held from then on, :mod:`dlcomm.launch.interrupts`) and the exit code is the recorded status's.
+So is a signal that comes once rank 0 has recorded the run's result (:data:`dlcomm.progress.RECORDED`,
+just before its done line), while the ranks end: the ranks still running are stopped, and the run
+is FINISHED with exit 0 (in a sweep the sweep stops, exit 130).
 """
 
 from __future__ import annotations
@@ -133,6 +136,9 @@ class DriverLauncher(Launcher):
         finally:
             progress.end()
             signals.hold()  # the outcome is decided: nothing cuts the closing short or changes the exit code after it
+            late = result is not None and result.interrupted and progress.recorded(spec.run_dir)
+            if late:  # rank 0 had recorded the result (and printed it, or was about to): the run finished
+                result = LaunchResult()
             if run_id is not None:
                 status = (
                     "KILLED" if result is None or result.interrupted else ("FAILED" if result.failure else "FINISHED")
@@ -150,10 +156,8 @@ class DriverLauncher(Launcher):
             # Every rank had ended: the run is what was recorded, and the exit code says so. In a
             # sweep the signal still stops the sweep (its parent is marked KILLED, exit 130).
             stops = " (the sweep stops)" if spec.parent_run_id else ""
-            print(
-                f"dlcomm: {signals.name} after every rank had ended; mlflow run {run_id} stays {status}{stops}",
-                file=sys.stderr,
-            )
+            when = "after the run's result was recorded" if late else "after every rank had ended"
+            print(f"dlcomm: {signals.name} {when}; mlflow run {run_id} stays {status}{stops}", file=sys.stderr)
             if spec.parent_run_id:
                 return 130
         return result.exit_code

@@ -327,10 +327,12 @@ def slurm_settings(cfg: RunConfig) -> SlurmLauncherConfig:
 
 
 def _executor(folder: Path, cfg: RunConfig) -> Any:
-    """A submitit executor with the run's SLURM parameters (``launcher.*``)."""
+    """A submitit executor with the run's SLURM parameters (``launcher.*``), writing into
+    ``folder`` made private (:func:`private_folder`)."""
     import submitit
 
     launcher = slurm_settings(cfg)
+    private_folder(folder)
     executor = submitit.SlurmExecutor(folder=folder)
     parameters: dict[str, Any] = {
         "nodes": cfg.nodes,
@@ -359,6 +361,15 @@ def _executor(folder: Path, cfg: RunConfig) -> Any:
     parameters.update({key: value for key, value in optional.items() if value})
     executor.update_parameters(**parameters)
     return executor
+
+
+def private_folder(folder: Path) -> None:
+    """``folder`` made (if need be) readable by its owner alone (mode 0700). submitit pickles the
+    whole run into it (the configuration as given: a ``tracking.uri`` with its password, a token in
+    a run name) and the job writes its logs there; the files keep the umask's mode (0644), so the
+    folder is what keeps them from other users. The job runs as the same user and reads them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
 
 
 def submit(spec: RunSpec) -> Any:

@@ -482,7 +482,7 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
     its run data instead (``--from results/<experiment>``; then only ``out=`` applies, the root
     the experiment's folder is written under). Yields a line as each experiment is reported,
     after a line naming its lost runs, if any (:func:`loose_ends`)."""
-    from dlcomm.paths import check_writable, entry_name, home_setting, inside, results_dir
+    from dlcomm.paths import check_writable, home_setting, results_dir
     from dlcomm.report.runs import experiment_names, load_runs, skipped_line
     from dlcomm.settings import parse_settings
     from dlcomm.tracking.mlflow_run import check_store, resolve_tracking_uri
@@ -526,6 +526,7 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
         yield from loose_ends(found, experiment)
         skipped: dict[str, list[str]] = {}
         try:
+            folder = report_folder(root, experiment, bool(known["out"]))
             runs = load_runs(uri, experiment, skipped)
         except UserError as error:
             if not every:
@@ -534,7 +535,6 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
             continue
         if skipped:
             yield skipped_line(experiment, skipped)
-        folder = inside(root, root / entry_name(experiment), f"experiment={experiment}")
         table, written = write_report(experiment, uri, folder, runs=runs)
         reported.append(experiment)
         yield f"{experiment}: wrote {', '.join(str(path) for path in written)}"
@@ -546,6 +546,23 @@ def run_report(settings: list[str], every: bool, source: str = "") -> Iterator[s
         )
     for experiment in sorted({v.run.experiment for v in found.lost + found.unchecked} - set(experiments)):
         yield from loose_ends(found, experiment)
+
+
+def report_folder(root: Path, experiment: str, chosen: bool) -> Path:
+    """``root/<experiment>/``, where the experiment's report goes, when it can be: inside ``root``,
+    not a folder dlcomm keeps for itself in a results folder (``runs``, ``mlflow.db``, ...: an
+    experiment named so by another tool or an older dlcomm; ``chosen``: the user's ``out=``, where
+    those names are free), and a folder or nothing (not a file)."""
+    from dlcomm.paths import OWN_NAMES, check_shape, entry_name, inside, own_name
+
+    folder = inside(root, root / entry_name(experiment), f"experiment={experiment}")
+    if own_name(experiment) and not chosen:
+        raise UserError(
+            f"experiment={experiment}: its report would go to {folder}, a name dlcomm keeps for itself under results/ "
+            f"({', '.join(OWN_NAMES)}); pass out=<another folder> (the report goes to <folder>/{folder.name}/)"
+        )
+    check_shape(folder, True, f"experiment {experiment}'s report", "pass out=<another folder>, or move it aside")
+    return folder
 
 
 def _report_from_folder(settings: list[str], every: bool, folder: Path) -> Iterator[str]:

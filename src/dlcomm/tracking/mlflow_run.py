@@ -141,11 +141,13 @@ def check_store(uri: str) -> None:
     probe(uri, writer=False)
 
 
-def _client(uri: str):
+def _client(uri: str, opening: bool = False):
     """A client whose store exists. A new SQLite store gets its schema under a file lock
     (MLflow's table creation is not safe when two processes open a new database at once), built
     beside the store and renamed into place (:func:`dlcomm.tracking.store.create_sqlite_store`):
-    a run killed meanwhile leaves no half-created store."""
+    a run killed meanwhile leaves no half-created store. ``opening`` (runs are about to be opened
+    in it): a store copied from another results folder is re-rooted first
+    (:mod:`dlcomm.tracking.copied`), so that no run's files go into the folder it was copied from."""
     from filelock import FileLock
 
     from dlcomm.tracking.store import create_sqlite_store, needs_schema
@@ -157,6 +159,14 @@ def _client(uri: str):
     with FileLock(str(database) + ".lock"):
         if needs_schema(database):
             create_sqlite_store(uri, database)
+        elif opening:
+            from dlcomm.tracking.copied import reroot
+
+            said = retrying(reroot, uri)
+            if said:
+                from dlcomm import progress
+
+                progress.say(said)
         client = store_client(uri)
         retrying(client.search_experiments, max_results=1)
     return client
@@ -216,7 +226,7 @@ def _user_client(uri: str):
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        return _client(uri)
+        return _client(uri, opening=True)
     except (MlflowException, SQLAlchemyError) as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(

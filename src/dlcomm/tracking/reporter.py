@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from dlcomm.metrics import names
 from dlcomm.metrics.rows import TIMING_COLUMNS, IterationRow
-from dlcomm.progress import TRAINING, mark_stage
+from dlcomm.progress import RECORDED, TRAINING, mark_stage
 from dlcomm.secrets import mask
 from dlcomm.spec import RunSpec
 from dlcomm.tracking.mlflow_run import RunLogger
@@ -197,6 +197,7 @@ class Rank0Reporter:
         self.logger.log_artifact(timings_path)
         line = _summary_line(summary, self.spec, ended_by, self.accuracy_label)
         self.logger.set_tags({DESCRIPTION_TAG: run_description(line, self.spec)})
+        mark_stage(self.run_dir, RECORDED)  # a signal to the driver from now on leaves the run FINISHED
         print(line, flush=True)
         if not self.spec.parent_run_id:  # a sweep's element: the sweep shows its parent's page at its end
             print(ui_lines(self.logger.page(), self.spec.tracking_uri), flush=True)

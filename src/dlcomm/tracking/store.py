@@ -11,6 +11,10 @@ atomic (:func:`create_sqlite_store`).
   older dlcomm interrupted while creating it, or one of another MLflow version is refused with
   its fix (move it aside, or ``mlflow db upgrade``). An empty file or an empty database counts as
   no store yet.
+* a SQLite or server URI with a query or fragment (``?x=1``, ``#...``) is refused: MLflow's client
+  cannot use it. Before either is opened, every path dlcomm keeps for the runs (the results folder,
+  the lock file beside the store, the runs' folders, ...: :func:`dlcomm.paths.own_paths`) must be
+  of its kind or absent: a file where a folder goes (or a folder where a file goes) is refused.
 * ``http(s)://<host>:<port>``: a server must answer MLflow's experiments search
   (``POST /api/2.0/mlflow/experiments/search``) with HTTP 200 and JSON within ``timeout_s``,
   tried once a second while nothing listens. MLflow's own client would retry a dead address with
@@ -50,7 +54,7 @@ from typing import cast
 from urllib.parse import quote, urlsplit
 
 from dlcomm.errors import UserError
-from dlcomm.paths import sqlite_path, write_probe
+from dlcomm.paths import check_own_paths, sqlite_path, write_probe
 
 DEFAULT_TIMEOUT_S = 5.0
 _TRY_EVERY_S = 1.0
@@ -70,6 +74,9 @@ def probe(uri: str, timeout_s: float = DEFAULT_TIMEOUT_S, writer: bool = True) -
     one-line :class:`UserError`, within about ``timeout_s`` seconds for a server."""
     database = sqlite_path(uri)
     scheme = urlsplit(uri).scheme.split("+")[0] if "://" in uri else ""
+    if database is not None or scheme in ("http", "https"):
+        _refuse_query(uri)
+    check_own_paths(uri)  # a file where the runs' folders go, a folder where the lock goes: refused here
     if database is not None:
         _probe_sqlite(uri, database, writer, timeout_s)
     elif scheme in ("http", "https"):
@@ -84,6 +91,26 @@ def probe(uri: str, timeout_s: float = DEFAULT_TIMEOUT_S, writer: bool = True) -
         raise UserError(
             f"tracking.uri={uri} cannot be used (unknown scheme {scheme!r}): pass a "
             "sqlite:///path/to/file.db URI or the http:// address of an mlflow server"
+        )
+
+
+def _refuse_query(uri: str) -> None:
+    """A query or fragment in a SQLite or server URI: MLflow's client appends its API paths to a
+    server's URI (``http://host/?x=1/api/2.0/...``) and SQLAlchemy reads a SQLite URI's query as
+    driver options, so either fails on the first call, after the run is recorded."""
+    head, hash_mark, _ = uri.partition("#")
+    if "?" in head or hash_mark:
+        part = "query (?...)" if "?" in head else "fragment (#...)"
+        base = head.partition("?")[0]
+        server = not uri.startswith("sqlite:")
+        why = "it appends its API paths to the address" if server else "SQLAlchemy reads it as driver options"
+        credentials = (
+            ", credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+            if server
+            else ""
+        )
+        raise UserError(
+            f"tracking.uri={uri} has a {part}, which MLflow cannot use ({why}): pass tracking.uri={base}{credentials}"
         )
 
 
