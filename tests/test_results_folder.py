@@ -87,7 +87,7 @@ def test_a_path_of_the_wrong_kind_under_results_is_one_line_before_anything_is_r
     result = cli_here(tmp_path, *TRAIN)
     assert result.returncode == 2, result.stderr
     [line] = [line for line in result.stderr.splitlines() if line.startswith("dlcomm: error")]
-    kind = "a file" if folder else "a folder"
+    kind = "a regular file" if folder else "a folder"
     assert f"{odd} is {kind}, where dlcomm keeps" in line and f"mv {odd} {odd}.moved" in line
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "results" / "mlflow.db").exists()  # nothing recorded
@@ -101,7 +101,9 @@ def test_dlcomm_profile_over_a_file_where_the_profiles_go_is_one_line(tmp_path, 
     odd.write_text("not a folder")
     result = cli_here(tmp_path, "profile", "dataset=synthetic", "model=mlp")
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(f"dlcomm: error: {odd} is a file, where dlcomm keeps")
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith(f"dlcomm: error: {odd} is a regular file, where dlcomm keeps")
+    )
 
 
 @pytest.mark.parametrize("name", ["runs", "mlflow.db", "MLArtifacts", "sweeps", "0"])

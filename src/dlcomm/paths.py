@@ -209,31 +209,17 @@ def own_paths(tracking_uri: str) -> list[tuple[Path, bool, str]]:
     return found
 
 
-def _kind(path: Path) -> str:
-    """What ``path`` is, in words: "" when it is absent or a folder or regular file (links followed)."""
-    import stat
-
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return "a link to nothing" if path.is_symlink() else ""
-    except NotADirectoryError:  # a file above it: reported for that file
-        return ""
-    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
-        return "a folder" if stat.S_ISDIR(mode) else "a file"
-    return "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-
-
 def check_shape(path: Path, folder: bool, holds: str, fix: str = "") -> None:
     """One line when ``path`` exists as something else than a folder (``folder``) or a regular
     file: dlcomm would fail on it midway (a file where the runs' folders go, a folder where the
     lock file goes), after the run was recorded. ``fix``: what to do instead of moving it aside."""
     from dlcomm.errors import UserError
 
-    kind = _kind(path)
-    if kind and kind != ("a folder" if folder else "a file"):
+    kind = _kind(path) or ("a link to nothing" if path.is_symlink() else None)
+    wanted = "a folder" if folder else "a regular file"
+    if kind is not None and kind != wanted:
         raise UserError(
-            f"{path} is {kind}, where dlcomm keeps {holds} ({'a folder' if folder else 'a file'}); "
+            f"{path} is {kind}, where dlcomm keeps {holds} ({wanted}); "
             f"{fix or 'move it aside'} (mv {path} {path}.moved) and run again"
         )
 
