@@ -38,12 +38,13 @@ def check_runnable(cfg: RunConfig, data_here: bool = True, launcher: bool = True
         algorithm.check_plan(cfg.algo, per_epoch, total)
     check_fault_injection(cfg, roles, None if plan is None or plan[1] == UNBOUNDED else plan[1])
     from dlcomm.models import check_model_fits  # torch from here on
-    from dlcomm.train.prelaunch import check_rank_objects
+    from dlcomm.train.prelaunch import check_model_knobs, check_rank_objects
 
     described = _without_files(dataset_shape, cfg.dataset, data_here)
     if described is not None:
         shape, classes = described
-        check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
+        model = check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
+        check_model_knobs(cfg, model)  # the limits that depend on the model: fragments, block sizes, ranks
     if plan is not None and plan[1] != UNBOUNDED:
         for note in algorithm.plan_notes(cfg.algo, *plan):
             progress.say(f"dlcomm: note: algo={cfg.algo.name}: {note}")

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 REFUSALS = (ValueError, TypeError, RuntimeError, ArithmeticError)
 """What torch's argument checks raise (and what a schedule's arithmetic can)."""
@@ -93,6 +96,18 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
         raise UserError(
             _refusal("compress", cfg.compress, error, f"{compressor.__module__}.{compressor.__name__}")
         ) from None
+
+
+def check_model_knobs(cfg: RunConfig, model: "torch.nn.Module") -> None:
+    """The knobs whose limits depend on the model, on ``model`` as the pre-launch check built it
+    (:func:`dlcomm.models.check_model_fits`): the algorithm's (Streaming DiLoCo's fragments, one layer
+    each at least) and the compressor's sizes (a block, a bucket, a rank), each bounded by what it can
+    mean for this model before a rank allocates by it. One ``UserError`` line."""
+    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.compress.registry import COMPRESSORS
+
+    get_algorithm(cfg.algo.name).check_model(cfg.algo, model)
+    COMPRESSORS.get(cfg.compress.name).check_model(cfg.compress, model)
 
 
 def suspects_first(configs: Sequence[RunConfig]) -> list[int]:
