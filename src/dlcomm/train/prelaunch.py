@@ -61,6 +61,15 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
     the first one torch refuses. ``plan``: ``(iterations per epoch, iterations of the run)``
     when the data set's size is known (:func:`dlcomm.train.plan.check_plan`), else one
     iteration per epoch."""
+    from dlcomm.checked import once
+
+    # in a sweep, once per distinct value of what each part reads (dlcomm.checked)
+    once("optimizer", (cfg.optim, cfg.train, plan), lambda: _check_optimizer(cfg, plan))
+    once("compressor", (cfg.compress, cfg.seed), lambda: _check_compressor(cfg))
+
+
+def _check_optimizer(cfg: RunConfig, plan: Optional[tuple[int, int]]) -> None:
+    """The optimizer, its schedule and the precision object of :func:`check_rank_objects`."""
     import torch
 
     from dlcomm.train.optim import build_optimizer, build_scheduler
@@ -87,6 +96,10 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
             f"train.amp_dtype={cfg.train.amp_dtype} is invalid with train.amp={str(cfg.train.amp).lower()}: torch "
             f"refuses it ({_words(error)}); pass train.amp_dtype=bf16 or train.amp=false"
         ) from None
+
+
+def _check_compressor(cfg: RunConfig) -> None:
+    """The compressor of :func:`check_rank_objects`, built as a rank builds it."""
     from dlcomm.compress.registry import COMPRESSORS
 
     compressor = COMPRESSORS.get(cfg.compress.name)
