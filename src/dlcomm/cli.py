@@ -419,6 +419,7 @@ def _export_sweep(overrides: list[str]) -> int:
     ``dlcomm train -m`` would before it runs anything (composition, ranges, the model against the
     data's shape, the plan, what torch refuses, the launcher's settings); not the data's files, the
     store or the cluster, which the job checks where it runs."""
+    from dlcomm.checked import remembering
     from dlcomm.compose import compose
     from dlcomm.run import check_runnable
     from dlcomm.secrets import credentials
@@ -432,11 +433,12 @@ def _export_sweep(overrides: list[str]) -> int:
             "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
         )
     elements = expand(overrides)
-    for element in (elements[position] for position in screening_order(elements)):
-        try:
-            check_runnable(compose(element), data_here=False)
-        except UserError as error:
-            raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
+    with remembering():  # what differs between elements checked once per distinct value
+        for element in (elements[position] for position in screening_order(elements)):
+            try:
+                check_runnable(compose(element), data_here=False)
+            except UserError as error:
+                raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
     print("\n".join(export_lines(overrides)))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dlcomm import progress
+from dlcomm.checked import once, remembering
 from dlcomm.compose import compose
 from dlcomm.config.schema import RunConfig
 from dlcomm.config.validate import check_fault_injection
@@ -23,12 +24,13 @@ def check_runnable(cfg: RunConfig, data_here: bool = True, launcher: bool = True
     from dlcomm.data import check_dataset, dataset_shape, dataset_sizes
     from dlcomm.train.plan import UNBOUNDED, check_plan
 
+    # once(...): in a sweep, each check once per distinct value of what it reads (dlcomm.checked)
     if data_here:
-        check_dataset(cfg.dataset)
+        once("dataset", cfg.dataset, lambda: check_dataset(cfg.dataset))
     algorithm = get_algorithm(cfg.algo.name)
     roles = algorithm.roles(cfg.algo)
     check_fault_injection(cfg, roles, None, ranks_only=True)  # the steps once the plan is known (imports torch)
-    sizes = _without_files(dataset_sizes, cfg.dataset, data_here)
+    sizes = _without_files(lambda data: once("sizes", data, lambda: dataset_sizes(data)), cfg.dataset, data_here)
     plan = None
     if sizes is not None:
         train_size, test_size = sizes
@@ -38,15 +40,21 @@ def check_runnable(cfg: RunConfig, data_here: bool = True, launcher: bool = True
         algorithm.check_plan(cfg.algo, per_epoch, total)
     check_fault_injection(cfg, roles, None if plan is None or plan[1] == UNBOUNDED else plan[1])
     from dlcomm.models import check_model_fits  # torch from here on
-    from dlcomm.train.prelaunch import check_rank_objects
+    from dlcomm.train.prelaunch import check_model_knobs, check_rank_objects
 
-    described = _without_files(dataset_shape, cfg.dataset, data_here)
+    described = _without_files(lambda data: once("shape", data, lambda: dataset_shape(data)), cfg.dataset, data_here)
     if described is not None:
         shape, classes = described
-        check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
+
+        def model_checks() -> None:
+            model = check_model_fits(cfg.model, shape, classes, cfg.dataset.name)
+            check_model_knobs(cfg, model)  # the limits that depend on the model: fragments, block sizes, ranks
+
+        once("model", (cfg.model, shape, classes, cfg.dataset.name, cfg.algo, cfg.compress), model_checks)
     if plan is not None and plan[1] != UNBOUNDED:
         for note in algorithm.plan_notes(cfg.algo, *plan):
-            progress.say(f"dlcomm: note: algo={cfg.algo.name}: {note}")
+            line = f"dlcomm: note: algo={cfg.algo.name}: {note}"
+            once("note", line, lambda: progress.say(line))  # a sweep's elements share their notes: said once
     check_rank_objects(cfg, plan)  # the optimizer, schedule, precision and compressor, as a rank builds them
     if roles and _scales_loss_here(cfg.train):
         raise UserError(
@@ -94,36 +102,56 @@ def prepare_run(overrides: list[str], cfg: RunConfig | None = None) -> RunSpec:
     check_runnable(cfg)
     uri = resolve_tracking_uri(cfg.tracking.uri)
     progress.stage(f"opening the MLflow store {uri}")
-    probe(uri, cfg.tracking.connect_timeout_s)
+    once("store", (uri, cfg.tracking.connect_timeout_s), lambda: probe(uri, cfg.tracking.connect_timeout_s))
     return RunSpec.from_config(cfg, uri, tuple(overrides))
 
 
 def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list[RunSpec], list[str]]:
     """Every element of the sweep, composed and checked before anything is recorded, and the
     sweep's overrides: with ``compare_here``, those of the command line plus the network a sweep
-    whose ranks share this machine compares on (:func:`dlcomm.sweep.comparison_clock`)."""
+    whose ranks share this machine compares on (:func:`dlcomm.sweep.comparison_clock`).
+
+    What differs between elements is checked once per distinct value (:mod:`dlcomm.checked`:
+    Hydra's composition of the overrides that choose files, the model built, the optimizer, the
+    data set's files, the store), and the elements that bring each swept value first
+    (:func:`dlcomm.sweep.screening_order`) are checked in full, as written, before the others are
+    composed: ``model=mlp,vgg16 seed=range(0,300)`` refuses vgg16 in seconds."""
+    with remembering():
+        return _prepare_sweep(overrides, compare_here)
+
+
+def _prepare_sweep(overrides: list[str], compare_here: bool) -> tuple[list[RunSpec], list[str]]:
     from dataclasses import replace
 
     from dlcomm.sweep import comparison_clock, expand, screening_order, swept_keys
 
     swept = set(swept_keys(overrides))
     elements = expand(overrides)
-    found: dict[int, RunSpec] = {}
+    order, first = screening_order(elements, leads=True)
     typed: dict[int, RunConfig] = {}
-    order = screening_order(elements)
-    for position in order:  # every swept value early, composed and range-checked first (torch-free, fast)
-        try:
-            typed[position] = compose(elements[position])
-        except UserError as error:
-            raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
+
+    def checked(positions: list[int], check) -> None:
+        for position in positions:
+            try:
+                check(position)
+            except UserError as error:
+                raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
+
+    def composed(position: int) -> None:
+        typed[position] = compose(elements[position])
+
+    def rank_objects(position: int) -> None:
+        check_rank_objects(typed[position])
+
     from dlcomm.train.prelaunch import check_rank_objects, suspects_first
 
-    checked = [order[at] for at in suspects_first([typed[position] for position in order])]
-    for position in checked:  # what torch refuses of each element's knobs (imports torch), before any note
-        try:
-            check_rank_objects(typed[position])
-        except UserError as error:
-            raise UserError(f"sweep element [{' '.join(elements[position])}]: {error}") from None
+    leads, rest = order[:first], order[first:]
+    for part in (leads, rest):  # the leads first: every swept value met, and refused, before the rest is composed
+        checked(part, composed)  # composed and range-checked (torch-free)
+        # what torch refuses of each element's knobs (imports torch), before any note
+        checked([part[at] for at in suspects_first([typed[position] for position in part])], rank_objects)
+        if part is leads:  # what needs the data and the model, as written (checked again below, remembered)
+            checked(leads, lambda position: check_runnable(typed[position]))
     added, shared = comparison_clock(overrides, list(typed.values())) if compare_here else ("", "")
     if added:
         progress.say(
@@ -131,14 +159,15 @@ def prepare_sweep(overrides: list[str], compare_here: bool = True) -> tuple[list
             f"communication; every run also keeps the simulated clock of {added} (compute profiled from one "
             f"replica alone), on which the comparison's speedup is computed (network=off: the wall clock)"
         )
-        return prepare_sweep([*overrides, added], compare_here=False)
-    for position in order:  # then what needs the data, the model and the store
+        return _prepare_sweep([*overrides, added], compare_here=False)
+    found: dict[int, RunSpec] = {}
+
+    def prepared(position: int) -> None:  # then what needs the data, the model and the store
         element = elements[position]
-        try:
-            spec = prepare_run(element, typed[position])
-        except UserError as error:
-            raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
+        spec = prepare_run(element, typed[position])
         found[position] = replace(spec, varied=tuple(item for item in element if item.partition("=")[0] in swept))
+
+    checked(order, prepared)
     specs = [found[position] for position in range(len(elements))]
     where = {(spec.tracking_uri, spec.cfg().tracking.experiment, spec.cfg().launcher.name) for spec in specs}
     if len(where) > 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from typing import Sequence
+from typing import Literal, Sequence, overload
 
 from dlcomm.config.schema import RunConfig
 from dlcomm.errors import UserError
@@ -54,13 +54,18 @@ def expand(overrides: list[str]) -> list[list[str]]:
     return [list(element) for element in itertools.product(*values.values())]
 
 
-def screening_order(elements: list[list[str]]) -> list[int]:
+@overload
+def screening_order(elements: list[list[str]]) -> list[int]: ...
+@overload
+def screening_order(elements: list[list[str]], leads: Literal[True]) -> tuple[list[int], int]: ...
+def screening_order(elements: list[list[str]], leads: bool = False):
     """Indices of ``elements`` in the order to check them: the first element, then each swept
     key's distinct values set into the first element, round robin over the keys, then the rest.
     Every value of every key is met within the first few checks, so a bad value is refused at
-    once however many elements the product has (``-m nodes=2,0 seed=range(0,200)``: the 2nd)."""
+    once however many elements the product has (``-m nodes=2,0 seed=range(0,200)``: the 2nd).
+    ``leads``: also how many lead the order (those that bring the values)."""
     if not elements:
-        return []
+        return ([], 0) if leads else []
     values: dict[str, dict[str, None]] = {}
     for element in elements:
         for item in element:
@@ -76,7 +81,8 @@ def screening_order(elements: list[list[str]]) -> list[int]:
                 if position is not None and position not in chosen:
                     order.append(position)
                     chosen.add(position)
-    return order + [position for position in range(len(elements)) if position not in chosen]
+    found = order + [position for position in range(len(elements)) if position not in chosen]
+    return (found, len(order)) if leads else found
 
 
 def export_lines(overrides: list[str]) -> list[str]:

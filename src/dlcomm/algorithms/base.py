@@ -95,6 +95,13 @@ class Algorithm(Generic[C]):
         before launch where the data set's size is known without loading it, and by :meth:`plan`)."""
 
     @classmethod
+    def check_model(cls, cfg: C, model: torch.nn.Module) -> None:
+        """Raise ``UserError`` for knobs whose limit depends on the model (its layers, its tensors),
+        before launch on the model the pre-launch check builds
+        (:func:`dlcomm.train.prelaunch.check_model_knobs`), with the words :meth:`setup` would use.
+        None refused by default."""
+
+    @classmethod
     def plan_notes(cls, cfg: C, steps_per_epoch: int, total_steps: int) -> list[str]:
         """What a reader of the run's figures should know about how its length meets the
         algorithm's schedule (e.g. communication the run's end skips); printed before launch,

@@ -142,6 +142,10 @@ class StreamingDiLoCo(Algorithm[StreamingDiLoCoConfig]):
         )
 
     @classmethod
+    def check_model(cls, cfg: StreamingDiLoCoConfig, model: torch.nn.Module) -> None:
+        split_layers(model, cfg.fragments, cfg.pattern)  # a fragment per layer at most: setup's own rule
+
+    @classmethod
     def plan_notes(cls, cfg: StreamingDiLoCoConfig, steps_per_epoch: int, total_steps: int) -> list[str]:
         tau, period = cfg.overlap_steps, cfg.period
         last = range(max(1, total_steps - tau + 1), total_steps + 1)  # inner steps whose sends arrive too late

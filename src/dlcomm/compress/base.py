@@ -67,6 +67,13 @@ class Compressor(Generic[C]):
         """Raise a one-line UserError for invalid knobs (``dlcomm.config.validate.require``), while
         composing (:func:`dlcomm.compose.check_algorithm`)."""
 
+    @classmethod
+    def check_model(cls, cfg: C, model: "torch.nn.Module") -> None:
+        """Raise a one-line UserError for a size knob that means nothing for ``model`` (more entries
+        per block than it has parameters, a rank none of its matrices can take, ...), before launch
+        on the model the pre-launch check builds (:func:`dlcomm.train.prelaunch.check_model_knobs`):
+        a size is bounded by the model before any rank allocates by it."""
+
     def __init__(self, cfg: C, seed: int = 0) -> None:
         self.cfg = cfg
         self.seed = seed
@@ -183,6 +190,28 @@ class ErrorFeedback:
 
     def load_state_dict(self, state: dict) -> None:
         self.residuals = {key: value.clone() for key, value in state.get("residuals", {}).items()}
+
+
+def trainable_entries(model: "torch.nn.Module") -> int:
+    """The entries of ``model``'s trainable parameters: the most any tensor a compressor is handed
+    holds (a bucket, a fragment, the whole model flat)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def check_block(knob: str, value: int, model: "torch.nn.Module", default: int) -> None:
+    """Refuse ``knob=value``, the entries that share one scale or norm, beyond ``model``'s trainable
+    entries: a tensor is zero-padded to whole blocks, so a larger block allocates ``value`` entries
+    for nothing (``compress.block_size=2**40``: 4 TiB on a rank)."""
+    from dlcomm.errors import UserError
+
+    total = trainable_entries(model)
+    if value > total:
+        example = f", e.g. {default}" if default <= total else ""
+        raise UserError(
+            f"{knob}={value} is invalid: the model has {total:,} trainable parameters, and a block of more entries "
+            f"only pads its tensor with zeros (a rank would allocate {value:,} entries); pass {knob}={total} or "
+            f"less{example}"
+        )
 
 
 def pack(payload: Sequence["torch.Tensor"]) -> "torch.Tensor":

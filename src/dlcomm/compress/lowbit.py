@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlcomm.compress.base import Compressor
+from dlcomm.compress.base import Compressor, check_block
 from dlcomm.compress.registry import register
 from dlcomm.config.schema import CompressConfig, domain
 from dlcomm.config.validate import require
@@ -98,6 +98,10 @@ class LowBit(Compressor[LowBitConfig]):
     @classmethod
     def check(cls, cfg: LowBitConfig) -> None:
         require(cfg.bits in FORMATS, "compress.bits", cfg.bits, "pass 4 (E3M0) or 8 (E4M3)")
+
+    @classmethod
+    def check_model(cls, cfg: LowBitConfig, model) -> None:
+        check_block("compress.block_size", cfg.block_size, model, LowBitConfig.block_size)
 
     def __init__(self, cfg: LowBitConfig, seed: int = 0) -> None:
         super().__init__(cfg, seed)

@@ -67,6 +67,16 @@ def should_compress(n: int, m: int, rank: int, min_rate: float) -> bool:
     return (n + m) * rank * min_rate < n * m
 
 
+def useful_rank(n: int, m: int, min_rate: float) -> int:
+    """The largest rank at which an ``n x m`` matrix is compressed (:func:`should_compress`); 0: none."""
+    import math
+
+    best = max(0, min(n, m, math.ceil(n * m / ((n + m) * min_rate))))  # the bound, then exact by the rule
+    while best > 0 and not should_compress(n, m, best, min_rate):
+        best -= 1
+    return best
+
+
 def orthogonalise(matrices: "torch.Tensor") -> None:
     """In place, the columns of each matrix of a batch ``(b, n, r)`` orthonormal (see the module)."""
     import torch
@@ -90,6 +100,25 @@ class PowerSGD(Compressor[PowerSGDConfig]):
     Config = PowerSGDConfig
     summable = True
     kinds = ("tensor",)  # its factors are summed as they are computed: no message a peer decompresses alone
+
+    @classmethod
+    def check_model(cls, cfg: PowerSGDConfig, model) -> None:
+        """A rank at which none of the model's matrices is compressed makes PowerSGD a plain mean
+        without a word: refused where a smaller rank would compress some (a model none of whose
+        tensors is worth compressing at any rank is left to the mean, as the hook leaves it)."""
+        from dlcomm.errors import UserError
+
+        rate = cfg.min_compression_rate
+        rows = [p.shape[0] if p.dim() else 1 for p in model.parameters() if p.requires_grad and p.numel()]
+        sizes = [p.numel() for p in model.parameters() if p.requires_grad and p.numel()]
+        matrices = [(n, size // n) for n, size in zip(rows, sizes)]  # each tensor as the hook views it
+        most = max((useful_rank(n, m, rate) for n, m in matrices), default=0)
+        if most and not any(should_compress(n, m, min(n, m, cfg.rank), rate) for n, m in matrices):
+            raise UserError(
+                f"compress.rank={cfg.rank} is invalid: at that rank none of the model's matrices is compressed "
+                f"(compress.min_compression_rate={cfg.min_compression_rate:g}), so PowerSGD would send them whole; "
+                f"pass compress.rank={most} or less"
+            )
 
     @classmethod
     def check(cls, cfg: PowerSGDConfig) -> None:

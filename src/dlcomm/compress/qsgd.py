@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlcomm.compress.base import Compressor
+from dlcomm.compress.base import Compressor, check_block
 from dlcomm.compress.randomk import draw_seed
 from dlcomm.compress.registry import register
 from dlcomm.config.schema import CompressConfig, domain
@@ -42,6 +42,10 @@ class QSGDConfig(CompressConfig):
 class QSGD(Compressor):
     display_name = "QSGD"
     Config = QSGDConfig
+
+    @classmethod
+    def check_model(cls, cfg: QSGDConfig, model) -> None:
+        check_block("compress.bucket_size", cfg.bucket_size, model, QSGDConfig.bucket_size)
 
     def prepare(self, key, step, rank):
         import torch

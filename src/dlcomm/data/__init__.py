@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from dlcomm.data.registry import get_source
+from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
     from dlcomm.config.schema import DatasetConfig
@@ -63,8 +64,14 @@ def dataset_shape(cfg: DatasetConfig) -> Tuple[Tuple[int, int, int], int]:
     """``(input_shape (C,H,W), num_classes)`` of the data set ``cfg`` describes, without loading
     it (``imagefolder`` counts the class folders of ``root/train_dir``). Raises
     :class:`UserError` as :func:`check_dataset` does, for the unknown names and missing folders
-    on which the answer depends."""
-    return get_source(str(cfg.name)).shape(cfg)
+    on which the answer depends, and for fewer than 2 classes."""
+    shape, classes = get_source(str(cfg.name)).shape(cfg)
+    if int(classes) < 2:  # any source's, a plugin's included: one class trains to 100% accuracy, meaning nothing
+        raise UserError(
+            f"dataset={cfg.name} has {int(classes)} class{'' if int(classes) == 1 else 'es'}, and a classifier of fewer "
+            "than 2 is right by construction (its accuracy says nothing): give it data of at least 2 classes"
+        )
+    return shape, classes
 
 
 def dataset_sizes(cfg: DatasetConfig) -> Optional[Tuple[int, int]]:

@@ -24,7 +24,7 @@ def _fix() -> str:
 
 def check(root: str, train_dir: str, val_dir: str) -> None:
     """Raise a one-line :class:`UserError` unless both split folders exist and the training one
-    has at least one class folder; lists directories only."""
+    has at least two class folders; lists directories only."""
     if not root:
         raise UserError(f"dataset.root is empty for dataset.name=imagefolder: {_fix()}")
     if not os.path.isdir(root):
@@ -33,9 +33,16 @@ def check(root: str, train_dir: str, val_dir: str) -> None:
         path = os.path.join(root, sub)
         if not os.path.isdir(path):
             raise UserError(f"{key}={sub}: {path} does not exist under dataset.root={root}: {_fix()}")
-    if not class_names(os.path.join(root, train_dir)):
+    names = class_names(os.path.join(root, train_dir))
+    if not names:
         raise UserError(
             f"dataset.train_dir={train_dir}: {os.path.join(root, train_dir)} has no class folders: {_fix()}"
+        )
+    if len(names) < 2:
+        raise UserError(
+            f"dataset.train_dir={train_dir}: {os.path.join(root, train_dir)} has one class folder ({names[0]}), and "
+            "a classifier of one class is right by construction (its accuracy is 100% whatever it learns): "
+            "add a folder per class, at least 2"
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Tuple
 
 import torch
+import torch.nn as nn
 
 from dlcomm.config.schema import ModelConfig
 from dlcomm.errors import UserError
@@ -23,8 +24,11 @@ def _short(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_model_fits(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int, dataset: str = "") -> None:
-    """Build ``cfg.name`` and run a zero batch of 2 through it, in eval mode without grad.
+def check_model_fits(
+    cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int, dataset: str = ""
+) -> nn.Module:
+    """Build ``cfg.name`` and run a zero batch of 2 through it, in eval mode without grad; the model
+    built (for the checks of the knobs whose limits depend on it).
 
     Raises :class:`UserError` (one line naming the model and the shape) when building or the
     forward pass fails, or when the logits are not of shape ``(2, num_classes)``. An unknown
@@ -45,3 +49,4 @@ def check_model_fits(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_cl
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise UserError(f"{where} (logits of shape {got}, expected {expected}): {_HINT}")
+    return model

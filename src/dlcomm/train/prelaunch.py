@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 REFUSALS = (ValueError, TypeError, RuntimeError, ArithmeticError)
 """What torch's argument checks raise (and what a schedule's arithmetic can)."""
@@ -58,6 +61,15 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
     the first one torch refuses. ``plan``: ``(iterations per epoch, iterations of the run)``
     when the data set's size is known (:func:`dlcomm.train.plan.check_plan`), else one
     iteration per epoch."""
+    from dlcomm.checked import once
+
+    # in a sweep, once per distinct value of what each part reads (dlcomm.checked)
+    once("optimizer", (cfg.optim, cfg.train, plan), lambda: _check_optimizer(cfg, plan))
+    once("compressor", (cfg.compress, cfg.seed), lambda: _check_compressor(cfg))
+
+
+def _check_optimizer(cfg: RunConfig, plan: Optional[tuple[int, int]]) -> None:
+    """The optimizer, its schedule and the precision object of :func:`check_rank_objects`."""
     import torch
 
     from dlcomm.train.optim import build_optimizer, build_scheduler
@@ -84,6 +96,10 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
             f"train.amp_dtype={cfg.train.amp_dtype} is invalid with train.amp={str(cfg.train.amp).lower()}: torch "
             f"refuses it ({_words(error)}); pass train.amp_dtype=bf16 or train.amp=false"
         ) from None
+
+
+def _check_compressor(cfg: RunConfig) -> None:
+    """The compressor of :func:`check_rank_objects`, built as a rank builds it."""
     from dlcomm.compress.registry import COMPRESSORS
 
     compressor = COMPRESSORS.get(cfg.compress.name)
@@ -93,6 +109,18 @@ def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -
         raise UserError(
             _refusal("compress", cfg.compress, error, f"{compressor.__module__}.{compressor.__name__}")
         ) from None
+
+
+def check_model_knobs(cfg: RunConfig, model: "torch.nn.Module") -> None:
+    """The knobs whose limits depend on the model, on ``model`` as the pre-launch check built it
+    (:func:`dlcomm.models.check_model_fits`): the algorithm's (Streaming DiLoCo's fragments, one layer
+    each at least) and the compressor's sizes (a block, a bucket, a rank), each bounded by what it can
+    mean for this model before a rank allocates by it. One ``UserError`` line."""
+    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.compress.registry import COMPRESSORS
+
+    get_algorithm(cfg.algo.name).check_model(cfg.algo, model)
+    COMPRESSORS.get(cfg.compress.name).check_model(cfg.compress, model)
 
 
 def suspects_first(configs: Sequence[RunConfig]) -> list[int]:
