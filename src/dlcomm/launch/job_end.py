@@ -68,7 +68,11 @@ def down_hosts(nodelist: str) -> list[str]:
     NOT RESPONDING now; [] when none or when sinfo does not answer."""
     try:
         answer = subprocess.run(
-            ["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %T"], capture_output=True, text=True, timeout=10
+            ["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %T"],
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []

@@ -83,7 +83,9 @@ def check_partition_fits(nodes: int, partition: str) -> None:
     import subprocess
 
     try:
-        listing = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True, timeout=30)
+        listing = subprocess.run(
+            ["sinfo", "-h", "-o", "%P %D"], capture_output=True, encoding="utf-8", errors="replace", timeout=30
+        )
     except (OSError, subprocess.SubprocessError):
         return
     sizes: dict[str, int] = {}  # partition -> nodes
@@ -253,7 +255,14 @@ class RankTask:
         set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts + 1)})
         self._requeued.line = f"dlcomm: {stop}; SLURM requeued job {job_id} ({restarts + 1} of at most {limit})"
         try:
-            subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60, capture_output=True, text=True)
+            subprocess.run(
+                ["scontrol", "requeue", job_id],
+                check=True,
+                timeout=60,
+                capture_output=True,
+                encoding="utf-8",
+                errors="replace",
+            )
         except (OSError, subprocess.SubprocessError) as error:  # no scontrol, refused (exit 1), no answer
             self._requeued.line = ""  # it did not happen: a SIGTERM now (the time limit) says nothing of a requeue
             set_tags(self.spec.tracking_uri, self.spec.run_id, {"requeues": str(restarts)})
@@ -516,7 +525,10 @@ class SlurmLauncher(Launcher):
                 # clusters without accounting
                 while True:
                     queue = subprocess.run(
-                        ["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"], capture_output=True, text=True
+                        ["squeue", "-h", "-j", str(job.job_id), "-o", "%T %R"],
+                        capture_output=True,
+                        encoding="utf-8",
+                        errors="replace",
                     )
                     if not queue.stdout.strip() and job.done():
                         break

@@ -37,7 +37,7 @@ def live_job_ids(run: Runner = subprocess.run) -> set[str]:
     """The ids of every job in the queue now. A one-line :class:`UserError` when ``squeue`` is
     not on PATH or does not answer: nothing can be said about any job then."""
     try:
-        done = run(_COMMAND, capture_output=True, text=True, timeout=60)
+        done = run(_COMMAND, capture_output=True, encoding="utf-8", errors="replace", timeout=60)
     except FileNotFoundError:
         raise UserError(NO_SQUEUE) from None
     except (OSError, subprocess.SubprocessError) as error:
