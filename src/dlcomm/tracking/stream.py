@@ -6,9 +6,10 @@ in CPython, so the loop never waits for the sender); a daemon thread hands what 
 MLflow in one batch every ``every_s`` seconds, and :meth:`MetricStream.close` sends the rest. A
 run killed between two batches loses at most ``every_s`` seconds of points.
 
-Sending costs MLflow's store ~50-80 us of Python per point, in this process and under its GIL: a
-loop of 1,000 steps a second (a small model on the CPU) streaming its two points a step spent ~8%
-of a core on them, taken from the loop itself (scripts/bench_step_overhead.py). So the stream is
+Sending costs MLflow's store ~80 us of Python per point, in this process and under its GIL: a
+5,000-step launcher=threads run of a small model on the CPU (two points a step) spent 0.79 s of
+CPU on them in 14 s, taken from the loop itself (scripts/bench_step_overhead.py; a loop of 1,000
+steps a second would lose ~16% of a core). So the stream is
 thinned to at most :data:`STEPS_PER_S` steps a second (at least :data:`MIN_STEPS` a batch): of a
 batch of more steps, every k-th step's points are sent (the steps divisible by k, so both series
 keep the same steps). A step of 50 ms or more is never thinned; every step's values are in the
