@@ -31,12 +31,26 @@ def train_timings(overrides: list[str], home: str | None = None, script: str = "
 
 
 class PlainStep:
-    """The step dlcomm's AllReduce-SGD iteration does, in plain torch, on its own replica of
-    ``model`` (built by the caller as dlcomm builds it: same seed, same optimizer): zero_grad,
-    forward (``loss_fn(model, inputs, labels)``), backward, the gradients averaged in ONE flat
-    bucket by one ``all_reduce`` (``all_reduce(bucket)``: a callable that sums the bucket over the
-    job in place and returns once it is done) and divided by the world size where it is not 1 (as
-    the Channel does), optimizer step. No recording, no timing."""
+    """One AllReduce-SGD step as a careful user writes it in plain torch, on its own replica of
+    ``model`` (built by the caller as dlcomm builds it: same seed, same optimizer)::
+
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model, inputs, labels)
+        loss.backward()
+        torch._foreach_copy_(bucket_views, grads)      # the gradients into one flat bucket
+        all_reduce(bucket)                             # torch.distributed.all_reduce (None: none)
+        bucket.div_(world_size)                        # only where world_size != 1
+        torch._foreach_copy_(grads, bucket_views)      # and back
+        optimizer.step()
+
+    Beyond the four lines of a one-process step it does what dlcomm's ``algo=allreduce`` does at
+    every world size, 1 included, so that both sides do the same work: one ``all_reduce`` of one
+    flat, preallocated bucket (``all_reduce(bucket)``: a callable that sums it over the job in
+    place and returns once done; None: no collective, the strictest reference for a job of one
+    rank, whose sum plain torch need not do), each way one multi-tensor copy (``torch._foreach_copy_``, as
+    dlcomm's ``Bucket`` does, and as DDP copies into its buckets by default), the division only
+    where it divides. What is left out is what a careful user leaves out: no per-tensor Python
+    loop, no recording, no timing, no scheduler for a constant rate."""
 
     def __init__(self, model, optimizer, loss_fn, all_reduce, world_size: int = 1) -> None:
         import torch
@@ -46,17 +60,18 @@ class PlainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.bucket = torch.zeros(sum(p.numel() for p in self.params), device=self.params[0].device)
         self.views = [v.view_as(p) for v, p in zip(self.bucket.split([p.numel() for p in self.params]), self.params)]
+        self._foreach_copy = torch._foreach_copy_
 
     def __call__(self, inputs, labels):
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model, inputs, labels)
         loss.backward()
-        for view, p in zip(self.views, self.params):
-            view.copy_(p.grad)
-        self.all_reduce(self.bucket)
+        grads = [p.grad for p in self.params]
+        self._foreach_copy(self.views, grads)
+        if self.all_reduce is not None:
+            self.all_reduce(self.bucket)
         if self.world_size != 1:
             self.bucket.div_(self.world_size)
-        for view, p in zip(self.views, self.params):
-            p.grad.copy_(view)
+        self._foreach_copy(grads, self.views)
         self.optimizer.step()
         return loss

@@ -20,8 +20,9 @@
 #   * world-size-1 NCCL: launcher=local nodes=1 launcher.backend=nccl train.device=cuda [GPU only]
 #   * performance (a table of its own after the checks; information: ok when the measurement ran):
 #     - step overhead, small_cnn and resnet18 (cifar stem): scripts/bench_step_overhead.py, dlcomm's
-#       step against the same step in plain torch interleaved step by step, launcher=local and
-#       threads, batch 64, 200 steps each (--cpu: batch 8, 30 steps); the ratios' target is <= 1.05
+#       step against the same step in plain torch, interleaved step by step in one process and in
+#       separate processes (dlcomm train itself against a plain loop), launcher=local and threads,
+#       batch 64, 200 steps each, one round (--cpu: batch 8, 50 steps); the ratios' target is <= 1.05
 #     - 4 and 16 ranks on the one device: launcher=threads launcher.compute=serial, resnet18 (cifar
 #       stem; --cpu: small_cnn), batch 64, 40 steps (--cpu: 10); its wall ms/iter against the serial
 #       floor (N x one plain-torch step) and one batch of N x 64 in plain torch (bench_step_overhead.py
@@ -89,7 +90,7 @@ if [ "$CPU" = 1 ]; then
     # step 10-20x at random, on either side of the comparison
     TIMING_THREADS=train.threads_per_rank=1
     TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
-    PERF_OVERHEAD="--batch 8 --steps 30 --warmup 5"  # resnet18 at batch 64 takes ~1 s a step on 2 cores
+    PERF_OVERHEAD="--batch 8 --steps 50 --warmup 5 --rounds 1"  # resnet18 at batch 64 takes ~1 s a step on 2 cores
     # the plain steps with every core, as serial compute gives the rank whose turn it is
     PERF_MODEL=small_cnn PERF_STEPS=10 PERF_PLAIN="--steps 10 --warmup 3 --threads $(nproc)"
 else
@@ -102,7 +103,7 @@ else
     TIMING_WARMUP=10
     TIMING_THREADS=""
     TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
-    PERF_OVERHEAD="--steps 200 --warmup 20"
+    PERF_OVERHEAD="--steps 200 --warmup 20 --rounds 1"
     PERF_MODEL=resnet18 PERF_STEPS=40 PERF_PLAIN="--steps 40 --warmup 10"
     if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
         echo "gpu_check: no usable NVIDIA GPU here (nvidia-smi missing or failing); run this on a machine with a GPU, or scripts/gpu_check.sh --cpu" >&2
@@ -238,9 +239,10 @@ def overhead(path):
     """The performance table's lines of one bench_step_overhead.py --json."""
     for name, s in json.loads(Path(path).read_text()).items():
         if name != "args":
-            print(f"step overhead {name:<22} dlcomm {s['dlcomm_median_ms']:.3f} / plain {s['plain_median_ms']:.3f} "
-                  f"= {s['median_ratio']:.3f} median, {s['dlcomm_fastest_ms']:.3f} / {s['plain_fastest_ms']:.3f} "
-                  f"= {s['fastest_ratio']:.3f} fastest")
+            a, b = s["interleaved"], s["separate"]
+            print(f"step overhead {name:<22} interleaved dlcomm {a['dlcomm_ms']:.3f} / plain {a['plain_ms']:.3f} "
+                  f"= {a['ratio']:.3f}, separate processes {b['dlcomm_ms']:.3f} / {b['plain_ms']:.3f} = {b['ratio']:.3f} "
+                  "(medians)")
     return 0
 
 

@@ -83,7 +83,10 @@ def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_comm
     _, alive = psutil.wait_procs(ranks, timeout=30)
     assert not alive, alive
     kept = client.get_metric_history(run.info.run_id, names.LIVE_LOSS)
-    assert 40 <= len(kept) < 312 and sorted(p.step for p in kept) == list(range(len(kept)))
+    steps = sorted(p.step for p in kept)
+    # every step from the first, or, where a batch covered more than 100 steps (a machine faster than
+    # this one), every k-th of it (dlcomm.tracking.stream.thinned): never a step twice
+    assert 40 <= len(kept) < 312 and steps[0] == 0 and len(set(steps)) == len(steps) and steps[-1] < 312
     assert client.get_run(run.info.run_id).info.status == "RUNNING"  # nothing could close it
 
     report = run_cli(home, "report", "--all", timeout=60)

@@ -58,3 +58,28 @@ def test_a_loop_that_stops_early_leaves_no_sampler_running(tmp_path) -> None:
     stopped = run_ranks(_stopped_run, 2, spec, str(tmp_path), nodes=2, in_process="parallel", timeout=120)
     assert stopped[0] is not None and stopped == [stopped[0]] * 2 and stopped[0] < 6  # both raised Preempted
     assert _gone(), f"{len(_samplers())} sampler thread(s) still running after the loops raised"
+
+
+def test_pss_is_read_when_the_resident_size_grows_not_every_interval(monkeypatch) -> None:
+    """Reading smaps_rollup walks every mapping (5-20 ms with torch loaded): every half second it
+    took 1-4% of a core beside a millisecond-step loop (scripts/bench_step_overhead.py)."""
+    import dlcomm.train.memory as memory
+
+    assert _gone(), "a sampler was left running before this test"
+    reads: list[float] = []
+    real = memory.current_pss_mib
+    monkeypatch.setattr(memory, "current_pss_mib", lambda: reads.append(time.monotonic()) or real())
+    monitor = PssMonitor(interval_s=0.01)
+    began = time.monotonic()
+    time.sleep(0.4)  # ~40 intervals of a resident size that hardly moves
+    flat = len(reads)
+    resident_mib = int(open("/proc/self/statm").read().split()[1]) * 4096 / (1 << 20)
+    grown = bytearray(b"\x01") * max(64 << 20, int(0.03 * resident_mib * (1 << 20)))  # 3x memory.GROWTH
+    deadline = time.monotonic() + 5
+    while len(reads) == flat and time.monotonic() < deadline:
+        time.sleep(0.01)
+    peak = monitor.stop()
+    assert flat <= 3, f"PSS read {flat} times in {time.monotonic() - began:.1f} s of a flat resident size"
+    assert len(reads) > flat + 1, "the resident size grew by 64 MiB and PSS was not read"
+    assert math.isnan(peak) or peak >= len(grown) / (1 << 20)
+    assert _gone()

@@ -553,7 +553,7 @@ def _take(messages: list[_Message], matches: Any) -> _Message | None:
 # ---- what the last member of a meeting does, by kind ---------------------------------------
 def _all_reduce(entries: list[tuple[torch.Tensor, str]]) -> None:
     tensors = [_flat(tensor) for tensor, _ in entries]
-    if tensors[0].numel() == 0:
+    if tensors[0].numel() == 0 or len(tensors) == 1:  # the sum (or maximum) of one tensor is itself
         return
     if entries[0][1] == "max":
         result = tensors[0].clone()
@@ -579,7 +579,7 @@ def _broadcast(entries: list[tuple[torch.Tensor, int]]) -> None:
 
 def _reduce(entries: list[tuple[torch.Tensor, int]]) -> None:
     tensors = [_flat(tensor) for tensor, _ in entries]
-    if tensors[0].numel() == 0:
+    if tensors[0].numel() == 0 or len(tensors) == 1:  # the sum (or maximum) of one tensor is itself
         return
     root = entries[0][1]
     size = tensors[0].element_size()
