@@ -212,7 +212,7 @@ def _reusing(overrides: list[str]) -> DictConfig:
             and not isinstance(item.value(), dict)
             for item in parsed
         ]
-        files = tuple(item.input_line for item, value in zip(parsed, plain) if not value)
+        files = tuple(line for line, value in zip(overrides, plain) if not value)  # one parsed item per line
         base = kept.get(("composed", files))
         if base is None:
             base = kept[("composed", files)] = _hydra_compose(list(files))
