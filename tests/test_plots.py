@@ -624,7 +624,7 @@ def test_the_time_breakdown_stacks_waiting_for_peers_between_compute_and_communi
             "wall_comm_exposed_ms": [4.0, 2.0],
         }
     )
-    plots.time_breakdown(table, tmp_path / "t.png", "t")
+    plots.time_breakdown(table, tmp_path / "t.png", "t", "wall clock")
     axis = drawn["figure"].axes[0]
     bars = [(rect.get_y(), rect.get_height()) for container in axis.containers for rect in container]
     assert [label.get_text() for label in axis.get_legend().get_texts()] == [

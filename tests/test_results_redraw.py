@@ -2,8 +2,9 @@
 
 Every ``results/<experiment>/`` that keeps its run data (``runs.json``, ``histories.csv``) is
 redrawn from them with no MLflow store (``dlcomm report --from``): its tables must come out
-byte for byte as committed and every committed figure must be drawn again. A few seconds per
-experiment, no training."""
+byte for byte as committed and every committed figure must be drawn again, standing alone
+(:func:`test_figure_text.figure_problems`: clocks named, no issue or run ids in titles, readable
+text). A few seconds per experiment, no training."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dlcomm.report import plots
 from dlcomm.report.build import report_from
 from dlcomm.report.rundata import RUNS_FILE, history_path, portable
 
@@ -32,9 +34,21 @@ def test_the_reports_without_run_data_are_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize("experiment", WITH_DATA)
-def test_a_committed_report_is_redrawn_from_its_run_data(experiment: str, tmp_path: Path) -> None:
+def test_a_committed_report_is_redrawn_from_its_run_data(experiment: str, tmp_path: Path, monkeypatch) -> None:
+    from test_figure_text import figure_problems
+
     committed = RESULTS / experiment
+    problems: list[str] = []
+    real_save = plots._save
+
+    def checking(figure, path: Path) -> Path:
+        figure.canvas.draw()
+        problems.extend(f"{experiment}/{Path(path).name}: {problem}" for problem in figure_problems(figure))
+        return real_save(figure, path)
+
+    monkeypatch.setattr(plots, "_save", checking)
     _, written = report_from(committed, tmp_path)
+    assert not problems, "\n".join(problems)
     redrawn = tmp_path / experiment
     assert all(path.parent == redrawn for path in written)
     for name in ("table.md", "table.csv", "table.tex"):

@@ -6,6 +6,7 @@ a report's folder: ``dlcomm report --from``): :mod:`dlcomm.report.rundata`."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,7 @@ import pandas as pd
 from dlcomm.errors import UserError
 from dlcomm.metrics import names
 from dlcomm.report import plots
+from dlcomm.report.clocks import clock_words, runs_clock, table_clock
 from dlcomm.report.groups import assign
 from dlcomm.report.papers import marks
 from dlcomm.report.rundata import RUNS_FILE, FolderRunData, RunData, StoreRunData, save_run_data
@@ -39,6 +41,12 @@ def seed_curves(per_seed: list[pd.Series]) -> pd.DataFrame:
         x = pd.concat([curve.index.to_series().reset_index(drop=True) for curve in per_seed], axis=1).mean(axis=1)
         aligned = values.set_axis(x.to_numpy())
     return pd.DataFrame({"mean": aligned.mean(axis=1), "std": aligned.std(axis=1, ddof=1)})
+
+
+def time_axis(clock: str) -> str:
+    """A training-time axis' label naming its clock (:mod:`dlcomm.report.clocks`): ``training
+    time, s (simulated clock on wan_hetero)``."""
+    return f"training time, s ({clock})"
 
 
 def run_data(source: str | RunData) -> RunData:
@@ -79,15 +87,15 @@ class Histories:
             return ("epoch", by_epoch)
         if kind == "ma":
             return ("epoch", by_epoch) if clock.empty else ("training clock s", clock)
-        if not clock.empty:
-            return ("training clock s", clock)
-        for x_key, label in (
-            (names.EPOCH_SIM_TIME, "simulated training time s"),
-            (names.EPOCH_TRAIN_TIME, "wall training time s"),
-        ):
+        if not clock.empty:  # the training clock: simulated under a network model, else wall
+            return (time_axis(runs_clock(frame)), clock)
+        for x_key, simulated in ((names.EPOCH_SIM_TIME, True), (names.EPOCH_TRAIN_TIME, False)):
             curves = self._seed_curves(frame, names.EPOCH_TEST_ACC_MEAN, x_key)
             if not curves.empty and not pd.isna(curves.index).any():
-                return (label, curves)
+                clock = runs_clock(frame)
+                if clock.startswith("simulated") != simulated:  # the epochs' times of the other clock
+                    clock = clock_words(simulated, set())
+                return (time_axis(clock), curves)
         return None
 
     def curve(self, frame: pd.DataFrame, kind: str) -> tuple[str, pd.Series] | None:
@@ -241,11 +249,16 @@ def _description(line: str) -> str:
     return (line[:last_comma] if last_comma > 0 else line).strip(" ,")
 
 
+# "(issue 51)", "(issue 38; docs/compression.md)": where a description came from, not what it shows
+_ISSUE_NOTE = re.compile(r"\s*\([^()]*\bissues? \d+[^()]*\)|\s*\bissues? \d+\b", re.IGNORECASE)
+
+
 def figure_title(experiment: str, width: int = 80) -> str:
     """The shipped experiment's description, for figure titles: the first line of the comment
     that opens configs/experiment/<name>.yaml (it names the paper and the figure or table; see
-    :func:`_description`), wrapped at ``width`` characters; ``experiment`` itself when dlcomm
-    ships no such file or it has no comment."""
+    :func:`_description`) less its issue references ("(issue 51)": a figure is read without
+    the tracker), wrapped at ``width`` characters; ``experiment`` itself when dlcomm ships no such
+    file or it has no comment."""
     from dlcomm.report.runs import shipped_experiment
 
     shipped = shipped_experiment(experiment)
@@ -256,8 +269,34 @@ def figure_title(experiment: str, width: int = 80) -> str:
             break
         text = line.lstrip("# ").strip()
         if text and not text.startswith("@package"):  # Hydra's directive, not a description
-            return textwrap.fill(_description(text), width, break_on_hyphens=False)
+            return textwrap.fill(_ISSUE_NOTE.sub("", _description(text)), width, break_on_hyphens=False)
     return experiment
+
+
+def sweep_title(experiment: str, runs: pd.DataFrame) -> str:
+    """A sweep's figure title: its experiment (:func:`figure_title`) and what its runs share:
+    ``dlcomm sweep: 4 workers, mlp on synthetic, wan_hetero network, 2 seeds``."""
+    from dlcomm.report.clocks import network_name
+
+    def values(column: str) -> list[str]:
+        found = runs[column].dropna().astype(str) if column in runs else pd.Series(dtype=str)
+        return sorted(set(found) - {""})
+
+    parts = []
+    worlds = sorted(int(float(w)) for w in values("tags.world_size"))
+    if worlds:
+        parts.append(f"{worlds[0]} workers" if worlds[0] == worlds[-1] else f"{worlds[0]}-{worlds[-1]} workers")
+    models, datasets = values("tags.model"), values("tags.dataset")
+    if len(models) == 1 and len(datasets) == 1:
+        parts.append(f"{models[0]} on {datasets[0]}")
+    networks = sorted({network_name(run) for _, run in runs.iterrows()} - {"off"})
+    if len(networks) == 1:
+        parts.append(f"{networks[0]} network")
+    seeds = values("params.seed")
+    if seeds:
+        parts.append(f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}")
+    name = figure_title(experiment).replace("\n", " ")
+    return textwrap.fill(f"{name} sweep" + (f": {', '.join(parts)}" if parts else ""), 80, break_on_hyphens=False)
 
 
 def _against_figures(
@@ -295,8 +334,8 @@ def _against_figures(
     if workers_swept:
         over = " / ".join(plots.method_text(method) for method in sorted(set(table["baseline"]) - {""}))
         clocks = set(table.get("speedup_clock", pd.Series(dtype=str)).fillna("")) - {""}
-        if clocks == {"wall"} and "ranks_per_core" in table and bool((table["ranks_per_core"] > 1).any()):
-            over += ",\nwall clock; ranks shared cores"  # the table's header says the same
+        if len(clocks) == 1:  # a ratio of two times on one clock: which
+            over += f"\n({table_clock(table, clocks == {'simulated'}, runs)})"
         split = params.get("workers_per_node") if "nodes" in params else None
         split = "global_batch" if split is None and batches_per_world > 1 else split
         by_factors = runs["world"].max() >= 8 * runs["world"].min()  # 4, 16, 64 workers: a log axis
@@ -339,14 +378,14 @@ def _against_figures(
             )
         )
     time_column = "sim_ms_per_iter" if table["sim_ms_per_iter"].notna().all() else "wall_ms_per_iter"
-    y_label = "simulated ms per iteration" if time_column.startswith("sim") else "wall ms per iteration"
+    clock = table_clock(table, time_column.startswith("sim"), runs)
+    y_label = f"ms per iteration\n({clock})"
     if "sent_mb" in table:  # kept by summarise: report.traffic, or compressors compared
-        clock = "simulated" if time_column.startswith("sim") else "wall"
         timed = table.assign(train_s=table[time_column] * table["steps"] / 1000)
         axes_drawn = [("sent_mb", "MB sent per worker over the run", "accuracy_vs_bytes")]
         # under a time budget every method trains for the same time: accuracy.png has the curves
         if timed["train_s"].max() > 1.01 * timed["train_s"].min():
-            axes_drawn.append(("train_s", f"{clock} training time (s)", "accuracy_vs_time"))
+            axes_drawn.append(("train_s", time_axis(clock), "accuracy_vs_time"))
         for x, x_label, name in axes_drawn:
             figures.append(
                 plots.tradeoff(
@@ -409,7 +448,12 @@ def write_report(
     no_accuracy = plots.why_no_accuracy(runs, histories.curves, chance)
     drawn = [
         None if no_accuracy else plots.accuracy(runs, histories.curves, folder / "accuracy.png", title, chance),
-        plots.time_breakdown(table, folder / "time_per_iteration.png", title),
+        plots.time_breakdown(
+            table,
+            folder / "time_per_iteration.png",
+            title,
+            table_clock(table, bool(table["sim_ms_per_iter"].notna().all()), runs),
+        ),
     ]
     drawn += _against_figures(experiment, table, runs, axes, title, folder, chance)
     figures = [figure for figure in drawn if figure is not None]

@@ -88,3 +88,37 @@ def title(runs: pd.DataFrame) -> str:
 def recorded(runs: pd.DataFrame) -> bool:
     """Whether some simulated run of ``runs`` names the profile it charged."""
     return bool((~runs[PROFILE].isin(["", MEASURED, UNRECORDED])).any())
+
+
+def clock_words(simulated: bool, networks: set[str], shared: bool = False) -> str:
+    """A figure's clock in words, for a time axis: ``simulated clock on <networks>`` (the
+    network model its times come from; ``simulated clock`` when none is named), or ``wall clock``
+    followed by the networks emulated (``; eth_1g emulated``) and, when the runs' ranks took turns
+    on this machine's cores, ``; ranks shared cores``."""
+    named = ", ".join(sorted(networks - {"", "off"}))
+    if simulated:
+        return "simulated clock" + (f" on {named}" if named else "")
+    notes = ([f"{named} emulated"] if named else []) + (["ranks shared cores"] if shared else [])
+    return "; ".join(["wall clock", *notes])
+
+
+def runs_clock(runs: pd.DataFrame) -> str:
+    """:func:`clock_words` for ``runs`` (MLflow's columns): simulated when every run modelled a
+    network (``network.mode=simulate``), named by their presets; else the wall clock, noting
+    runs whose ranks shared cores (``shared_hardware`` tag)."""
+    if runs.empty:
+        return "wall clock"
+    modes = runs.get("params.network.mode", runs.get("tags.network_mode", pd.Series("", index=runs.index)))
+    simulated = bool(modes.fillna("").astype(str).eq("simulate").all()) or (
+        _SIM_TIME in runs and bool(runs[_SIM_TIME].notna().all())
+    )
+    shared = bool(runs.get("tags.shared_hardware", pd.Series("", index=runs.index)).map(_text).ne("").any())
+    return clock_words(simulated, {network_name(run) for _, run in runs.iterrows()}, shared)
+
+
+def table_clock(table: pd.DataFrame, simulated: bool, runs: pd.DataFrame) -> str:
+    """:func:`clock_words` for a report's ``table`` of ``runs`` whose times are on the simulated
+    clock (``simulated``) or the wall clock: the runs' network presets (:func:`network_name`), and
+    the table's ``ranks_per_core``."""
+    per_core = table.get("ranks_per_core", pd.Series(dtype=float))
+    return clock_words(simulated, {network_name(run) for _, run in runs.iterrows()}, bool((per_core > 1).any()))

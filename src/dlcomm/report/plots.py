@@ -308,10 +308,43 @@ def _accuracy_axis(axis, chance: float | None, spread: float) -> str:
         where = blended_transform_factory(axis.transAxes, axis.transData)
         # at the right, where accuracy curves have risen away from it
         axis.text(
-            0.99, chance, f"chance ({chance:g}%)", transform=where, fontsize=7, color="grey", ha="right", va="bottom"
+            0.99, chance, f"chance ({chance:g}%)", transform=where, fontsize=8, color="grey", ha="right", va="bottom"
         )
         return ""
     return f"chance {chance:g}%: {'below' if chance < low else 'above'} the axis"
+
+
+# The accuracy axis leaves out the evaluations of the untrained model (at time 0) when the rest
+# span less than this share of the range with them: 17% beside curves at 84-88% flattens them.
+ZOOM_SHARE = 0.5
+
+
+def _zoom_past_first(axis, entries: list[_Drawn]) -> str:
+    """Zoom ``axis`` (accuracy in %) past the evaluations before training (each curve's first
+    point, when every curve starts at x = 0: the training clock's first evaluation) when they
+    alone stretch it (the rest span under :data:`ZOOM_SHARE` of the range with them), the ±1 std
+    bands included; the note saying where those points are ("first evaluations 17-22%: below the
+    axis"), '' when the axis is left as it is (a curve rising from chance after its first epoch
+    keeps its rise)."""
+
+    def extent(frames: list[pd.DataFrame]) -> tuple[float, float]:
+        low = min(float((f["mean"] - f["std"].fillna(0)).min()) for f in frames)
+        high = max(float((f["mean"] + f["std"].fillna(0)).max()) for f in frames)
+        return 100 * low, 100 * high
+
+    if not entries or any(len(entry.curve) < 2 or float(entry.curve.index[0]) > 0 for entry in entries):
+        return ""
+    rest = [entry.curve.iloc[1:] for entry in entries]
+    full_low, full_high = extent([entry.curve for entry in entries])
+    low, high = extent(rest)
+    if high - low >= ZOOM_SHARE * (full_high - full_low):
+        return ""
+    margin = 0.08 * (high - low)
+    axis.set_ylim(low - margin, high + margin)
+    firsts = [100 * float(entry.curve["mean"].iloc[0]) for entry in entries]
+    where = "below" if max(firsts) < low else ("above" if min(firsts) > high else "off")
+    shown = f"{min(firsts):.0f}-{max(firsts):.0f}%" if round(min(firsts)) != round(max(firsts)) else f"{firsts[0]:.0f}%"
+    return f"first evaluation{'s' if len(firsts) > 1 else ''} {shown}: {where} the axis"
 
 
 def _accuracy_figure(
@@ -352,8 +385,12 @@ def _accuracy_figure(
                 spread_shown.add("bar")
             axis.set_xlabel(entry.x_name)
         axis.grid(alpha=0.3)
-        spreads = [entry.curve["std"].max() for entry in drawn[kind] if entry.curve["std"].notna().any()]
+        cut = _zoom_past_first(axis, drawn[kind])
+        shown = [entry.curve.iloc[1:] if cut else entry.curve for entry in drawn[kind]]  # the spread on the axis
+        spreads = [curve["std"].max() for curve in shown if curve["std"].notna().any()]
         off_axis[kind] = _accuracy_axis(axis, chance, 100 * max(spreads, default=0.0))
+        if cut:  # where the cut-off first evaluations are
+            axis.text(0.99, 0.02, cut, transform=axis.transAxes, fontsize=8, color="grey", ha="right", va="bottom")
     for kind, axis in panels.items():
         axis.set(title={"epoch": "against epochs", "time": "against training time"}[kind])
     if "epoch" in panels:  # one epoch: tick 1, not 0.95-1.05
@@ -367,13 +404,13 @@ def _accuracy_figure(
     spread = {"band": "\nband: ±1 std over seeds", "bar": "\nbar: ±1 std over seeds"}
     legend_from = max(panels.values(), key=lambda axis: len(axis.get_legend_handles_labels()[0]))
     legend_from.legend(
-        fontsize=7,
+        fontsize=9,
         loc="upper left",
         bbox_to_anchor=(1.02, 1.0),
-        title_fontsize=7,
+        title_fontsize=9,
         title="line: mean over seeds" + "".join(spread[s] for s in sorted(spread_shown)),
     )
-    figure.suptitle(title)
+    figure.suptitle(_fitted(title, figure))
     return figure
 
 
@@ -394,31 +431,75 @@ def accuracy(
     return None if figure is None else _save(figure, path)
 
 
-def time_breakdown(table: pd.DataFrame, path: Path, title: str) -> Path:
+def _bar_positions(settings: list[str]) -> list[float]:
+    """x of each bar, in the table's order: a setting's bars side by side, :data:`GROUP_GAP` bar
+    widths of space before the next setting's."""
+    positions, x = [], 0.0
+    for index, setting in enumerate(settings):
+        if index and setting != settings[index - 1]:
+            x += GROUP_GAP
+        positions.append(x)
+        x += 1.0
+    return positions
+
+
+GROUP_GAP = 0.8  # the space between two settings' bars, in bar widths
+BAR_LABEL_CHARS = 13  # a bar's method name is wrapped at about this many characters (a bar is ~1 inch)
+GROUP_LABEL_CHARS = 11  # a setting's name, in bold, at this many characters per bar beneath it
+
+
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width, break_on_hyphens=False, break_long_words=False)
+
+
+def time_breakdown(table: pd.DataFrame, path: Path, title: str, clock: str) -> Path:
+    """Figure of :func:`time_breakdown_figure`, written to ``path``."""
+    return _save(time_breakdown_figure(table, title, clock), path)
+
+
+def time_breakdown_figure(table: pd.DataFrame, title: str, clock: str):
     """Stacked bars: compute, waiting for peers (wall clock of threads) and exposed communication
-    per iteration, per method (simulated times where the runs have them, else wall)."""
+    per iteration, per method (simulated times where the runs have them, else wall). With several
+    settings, a setting's bars stand together, apart from the next's, named once beneath them; the
+    method names stay horizontal, wrapped to a bar's width. The time axis names its ``clock``
+    (:func:`dlcomm.report.clocks.table_clock`)."""
     plt = _pyplot()
     simulated = table["sim_ms_per_iter"].notna().all()
     prefix = "sim" if simulated else "wall"
     several = table["setting"].nunique() > 1
-    labels = [_label(s, m, several) for s, m in zip(table["setting"], table["method"])]
-    figure, axis = plt.subplots(figsize=(max(6.5, 0.9 * len(labels) + 3.5), 4.6))
-    positions = range(len(labels))
-    compute, comm = table[f"{prefix}_compute_ms"], table[f"{prefix}_comm_exposed_ms"]
+    if several:  # a setting's rows together, in the order the settings first appear
+        order = {setting: index for index, setting in enumerate(dict.fromkeys(table["setting"]))}
+        table = table.iloc[table["setting"].map(order).argsort(kind="stable")]
+    settings = list(table["setting"])
+    labels = [_wrapped(method_text(m), BAR_LABEL_CHARS) for m in table["method"]]
+    positions = _bar_positions(settings if several else ["all"] * len(settings))
+    figure, axis = plt.subplots(figsize=(max(6.5, 1.05 * positions[-1] + 4.0), 4.8))
+    compute, comm = table[f"{prefix}_compute_ms"].to_numpy(), table[f"{prefix}_comm_exposed_ms"].to_numpy()
     axis.bar(positions, compute, label="compute")
     waiting = table.get("wall_peer_wait_ms") if not simulated else None
     if waiting is not None and waiting.notna().any():  # threads: waiting for peers told apart (docs/metrics.md)
-        waiting = waiting.fillna(0.0)
+        waiting = waiting.fillna(0.0).to_numpy()
         axis.bar(positions, waiting, bottom=compute, label="waiting for peers")
         compute = compute + waiting
     axis.bar(positions, comm, bottom=compute, label="exposed communication")
-    axis.set_xticks(list(positions), labels, rotation=30, ha="right", fontsize=7)
-    shared = not simulated and "ranks_per_core" in table and bool((table["ranks_per_core"] > 1).any())
-    clock = "simulated" if simulated else ("wall (ranks shared cores)" if shared else "wall")  # no cluster's wall clock
-    axis.set(ylabel=f"{clock} ms per iteration", title=_fitted(title, figure))
-    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    axis.set_xticks(positions, labels, fontsize=8)
+    if several:  # each setting named once, centred under its bars, below the methods' names
+        lines = max(label.count("\n") + 1 for label in labels)
+        centres, names = [], []
+        for setting in dict.fromkeys(settings):
+            xs = [x for x, s in zip(positions, settings) if s == setting]
+            centres.append((xs[0] + xs[-1]) / 2)
+            names.append("\n" * lines + _wrapped(setting_text(setting), GROUP_LABEL_CHARS * len(xs)))
+        groups = axis.secondary_xaxis("bottom")
+        groups.set_xticks(centres, names, fontsize=9, fontweight="bold")
+        groups.tick_params(axis="x", length=0, pad=6)
+        groups.spines["bottom"].set_visible(False)
+    axis.set(ylabel=f"ms per iteration\n({clock})", title=_fitted(title, figure))
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     axis.grid(axis="y", alpha=0.3)
-    return _save(figure, path)
+    return figure
 
 
 def _against_figure(
@@ -472,7 +553,7 @@ def _against_figure(
         title=_fitted(title, figure),
     )
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    axis.legend(fontsize=9)
     return figure
 
 
@@ -519,7 +600,7 @@ def tradeoff(
     if points.empty:
         return None
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6.4, 4.4))
+    figure, axis = plt.subplots(figsize=(9.0, 4.4))  # the axes ~6 inches, the legend beside them
     spread = f"{y.removesuffix('_mean')}_std"
     settings = list(dict.fromkeys(points["setting"]))
     markers = "osD^vP*X"
@@ -550,5 +631,5 @@ def tradeoff(
         title=_fitted(title, figure),
     )
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=6)
+    axis.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside: a dozen compressors
     return _save(figure, path)

@@ -225,7 +225,7 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path], pd.
     """Summarise the sweep ``which`` (a parent run id or ``last``) into ``root/sweeps/<parent>/``
     and log it to the parent run; its parent run id, the files written and the table."""
     from dlcomm.paths import entry_name
-    from dlcomm.report.build import write_report
+    from dlcomm.report.build import sweep_title, write_report
     from dlcomm.report.groups import assign
     from dlcomm.report.runs import find_sweep, load_sweep_runs
 
@@ -237,7 +237,7 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path], pd.
         root / "sweeps" / entry_name(parent),
         runs=runs,
         command=f"dlcomm report sweep={parent}",
-        title=f"sweep {parent[:8]} ({experiment})",
+        title=sweep_title(experiment, runs),  # the experiment and its setting: no run id in a figure
     )
     log_comparison(uri, parent, table, assign(runs)[0], files)
     return parent, files, table
