@@ -317,11 +317,14 @@ def _accuracy_axis(axis, chance: float | None, spread: float) -> str:
 # The accuracy axis leaves out the evaluations of the untrained model (at time 0) when the rest
 # span less than this share of the range with them: 17% beside curves at 84-88% flattens them.
 ZOOM_SHARE = 0.5
+# A curve's first point counts as the untrained model's when it lies in this first share of the x range.
+START_SHARE = 0.02
 
 
 def _zoom_past_first(axis, entries: list[_Drawn]) -> str:
     """Zoom ``axis`` (accuracy in %) past the evaluations before training (each curve's first
-    point, when every curve starts at x = 0: the training clock's first evaluation) when they
+    point, when every curve starts at x = 0 or within :data:`START_SHARE` of its range: the
+    training clock's first evaluation) when they
     alone stretch it (the rest span under :data:`ZOOM_SHARE` of the range with them), the ±1 std
     bands included; the note saying where those points are ("first evaluations 17-22%: below the
     axis"), '' when the axis is left as it is (a curve rising from chance after its first epoch
@@ -332,7 +335,11 @@ def _zoom_past_first(axis, entries: list[_Drawn]) -> str:
         high = max(float((f["mean"] + f["std"].fillna(0)).max()) for f in frames)
         return 100 * low, 100 * high
 
-    if not entries or any(len(entry.curve) < 2 or float(entry.curve.index[0]) > 0 for entry in entries):
+    def starts_untrained(curve: pd.DataFrame) -> bool:  # its first evaluation at the clock's start
+        first, last = float(curve.index[0]), float(curve.index[-1])
+        return first <= START_SHARE * last  # 0.01 s of 30 (the clock series' first step is 1, not 0)
+
+    if not entries or any(len(entry.curve) < 2 or not starts_untrained(entry.curve) for entry in entries):
         return ""
     rest = [entry.curve.iloc[1:] for entry in entries]
     full_low, full_high = extent([entry.curve for entry in entries])
