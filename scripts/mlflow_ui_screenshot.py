@@ -4,9 +4,10 @@
 A real browser (Chromium, driven by Playwright) opens, in a fresh profile (no remembered choice of
 the UI's side, no saved view):
 
-* ``sweep``: the newest sweep's parent run (or ``--run``'s) at the address dlcomm printed at the
-  sweep's end (:func:`dlcomm.tracking.ui.run_page`), after ONE click on the description's
-  ``Show more`` (the UI folds a description after a few lines; nothing a client sets unfolds it);
+* ``first``: the newest sweep's parent run (or ``--run``'s) at the address dlcomm printed at the
+  sweep's end (:func:`dlcomm.tracking.ui.run_page`), as it opens: the description's first two
+  lines (the UI folds it there; nothing a client sets unfolds it), the comparison's headline;
+* ``sweep``: the same page after ONE click on the description's ``Show more``;
 * ``grouped``: the link ``grouped by method`` in that description: the experiment's runs list as
   dlcomm's shared view sets it (the sweep's children grouped by the ``algo`` tag, ``summary/*``
   columns);
@@ -15,11 +16,14 @@ the UI's side, no saved view):
 * ``bare``: the experiment page as MLflow's own home page links it (no query): for the record of
   what the UI does without dlcomm's links.
 
-MLflow 3 opens an assistant side panel once per browser; it is closed (its ``Close`` button) so
-that the pictures show the page. Each PNG is cropped to ``--height`` and kept under ``--max-kb``.
+MLflow 3 opens its assistant side panel once per browser profile when the page's host is
+``localhost``, ``127.0.0.1`` or ``::1`` (a decision of the UI's JavaScript, kept in the browser's
+local storage key ``mlflow.assistant.fab.autoOpenedOnFirstLoad``; no server flag or environment
+variable turns it off: docs/mlflow_ui.md); it is closed (its ``Close`` button) before each picture,
+as a user closes it once. Each PNG is cropped to ``--height`` and kept under ``--max-kb``.
 
 Needs a Chromium (Debian: ``apt-get install chromium``) and the ``playwright`` package (``pip
-install playwright`` into the venv; not a dlcomm dependency; it drives ``/usr/bin/chromium``, no
+install playwright`` into the venv, or ``--target`` a folder on ``PYTHONPATH``; not a dlcomm dependency; it drives ``/usr/bin/chromium``, no
 browser is downloaded). Pillow (a dlcomm dependency through matplotlib) crops the PNGs.
 
     MLFLOW_DISABLE_TELEMETRY=true .venv/bin/mlflow ui --backend-store-uri sqlite:////tmp/uisweep/results/mlflow.db --port 5000 --workers 1 &
@@ -37,7 +41,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-SHOTS = ("sweep", "grouped", "run", "bare")
+SHOTS = ("first", "sweep", "grouped", "run", "bare")
 FILES = {name: f"mlflow_{name}.png" for name in SHOTS}
 
 
@@ -99,7 +103,7 @@ def main() -> int:
     parser.add_argument("--shots", default=",".join(SHOTS), help=f"a comma list of {', '.join(SHOTS)}")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     parser.add_argument(
-        "--width", type=int, default=1920, help="the browser's width (the table's columns side by side)"
+        "--width", type=int, default=1600, help="the browser's width (a laptop screen: the first screen a user sees)"
     )
     parser.add_argument("--height", type=int, default=1000)
     parser.add_argument("--max-kb", type=int, default=400)
@@ -123,8 +127,10 @@ def main() -> int:
             close_assistant(page)
             return time.monotonic() - began
 
-        if "sweep" in shots or "grouped" in shots:
+        if {"first", "sweep", "grouped"} & set(shots):
             visit(sweep_page)
+            if "first" in shots:
+                save(page.screenshot(), out_dir / FILES["first"], args.height, args.max_kb)
             show_more(page)
             if "sweep" in shots:
                 save(page.screenshot(), out_dir / FILES["sweep"], args.height, args.max_kb)

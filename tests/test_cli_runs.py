@@ -115,7 +115,10 @@ def test_run_is_recorded_in_mlflow(home) -> None:
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     description = tags["mlflow.note.content"]
-    assert description.startswith(f"**{run.info.run_name}**: `dlcomm train ") and "- test accuracy " in description
+    # its result first (the UI folds a description after two lines), then its name and command line
+    first, second = description.splitlines()[:2]
+    assert first.startswith("**Result**: test accuracy ") and " ms/iter" in first, description
+    assert second.startswith(f"**{run.info.run_name}**: `dlcomm train ") and "- test accuracy " in description
     page = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
     assert f"MLflow UI: {page}\n" in result.stdout
     assert f"ui --backend-store-uri {result.tracking_uri} --port 5000" in result.stdout

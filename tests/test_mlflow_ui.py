@@ -38,6 +38,8 @@ def test_a_sweep_s_view_filters_its_children_and_groups_them_by_algorithm() -> N
     assert (
         "metrics.`summary/speedup`" in state["selectedColumns"] and "tags.`summary_clock`" in state["selectedColumns"]
     )
+    # the answer in the first columns (the runs list shows them left to right, the rest off-screen at 1600 px)
+    assert state["columnOrder"][:2] == ["metrics.`summary/speedup`", "metrics.`summary/test_acc_pct`"]
     assert ui.share_key(state) == ui.share_key(json.loads(json.dumps(state)))  # written twice: one tag
     assert ui.share_key(state) != ui.share_key(ui.sweep_view_state("0123abce"))
 
@@ -81,3 +83,25 @@ def test_an_experiment_dlcomm_writes_to_is_marked_model_training(tmp_path) -> No
     assert _experiment_id(client, "made by hand", uri) == old
     for experiment in (new, old):
         assert client.get_experiment(experiment).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_run_s_description_starts_with_its_result_on_the_simulated_clock() -> None:
+    from types import SimpleNamespace
+
+    from dlcomm.tracking.reporter import run_description
+
+    line = (
+        "done: test accuracy 86.10% (averaged model 86.20%) | wall 52.6 ms/iter (communication 76.84%) over 20"
+        " iterations | simulated eth_10g: 3.5 ms/iter, communication 43.75% of it (modelled 1.5 ms/iter),"
+        " training 0.1 s, compute profile 1.94 ms/step ±3.7% (AMD EPYC) | train.max_steps=20 ended the run | mlflow run abc (sqlite:////x/mlflow.db)"
+    )
+    spec = SimpleNamespace(overrides=["algo=local_sgd", "tracking.uri=http://u:pw@h"], run_name=lambda: "local_sgd 4x1")
+    first, second = run_description(line, spec).splitlines()[:2]  # what the UI shows before "Show more"
+    assert (
+        first
+        == "**Result**: test accuracy 86.10% (averaged model 86.20%); simulated eth_10g: 3.5 ms/iter, communication 43.75% of it (modelled 1.5 ms/iter), training 0.1 s  "
+    )
+    assert second == "**local_sgd 4x1**: `dlcomm train algo=local_sgd`"
+    # without a network model: the wall clock's part
+    plain = run_description(line.replace(" | simulated eth_10g: 3.5 ms/iter", " | x"), spec).splitlines()[0]
+    assert plain.startswith("**Result**: test accuracy 86.10% (averaged model 86.20%); wall 52.6 ms/iter")

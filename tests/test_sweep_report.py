@@ -151,8 +151,10 @@ def test_a_sweep_ends_with_its_comparison_on_its_parent_run_and_each_run_s_summa
     view = json.loads(client.get_experiment(parent_run.info.experiment_id).tags[f"mlflow.sharedViewState.{key}"])
     assert view["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent}'"
     speedups = dict(zip(table["method"], table["speedup"]))
-    assert parent_run.data.metrics["local_sgd/speedup"] == pytest.approx(speedups["local_sgd"], abs=5e-4)
-    assert parent_run.data.metrics["allreduce/speedup"] == 1.0
+    # the metric's name says its clock (network off: the wall clock); rounded to its spread over seeds
+    assert parent_run.data.metrics["local_sgd/speedup_wall"] == pytest.approx(speedups["local_sgd"], abs=5e-2)
+    assert parent_run.data.metrics["allreduce/speedup_wall"] == 1.0
+    assert description.splitlines()[0].startswith("Speedup over allreduce on the wall clock")
     assert f"/runs/{parent}?workflowType=machine_learning" in result.stdout.split("sweep comparison:")[1]
 
     # reported again, by `sweep=last`: the same table, and the parent keeps one MLflow table (no rows appended)
@@ -178,3 +180,74 @@ def test_report_sweep_refuses_what_is_not_a_sweep_in_one_line(home, cli_here) ->
         bad = cli_here(home, "report", *settings)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
         assert message in bad.stderr.strip().splitlines()[-1], bad.stderr
+
+
+def _two_method_table(simulated: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two seeds of allreduce and local_sgd on eth_10g, with accuracies whose mean has a binary tail."""
+    times = {("allreduce", 1): 0.100, ("allreduce", 2): 0.140, ("local_sgd", 1): 0.080, ("local_sgd", 2): 0.120}
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": f"{algo}-{seed}",
+                "setting": "all",
+                "method": algo,
+                "seed": seed,
+                "tags.world_size": "2",
+                "tags.network": "eth_10g",
+                "params.network.name": "eth_10g",
+                "params.train.batch_size": "64",
+                "metrics.final/time_per_iter_s": t,
+                "metrics.final/comm_share": 0.3,
+                "metrics.final/sim_time_per_iter_s": t if simulated else math.nan,
+                "metrics.final/sim_comm_share": 0.3 if simulated else math.nan,
+                "metrics.final/test_acc_mean": 0.79831 + 0.00011 * seed,
+                "metrics.final/best_test_acc_mean": 0.9,
+                "metrics.final/steps": 10.0,
+            }
+            for (algo, seed), t in times.items()
+        ]
+    )
+    return summarise(runs, "allreduce", lambda frame: None), runs
+
+
+@pytest.mark.parametrize("simulated", [False, True])
+def test_the_parent_s_first_two_lines_are_the_headline_naming_the_clock(simulated: bool) -> None:
+    from types import SimpleNamespace
+
+    from dlcomm.report.sweep import parent_description
+
+    table, _ = _two_method_table(simulated)
+    parent = SimpleNamespace(
+        data=SimpleNamespace(tags={"mlflow.runName": "sweep of 4"}), info=SimpleNamespace(run_id="p")
+    )
+    description = parent_description(parent, table, [], "#/view")
+    first_two = " ".join(description.splitlines()[:2])  # what the UI shows before "Show more"
+    clock = "the simulated eth_10g clock" if simulated else "the wall clock"
+    assert f"Speedup over allreduce on {clock}" in first_two, first_two
+    # each method's speedup (the table's: 120/100 ms) and accuracy (79.8% whatever the seed: a spread of 0.01)
+    assert "allreduce 1.00x**, 79.8" in first_two and "local_sgd 1.20x**, 79.8" in first_two, first_two
+    assert "[grouped by method](#/view)" in description
+
+
+@pytest.mark.parametrize("simulated", [False, True])
+def test_the_parent_s_metrics_name_their_clock_and_are_rounded_to_their_spread(simulated: bool) -> None:
+    from dlcomm.report.sweep import parent_metrics, spread_decimals
+
+    table, _ = _two_method_table(simulated)
+    metrics = parent_metrics(table)
+    clock = "sim_eth_10g" if simulated else "wall"
+    assert set(metrics) == {
+        f"{method}/{key}"
+        for method in ("allreduce", "local_sgd")
+        for key in (f"speedup_{clock}", f"ms_per_iter_{clock}", "test_acc_pct")
+    }
+    assert metrics[f"local_sgd/speedup_{clock}"] == 1.2  # 1.20 ± 0.059 (the per-seed ratios 1.25, 1.17): 2 decimals
+    # accuracy 79.8475 ± 0.0078 (%): to the spread's first significant digit, 3 decimals; ms 120 ± 28: none
+    accuracy = table.set_index("method")["final_acc_mean"]["allreduce"]
+    assert (
+        metrics["allreduce/test_acc_pct"] == round(float(accuracy), 3)
+        and metrics[f"allreduce/ms_per_iter_{clock}"] == 120.0
+    )
+    assert all(len(repr(value)) <= 7 for value in metrics.values()), metrics  # no 79.83500000000001
+    assert (spread_decimals(0.0078, 2), spread_decimals(28.0, 2), spread_decimals(math.nan, 2)) == (3, 0, 2)
+    assert spread_decimals(0.0, 2) == 2  # a clock that repeats exactly: as the table prints it

@@ -126,11 +126,47 @@ def _metric_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. /:]", "_", text).strip("_")
 
 
+def spread_decimals(std: float, fallback: int) -> int:
+    """The decimals a mean with standard deviation ``std`` is worth: to the spread's first
+    significant digit (0 to 4 decimals; further digits are noise over seeds), ``fallback`` when
+    there is no spread (one seed, or a clock that repeats exactly). ``round`` to them gives the
+    nearest double, which the UI prints short (``79.84``, not ``79.83500000000001``)."""
+    if pd.isna(std) or std <= 0:
+        return fallback
+    return min(4, max(0, -math.floor(math.log10(std))))
+
+
+def _rounded(value: float, std: float, fallback: int) -> float:
+    return round(float(value), spread_decimals(std, fallback))
+
+
+def clock_key(row: pd.Series) -> str:
+    """The clock of a table row's speedup as part of a metric name: ``sim_<network>`` (``sim``
+    when the row spans networks), ``wall``; MLflow shows a metric's name beside its value on the
+    run's page and as the runs list's column header, where a tag would be out of sight."""
+    clock = summary_clock(row)  # "simulated eth_10g", "simulated", "wall clock[; ranks shared cores]"
+    if clock.startswith("simulated"):
+        return _metric_name(clock.replace("simulated", "sim").replace(" ", "_"))
+    return "wall"
+
+
+def _figures(row: pd.Series) -> dict[str, tuple[float, float, int]]:
+    """A table row's headline figures: ``name -> (mean, spread, decimals without a spread)``."""
+    on = "sim" if _on_simulated_clock(row) else "wall"
+    return {
+        "speedup": (row.get("speedup", math.nan), row.get("speedup_std", math.nan), 2),
+        "ms_per_iter": (row[f"{on}_ms_per_iter"], row.get(f"{on}_ms_per_iter_std", math.nan), 2),
+        "test_acc_pct": (row["final_acc_mean"], row.get("final_acc_std", math.nan), 2),
+    }
+
+
 def parent_metrics(table: pd.DataFrame) -> dict[str, float]:
     """The table's headline figures as the parent run's metrics (its page lists them):
-    ``<method>/speedup``, ``<method>/ms_per_iter`` (on the speedup's clock) and
-    ``<method>/test_acc_pct``, prefixed by ``<setting>/`` when the sweep has several settings, and
-    by ``comparison <n>/`` when it has several comparisons (clocks or compute profiles)."""
+    ``<method>/speedup_<clock>``, ``<method>/ms_per_iter_<clock>`` (the speedup's clock,
+    :func:`clock_key`: ``sim_eth_10g``, ``wall``) and ``<method>/test_acc_pct``, prefixed by
+    ``<setting>/`` when the sweep has several settings, and by ``comparison <n>/`` when it has
+    several comparisons (clocks or compute profiles). Each is rounded to the first significant
+    digit of its spread over seeds (:func:`spread_decimals`)."""
     several = table["setting"].nunique() > 1
     numbers = {heading: number for number, (heading, _) in enumerate(comparisons(table), 1)}
     out: dict[str, float] = {}
@@ -138,10 +174,58 @@ def parent_metrics(table: pd.DataFrame) -> dict[str, float]:
         prefix = _metric_name(f"{row['setting']}/{row['method']}" if several else str(row["method"])) + "/"
         if len(numbers) > 1:  # the same setting and method in two comparisons: apart, as in the table
             prefix = f"comparison {numbers[row['comparison']]}/{prefix}"
-        ms = row["sim_ms_per_iter" if _on_simulated_clock(row) else "wall_ms_per_iter"]
-        figures = {"speedup": row.get("speedup", math.nan), "ms_per_iter": ms, "test_acc_pct": row["final_acc_mean"]}
-        out.update({prefix + key: round(float(value), 3) for key, value in figures.items() if not pd.isna(value)})
+        clock = clock_key(row)
+        for key, (mean, std, fallback) in _figures(row).items():
+            if not pd.isna(mean):
+                name = key if key == "test_acc_pct" else f"{key}_{clock}"
+                out[prefix + name] = _rounded(mean, std, fallback)
     return out
+
+
+def _clock_words(rows: pd.DataFrame) -> str:
+    """The clock of a comparison's speedup in words: ``the simulated eth_10g clock``, ``the wall clock``."""
+    clock = summary_clock(rows.iloc[0]).split(";")[0]
+    return f"the {clock} clock" if clock.startswith("simulated") else "the wall clock"
+
+
+def _compute_words(heading: str, rows: pd.DataFrame) -> str:
+    """What the simulated clock charged as compute, short (the heading's ``compute ...`` part, less
+    its provenance in parentheses); on the wall clock, whether the ranks shared cores."""
+    if not _on_simulated_clock(rows.iloc[0]):
+        return summary_clock(rows.iloc[0]).partition("; ")[2]  # "ranks shared cores" or ''
+    part = next((p for p in heading.split("; ") if p.startswith("compute ")), "")
+    return part.split(" (")[0]
+
+
+def headline_lines(table: pd.DataFrame) -> list[str]:
+    """The comparison in a line per comparison (clock and compute profile): each method's speedup
+    over the baseline on the clock named (its time per iteration when the sweep has no baseline)
+    and its final test accuracy, rounded as the parent's metrics are (:func:`spread_decimals`)."""
+    lines = []
+    for heading, rows in comparisons(table):
+        parts = []
+        for _, row in rows.iterrows():
+            figures = {
+                key: f"{float(m):.{spread_decimals(s, d)}f}"
+                for key, (m, s, d) in _figures(row).items()
+                if not pd.isna(m)
+            }
+            label = f"{row['setting']} {row['method']}" if table["setting"].nunique() > 1 else str(row["method"])
+            time = f"{figures['speedup']}x" if "speedup" in figures else f"{figures['ms_per_iter']} ms/iter"
+            parts.append(f"**{label} {time}**, {figures['test_acc_pct']}%")
+        first = rows.iloc[0]
+        what = (
+            f"speedup over {first['baseline']}" if not pd.isna(first.get("speedup", math.nan)) else "time per iteration"
+        )
+        compute = _compute_words(heading, rows)
+        seeds = f"mean of {int(rows['seeds'].max())} seeds" if rows["seeds"].max() > 1 else "one seed"
+        lines.append(
+            f"{what[:1].upper() + what[1:]} on {_clock_words(rows)}"
+            + (f" ({compute})" if compute else "")
+            + f", and final test accuracy ({seeds}): "
+            + "; ".join(parts)
+        )
+    return lines
 
 
 def parent_description(
@@ -155,7 +239,11 @@ def parent_description(
     from dlcomm.report.build import clock_sentence, comparison_lines
     from dlcomm.tracking.ui import artifact_image, fit_description
 
+    # the UI folds a description after two lines: those are the comparison's headline, a line each
+    # (a markdown hard break, two trailing spaces, keeps them apart without a paragraph's margin)
+    headline = headline_lines(table)
     lines = [
+        *(line + "  " for line in headline),
         f"**{parent.data.tags.get('mlflow.runName', 'sweep')}**: its runs [grouped by method]({view}); "
         f"the files under Artifacts, `{FOLDER}/`.",
         "",

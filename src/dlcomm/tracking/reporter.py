@@ -328,14 +328,22 @@ def _epoch_line(
 
 
 def run_description(line: str, spec: RunSpec) -> str:
-    """The run's description in the MLflow UI (markdown, on the run's page): its command line and
-    the done line's parts as a list (the clock each figure is on is named in its part)."""
+    """The run's description in the MLflow UI (markdown, on the run's page): first its result (the
+    test accuracy and the time per iteration on the clock a comparison uses: the simulated one
+    when the run has it, else the wall clock; the UI folds a description after two lines, below
+    the tags), then its command line and the done line's parts as a list (the clock each figure is
+    on is named in its part)."""
     parts = [part for part in line.removeprefix("done: ").split(" | ") if not part.startswith("mlflow run ")]
+    simulated = [part for part in parts[1:] if part.startswith(("simulated ", "emulated "))]
+    # the profile's provenance is the list's (below): the first line keeps to what the run measured
+    result = "; ".join([parts[0], *(part.split(", compute profile ")[0] for part in simulated or parts[1:2])])
     shown = [
         item for item in spec.overrides if not item.lstrip("+~").startswith("tracking.uri=")
     ]  # may hold a password
     command = " ".join(["dlcomm train", *shown])
-    text = "\n".join([f"**{spec.run_name()}**: `{command}`", "", *(f"- {part}" for part in parts)])
+    text = "\n".join(
+        [f"**Result**: {result}  ", f"**{spec.run_name()}**: `{command}`", "", *(f"- {part}" for part in parts)]
+    )
     return fit_description(text)
 
 
