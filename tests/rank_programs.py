@@ -998,6 +998,20 @@ def train_until_warned(cluster, channel, spec, folder: str | None, stop_at: int 
     return loop, algorithm, model, summary, None
 
 
+#: A small job whose checkpoints the resume tests take apart: 2 workers, an MLP on 256 synthetic
+#: samples, 3 epochs of 4 steps each (``run_spec([*SMALL_JOB, "algo=...", ...])``).
+SMALL_JOB = [
+    "nodes=2",
+    "model=mlp",
+    "dataset=synthetic",
+    "dataset.train_size=256",
+    "dataset.test_size=64",
+    "train.batch_size=32",
+    "train.epochs=3",
+    "train.eval_batch_size=64",
+]
+
+
 def run_spec(overrides: list[str]):
     """The :class:`~dlcomm.spec.RunSpec` a launcher hands its ranks for ``overrides`` (composed and
     checked as ``dlcomm train`` composes them; recorded nowhere)."""

@@ -127,14 +127,7 @@ def test_an_algorithm_state_that_does_not_fit_the_run_is_named_with_its_file(tmp
             "algo.period=4",
             "algo.fragments=2",
             "algo.overlap_steps=1",
-            "nodes=2",
-            "model=mlp",
-            "dataset=synthetic",
-            "dataset.train_size=256",
-            "dataset.test_size=64",
-            "train.batch_size=32",
-            "train.epochs=3",
-            "train.eval_batch_size=64",
+            *rank_programs.SMALL_JOB,
         ]
     )
     folder = str(tmp_path / "checkpoints")

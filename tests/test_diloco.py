@@ -190,14 +190,7 @@ def test_a_run_resumed_mid_period_ends_with_the_uninterrupted_runs_parameters(tm
             "algo=diloco",
             "algo.period=5",
             "optim=adamw",
-            "nodes=2",
-            "model=mlp",
-            "dataset=synthetic",
-            "dataset.train_size=256",
-            "dataset.test_size=64",
-            "train.batch_size=32",
-            "train.epochs=3",
-            "train.eval_batch_size=64",
+            *rank_programs.SMALL_JOB,
             "seed=5",
         ]
     )

@@ -152,14 +152,7 @@ def test_a_resumed_run_keeps_the_rows_and_statistics_of_a_straight_one(tmp_path)
     spec = rank_programs.run_spec(
         [
             "algo=allreduce",
-            "nodes=2",
-            "model=mlp",
-            "dataset=synthetic",
-            "dataset.train_size=256",
-            "dataset.test_size=64",
-            "train.batch_size=32",
-            "train.epochs=3",
-            "train.eval_batch_size=64",
+            *rank_programs.SMALL_JOB,
             "seed=5",
         ]
     )
