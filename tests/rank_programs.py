@@ -1029,3 +1029,21 @@ def straight_stopped_resumed(run, cluster, channel, spec, folder: str, stop_at: 
         "stopped": run(cluster, channel, spec, folder, stop_at),
         "resumed": run(cluster, channel, spec, folder, None),
     }
+
+
+def train_counting_all_reduces(cluster, channel, spec, data) -> dict:
+    """:func:`train_untracked`, with every ``all_reduce`` the rank asks its transport for kept as
+    ``(group, op, numel)`` under ``"all_reduce"``."""
+    calls: list[tuple[str, str, int]] = []
+    transport = cluster.transport
+    real = transport.all_reduce
+
+    def counted(tensor, group, op="sum"):
+        calls.append((group, op, tensor.numel()))
+        return real(tensor, group, op)
+
+    transport.all_reduce = counted
+    try:
+        return {**train_untracked(cluster, channel, spec, data), "all_reduce": calls}
+    finally:
+        del transport.all_reduce

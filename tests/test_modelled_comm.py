@@ -136,3 +136,54 @@ def test_a_parameter_server_worker_counts_its_header_and_its_payload(runs, name)
         for step, keep in enumerate(result["sent"]):
             payload = sum(size for size, kept in zip(TENSORS, keep) if kept) or 4
             assert result["modelled"][step] == pytest.approx(m(20) + m(payload), rel=1e-9), (name, step, keep)
+
+
+def _one_worker_run(tmp_path, name: str) -> dict:
+    from dlcomm.compose import compose
+    from dlcomm.data import build_dataset
+    from dlcomm.spec import RunSpec
+
+    cfg = compose(
+        [
+            "nodes=1",
+            "algo=allreduce",
+            "model=mlp",
+            "dataset=synthetic",
+            "dataset.train_size=64",
+            "dataset.test_size=32",
+            "train.batch_size=8",
+            "train.max_steps=8",  # epochs do not end a run with a time budget
+            "train.time_budget_s=1000",  # the training clock agreed after every step (max_over_workers)
+            "network=eth_1g",  # simulate: every collective's entry clock is max-reduced
+            "network.compute_ms=2.5",  # the simulated clock's numbers depend on nothing measured
+            "network.launch_us=40",  # and a collective of one takes modelled time
+            "train.save_model=false",
+        ]
+    )
+    spec = RunSpec.from_config(cfg, tracking_uri="").with_run("test", tmp_path / name)
+    (tmp_path / name).mkdir()
+    program = rank_programs.train_counting_all_reduces
+    return run_ranks(program, 1, spec, build_dataset(cfg.dataset), nodes=1, timeout=60)[0]
+
+
+def test_a_one_worker_run_exchanges_no_clocks_and_keeps_the_clocks_numbers(tmp_path, monkeypatch) -> None:
+    """A reduction over a group of one is the rank's own value: the modelled clock's entry-clock
+    exchange and the training clock's agreement ask the transport for nothing (before: two extra
+    all_reduces a step, each a gloo call under launcher=local); the payload's all_reduce stays, and
+    every modelled number is what the exchanges gave."""
+    from dlcomm.comm.channel import Channel
+
+    alone = _one_worker_run(tmp_path, "alone")
+    steps = alone["summary"]["final/steps"]
+    assert steps == 8
+    assert [call for call in alone["all_reduce"] if call[1] == "max"] == []
+
+    monkeypatch.setattr(Channel, "sole_member", lambda self, group: False)  # exchange as in a group of many
+    exchanged = _one_worker_run(tmp_path, "exchanged")
+    maxima = [call for call in exchanged["all_reduce"] if call[1] == "max"]
+    assert len(maxima) >= 2 * steps  # an entry clock and the training clock, a step
+    assert alone["all_reduce"] == [call for call in exchanged["all_reduce"] if call[1] == "sum"]  # the payloads
+    modelled = ("sim_", "clock_time_s", "comm_modelled", "bytes_sent", "train_loss", "test_acc_mean", "steps")
+    numbers = {key: value for key, value in alone["summary"].items() if any(name in key for name in modelled)}
+    assert len(numbers) >= 10 and numbers["final/sim_time_s"] == pytest.approx(8 * 2.5e-3)
+    assert numbers == {key: exchanged["summary"][key] for key in numbers}

@@ -398,6 +398,12 @@ class Channel:
     def group_size(self, group: str = "world") -> int:
         return len(self.cluster.ranks(group))
 
+    def sole_member(self, group: str) -> bool:
+        """This rank is the group's only member: a reduction over it is this rank's own value, so
+        the modelled clock and the control traffic exchange nothing on it (the payload's
+        collective still goes to the transport, as a user's data-parallel program calls it)."""
+        return len(self.cluster.ranks(group)) == 1
+
     def _position(self, group: str, root: int) -> int:
         members = self.cluster.ranks(group)
         return (members.index(self.cluster.rank) - members.index(root)) % len(members)
@@ -605,9 +611,11 @@ class Channel:
         return self.max_over_workers(float(flag)) > 0
 
     def max_over_workers(self, value: float) -> float:
-        """The maximum of ``value`` over the workers (control traffic, as :meth:`any_rank`)."""
+        """The maximum of ``value`` over the workers (control traffic, as :meth:`any_rank`);
+        ``value`` itself where this rank is the only worker (nothing exchanged)."""
+        if self.sole_member("world"):
+            return float(value)
         tensor = torch.tensor([value], dtype=torch.float64, device=self.cluster.device)
-        self.cluster.ranks("world")
         self.transport.all_reduce(tensor, "world", op="max").wait()
         return float(tensor.item())
 

@@ -50,6 +50,10 @@ class Timing:
 UNMODELLED = Timing()
 
 
+def _already_resolved() -> None:
+    """The ``resolve`` of an operation whose clocks were set when it was issued."""
+
+
 class ModelledTiming(Timing):
     """Every operation gets a modelled ``[ready, end]`` on the run's clock (see the module
     docstring): a collective ends at ``max(entry clocks, group free) + modelled``, a send leaves
@@ -78,9 +82,18 @@ class ModelledTiming(Timing):
 
     def collective(self, handle: "Handle", group: str, modelled_s: Callable[[], float]) -> None:
         """Entry clocks max-reduced over the group (a one-number allreduce beside the payload);
-        resolved in issue order per group (:meth:`Channel.resolve_through`)."""
+        resolved in issue order per group (:meth:`Channel.resolve_through`). In a group of one
+        the maximum is this rank's own entry clock: resolved at once, nothing exchanged (under
+        ``launcher=local`` that exchange was a second gloo call per step of a one-worker run,
+        ~50 us of a 0.8 ms step; docs/benchmarks.md)."""
         record = handle.record
         self._enter(record, modelled_s())
+        if self.channel.sole_member(group):
+            record.ready = max(record.start, self.group_free[group])
+            record.end = self.group_free[group] = record.ready + record.modelled_s
+            handle.resolve = _already_resolved
+            handle.resolved = True
+            return
         entry = self._stamp(record.start)
         handle.exchange = self.channel.transport.all_reduce(entry, group, op="max")
         handle.add_work(handle.exchange)
