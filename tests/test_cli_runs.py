@@ -214,7 +214,8 @@ def test_failed_rank_ends_the_run(home, mode, expected) -> None:
 )
 def test_ctrl_c_marks_the_run_killed(home, launcher, signum) -> None:
     # a shell's background job inherits SIGINT ignored, and Python then installs no Ctrl-C
-    # handler: give the driver the default disposition a terminal's foreground job has
+    # handler (under `nohup`, SIGHUP too, which dlcomm then keeps ignoring on purpose): give the
+    # driver the default dispositions a terminal's foreground job has
     process = subprocess.Popen(
         [sys.executable, "-m", "dlcomm.cli", "train", *FAST, "train.epochs=50", f"launcher={launcher}"],
         cwd=home,
@@ -222,7 +223,7 @@ def test_ctrl_c_marks_the_run_killed(home, launcher, signum) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: [signal.signal(default, signal.SIG_DFL) for default in (signal.SIGINT, signum)],
     )
     deadline = time.monotonic() + 90
     while not list((home / "results" / "runs").glob("*/config.yaml")) and time.monotonic() < deadline:
