@@ -74,9 +74,10 @@ def main() -> None:
             if done.returncode != 0:
                 sys.exit("bench_calibration: calibrate failed")
             text = preset.read_text()
-            latency_ms, gbps = map(
-                float, re.search(r"inter:\n  latency_ms: (\S+)\n  bandwidth_gbps: (\S+)", text).groups()
-            )
+            link = re.search(r"inter:\n  latency_ms: (\S+)\n  bandwidth_gbps: (\S+)", text)
+            if link is None:
+                sys.exit(f"bench_calibration: no inter-node link in {preset}")
+            latency_ms, gbps = map(float, link.groups())
             for folder in ("real", "sim"):
                 (Path(home) / folder).mkdir()
             common = ["train.max_steps=%d" % args.steps, f"nodes={args.hosts}", "workers_per_node=1"]

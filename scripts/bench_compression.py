@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 
 def _rounds(cluster, channel, name: str, knobs: dict, numel_shapes: list, repeats: int) -> dict:
@@ -73,7 +74,7 @@ def main() -> None:
     model = build_model(cfg, (1, 28, 28) if args.model == "small_cnn" else (3, 32, 32), 10)
     shapes = [tuple(p.shape) for p in model.parameters()][::-1]
     total = sum(p.numel() for p in model.parameters())
-    cases = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("none", {}),
         ("fp16", {}),
         ("bf16", {}),

@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from dlcomm.algorithms.ps import ParameterServer
 from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.compose import compose
 from dlcomm.config.typed import plain
@@ -63,6 +64,7 @@ def _rank(cluster, channel, name: str, knobs: dict, steps: int, batch: int, size
         stats = channel.end_iteration()
         rows.append((stats.clock_time_s, stats.clock_exposed_s))
     algorithm.finish()
+    assert isinstance(algorithm, ParameterServer)  # ps and ps_layerdrop
     s = algorithm.stats
     return {"rows": rows, "server": s.server_compute_s, "up": s.bytes_up, "down": s.bytes_down, "dropped": s.dropped}
 
@@ -99,7 +101,8 @@ def main() -> int:
     settings = [s for s in SETTINGS if not args.only or s[0] == args.only]
     for network_name, workers, _, _ in settings:
         network = plain(compose([f"network={network_name}", f"nodes={workers}"]).network)
-        variants = [("ps", {}, None)] + [("ps_layerdrop", {"ratio": r, "recompute_every": 100}, r) for r in ratios]
+        variants: list[tuple[str, dict[str, float], float | None]] = [("ps", {}, None)]
+        variants += [("ps_layerdrop", {"ratio": r, "recompute_every": 100}, r) for r in ratios]
         for name, knobs, ratio in variants:
             out = run_ranks(
                 _rank,

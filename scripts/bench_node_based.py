@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -36,12 +37,12 @@ SHAPES = [(2, 2), (4, 2), (4, 4)]
 ALGORITHMS = ["allreduce", "allreduce_hier", "node_based"]
 
 
-def _rank(cluster, channel, name: str, per_epoch: int, batch: int) -> float:
+def _rank(cluster, channel, name: str, per_epoch: int, batch: int) -> tuple[float, float]:
     torch.manual_seed(0)
     model = build_model(ResNetConfig(name="resnet18", cifar_stem=True), (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     cls = get_algorithm(name)
-    knobs = {"k_prime": per_epoch} if name == "node_based" else {}
+    knobs: dict[str, Any] = {"k_prime": per_epoch} if name == "node_based" else {}
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=0)
     algorithm.plan(per_epoch, per_epoch)
     algorithm.setup(model, optimizer)

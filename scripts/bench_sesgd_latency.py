@@ -30,6 +30,7 @@ from dlcomm.algorithms.registry import get_algorithm
 from dlcomm.comm.network import NetworkModel
 from dlcomm.compose import compose
 from dlcomm.config.schema import ModelConfig, NetworkConfig
+from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
@@ -48,7 +49,7 @@ def network(latency_ms: float) -> NetworkConfig:
 
 def _rank(
     cluster, channel, name: str, knobs: dict, networks: list[NetworkConfig], iters: int, batch: int
-) -> list[list[float]]:
+) -> list[list[tuple[float, float, float]]]:
     torch.manual_seed(0)
     model = build_model(ModelConfig(name="densenet121"), (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -91,7 +92,7 @@ def main() -> int:
     for label in args.configs:
         name, knobs = CONFIGS[label]
         results = run_ranks(
-            _rank, 16, name, knobs, nets, args.iters, args.batch, network=nets[0], threads=1, timeout=3600
+            _rank, 16, name, knobs, nets, args.iters, args.batch, network=plain(nets[0]), threads=1, timeout=3600
         )
         means[label] = [
             (

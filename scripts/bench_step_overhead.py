@@ -55,6 +55,7 @@ import sys
 import tempfile
 from pathlib import Path
 from time import perf_counter
+from typing import cast
 
 from benchlib import PlainStep
 
@@ -182,6 +183,7 @@ def role_interleaved(launcher: str, model: str, args) -> dict:
     from dlcomm.comm.cluster import Cluster
     from dlcomm.comm.inprocess import Fabric
     from dlcomm.launch.rank import job_layout, train_rank
+    from dlcomm.launch.threads import ThreadsLauncherConfig
     from dlcomm.paths import runs_dir
     from dlcomm.run import prepare_run
     from dlcomm.tracking.mlflow_run import close_run, open_run
@@ -197,7 +199,8 @@ def role_interleaved(launcher: str, model: str, args) -> dict:
 
         cluster = Cluster.connect(layout, 0, dist.HashStore(), "nccl" if cuda else "gloo", device)
     else:
-        cluster = Cluster.in_process(layout, 0, Fabric(ranks=1, hang_timeout_s=cfg.launcher.hang_timeout_s), device)
+        hang_timeout_s = cast(ThreadsLauncherConfig, cfg.launcher).hang_timeout_s
+        cluster = Cluster.in_process(layout, 0, Fabric(ranks=1, hang_timeout_s=hang_timeout_s), device)
     plain, data = _plain_step(cfg, cuda, device)  # under local, on the group the Cluster made
     interleaved = Interleaved(data, fixed_batch(data, cfg.train.batch_size, SEED, device), plain, cuda)
     stream = torch.cuda.Stream(device) if cuda and launcher == "threads" else None  # as launch/threads.py
@@ -334,7 +337,9 @@ def _ms(seconds: list[float]) -> float:
 def measure(model: str, args, home: str) -> dict:
     """``--rounds`` rounds of both measurements for every launcher (the launchers' order swapped
     every round): per launcher, the ratio of each round and the step medians (ms) it came from."""
-    found = {launcher: {"interleaved": [], "separate": [], "no_collective": []} for launcher in args.launchers}
+    found: dict[str, dict[str, list[dict]]] = {
+        launcher: {"interleaved": [], "separate": [], "no_collective": []} for launcher in args.launchers
+    }
     for round_ in range(args.rounds):
         order = args.launchers if round_ % 2 == 0 else args.launchers[::-1]
         for launcher in order:

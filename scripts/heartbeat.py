@@ -33,9 +33,11 @@ def main() -> int:
     show = re.compile(args.show) if args.show else None
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: queue.Queue[str | None] = queue.Queue()
+    output = process.stdout
+    assert output is not None  # stdout=PIPE
 
     def read() -> None:
-        for line in process.stdout:
+        for line in output:
             lines.put(line.rstrip("\n"))
         lines.put(None)
 

@@ -50,8 +50,10 @@ def requirements(extras: tuple[str, ...] = ("test",)) -> list[str]:
     """pyproject.toml's dependencies and the given extras' (a regex over the two arrays: no TOML
     parser in Python 3.10's standard library)."""
     text = (ROOT / "pyproject.toml").read_text()
-    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
-    found = re.findall(r'"([^"]+)"', block)
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    if block is None:
+        raise Refused("pyproject.toml has no dependencies array")
+    found = re.findall(r'"([^"]+)"', block.group(1))
     for extra in extras:
         line = re.search(rf"^{extra} = \[(.*?)\]", text, re.M)
         found += re.findall(r'"([^"]+)"', line.group(1)) if line else []

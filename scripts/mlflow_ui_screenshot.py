@@ -85,7 +85,7 @@ def save(png: bytes, out: Path, height: int, max_kb: int) -> None:
         image.save(buffer, "PNG", optimize=True)
         if buffer.tell() <= max_kb * 1024 or image.width < 800:
             break
-        image = image.resize((int(image.width * 0.9), int(image.height * 0.9)), Image.LANCZOS)
+        image = image.resize((int(image.width * 0.9), int(image.height * 0.9)), Image.Resampling.LANCZOS)
     out.write_bytes(buffer.getvalue())
     print(f"wrote {out} ({image.width}x{image.height}, {buffer.tell() // 1024} KB)")
 

@@ -160,7 +160,9 @@ def store_client(home: Path):
 
 
 def parent_id(result) -> str:
-    return re.search(r"parent mlflow run ([0-9a-f]{32})", result.stdout).group(1)
+    found = re.search(r"parent mlflow run ([0-9a-f]{32})", result.stdout)
+    assert found, f"no parent run in the output:\n{result.stdout}"
+    return found.group(1)
 
 
 def children(home: Path, parent: str) -> list:

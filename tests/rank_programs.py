@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -442,12 +444,14 @@ def ps_run(
     """``steps`` parameter-server steps on the tiny model; the workers report what went each way.
     Workers pause ``pause_s`` seconds after the first step (as if evaluating); ``compress``: the
     compressor's knobs (``compress=<name>``)."""
+    from dlcomm.algorithms.ps import ParameterServer
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.compress.registry import COMPRESSORS
 
     cls = get_algorithm(name)
     codec = None if compress is None else COMPRESSORS.get(compress["name"]).Config(**compress)
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=3, compress=codec)
+    assert isinstance(algorithm, ParameterServer), name
     torch.manual_seed(0)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -476,9 +480,9 @@ def ps_run(
     }
 
 
-def control_quiet_spell(cluster, channel, quiet_s: float) -> tuple:
+def control_quiet_spell(cluster, channel, quiet_s: float) -> tuple[int, list[float]] | None:
     """Two ranks with responders; rank 1 says nothing for ``quiet_s`` seconds, then one message.
-    What rank 0 received, and whether a collective on the workers' group still works after."""
+    What rank 0 received (None on rank 1), and whether a collective on the workers' group still works after."""
     from dlcomm.comm.control import ControlPlane
 
     control = ControlPlane(channel)
@@ -611,6 +615,8 @@ def fp16_loss_scales(cluster, channel, name: str, knobs: dict, steps: int, injec
     algorithm.setup(model, optimizer)
     algorithm.plan(steps, steps)
     precision = Precision(True, torch.device("cpu"), "fp16")
+    scaler = precision.scaler
+    assert scaler is not None  # fp16 scales the loss
     target = next(p for p in model.parameters() if p.requires_grad)
     generator = torch.Generator().manual_seed(900 + cluster.rank)
     scales, flag_groups = [], []
@@ -631,7 +637,7 @@ def fp16_loss_scales(cluster, channel, name: str, knobs: dict, steps: int, injec
         flag_groups += [r.group for r in records if r.kind == "allreduce" and r.payload_bytes == 4]
         if hook is not None:
             hook.remove()
-        scales.append(float(precision.scaler.get_scale()))
+        scales.append(float(scaler.get_scale()))
     algorithm.finish()
     return {"scales": scales, "flag_groups": flag_groups}
 
@@ -640,8 +646,6 @@ def train_untracked(cluster, channel, spec, data) -> dict:
     """A whole rank of ``spec`` (``train_rank``: model, algorithm, the training loop, services
     serving) with nothing recorded in MLflow; the summary, and the final parameters when the
     rank is a worker (``train.save_model`` writes them into ``spec.run_dir``)."""
-    from pathlib import Path
-
     from dlcomm.launch.rank import train_rank
 
     summary = train_rank(spec, cluster, data=data, track=False)
@@ -742,7 +746,7 @@ def compressed_trajectory(
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     cls = get_algorithm(algo)
-    sizes = {"bucket_mb": bucket_mb} if "bucket_mb" in cls.Config.__dataclass_fields__ else {}
+    sizes: dict[str, Any] = {"bucket_mb": bucket_mb} if "bucket_mb" in cls.Config.__dataclass_fields__ else {}
     algorithm = cls(
         cls.Config(**sizes, **(knobs or {})),
         cluster,
@@ -866,10 +870,11 @@ def compressed_resume(
     then the rest: this rank's parameters both ways."""
     import io
 
+    from dlcomm.algorithms.base import Algorithm
     from dlcomm.algorithms.registry import get_algorithm
     from dlcomm.compress.registry import COMPRESSORS
 
-    def fresh():
+    def fresh() -> tuple[torch.nn.Module, torch.optim.Optimizer, Algorithm]:
         model = _model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         cls = get_algorithm(algo)
@@ -989,7 +994,9 @@ def train_until_warned(cluster, channel, spec, folder: str | None, stop_at: int 
     algorithm.setup(model, optimizer)
     per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
     scheduler = build_scheduler(cfg.optim, optimizer, per_epoch, total)
-    checkpointing = Checkpointing(folder, cluster.rank, torch.device("cpu"), Flag(), check_every=1) if folder else None
+    checkpointing = (
+        Checkpointing(Path(folder), cluster.rank, torch.device("cpu"), Flag(), check_every=1) if folder else None
+    )
     loop = TrainLoop(cfg, channel, algorithm, model, optimizer, scheduler, data, None, checkpointing, task)
     try:
         summary = loop.run()

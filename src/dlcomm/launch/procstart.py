@@ -18,7 +18,7 @@ import multiprocessing as mp
 import os
 from multiprocessing.context import ForkServerContext
 
-PRELOAD = (
+PRELOAD: tuple[str, ...] = (
     "dlcomm.launch.forkserver_shield",
     "dlcomm.launch.rank_imports",
 )  # imported once by the fork server, in order

@@ -24,7 +24,7 @@ import os
 import pickle
 import signal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -54,6 +54,14 @@ class WarningSignal:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.raised = True
+
+
+class Warned(Protocol):
+    """What :class:`Checkpointing` reads of a warning: whether it was raised (a :class:`WarningSignal`,
+    or a test's own flag)."""
+
+    @property
+    def raised(self) -> bool: ...
 
 
 #: How to go on from a checkpoint that cannot be used, for the one-line refusals.
@@ -89,7 +97,7 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
 
 class Checkpointing:
     def __init__(
-        self, folder: Path, rank: int, device: torch.device, warning: WarningSignal | None = None, check_every: int = 10
+        self, folder: Path, rank: int, device: torch.device, warning: Warned | None = None, check_every: int = 10
     ) -> None:
         self.folder = Path(folder)
         self.rank = rank
