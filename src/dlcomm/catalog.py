@@ -24,7 +24,7 @@ import dataclasses
 import difflib
 import importlib
 from importlib.resources import files as resource_files
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from omegaconf import OmegaConf
 
@@ -38,7 +38,17 @@ if TYPE_CHECKING:
 
     from dlcomm.registry import Registry
 
-__all__ = ["CHOICE_GROUPS", "REGISTRIES", "choices", "groups", "stored_choices", "foreign_knob", "check_knobs"]
+__all__ = [
+    "CHOICE_GROUPS",
+    "REGISTRIES",
+    "choices",
+    "groups",
+    "stored_choices",
+    "stored_choice",
+    "named_choices",
+    "foreign_knob",
+    "check_knobs",
+]
 
 # Each group with classes: where its Registry is ("module:attribute"); the keys are dlcomm.plugins.GROUPS'.
 REGISTRIES = {
@@ -113,15 +123,126 @@ def stored_choices() -> List[Tuple[str, str, Any]]:
     for group in REGISTRIES:
         written = files(group)
         for name, cls in sorted(classes(group).items()):
-            config: Any = getattr(cls, "Config", None)
-            if name not in written and isinstance(config, type) and dataclasses.is_dataclass(config):
-                found.append((group, name, _named(config, name)))
+            found += stored_choice(group, name, cls, written)
     return found
+
+
+def stored_choice(group: str, name: str, cls: Any, written: Dict[str, Any]) -> List[Tuple[str, str, Any]]:
+    """:func:`stored_choices`' entry of the class ``cls`` of ``<group>=<name>`` ([] where a YAML
+    file of ``written``, :func:`files` of the group, has its name, or the class has no ``Config``)."""
+    config: Any = getattr(cls, "Config", None)
+    if name in written or not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+        return []
+    return [(group, name, _named(config, name))]
 
 
 def _named(config: Any, name: str) -> Any:
     """An instance of the dataclass ``config`` (its defaults) named ``name``."""
     return config(name=name)
+
+
+def named_choices(overrides: List[str]) -> Optional[Dict[str, Set[str]]]:
+    """``{group: names}`` that a composition of ``overrides`` may load, read from text alone (no
+    choice's module imported): the choices the primary config's defaults list and the overrides
+    name, and, for each that is a YAML file (:func:`config_roots`, the first of a name as in
+    Hydra), what its defaults list names (a preset's ``<name>_schema``, an experiment's
+    ``override /algo: crossover``), a schema ``<name>_schema`` or ``<name>_launcher_schema`` also
+    as ``<name>``. A superset of what Hydra loads: every default a file names, chosen or
+    overridden later, except the primary config's default of a group an override changes
+    (``algo=x``: ``allreduce`` is not loaded). A file's own name is named too, so that a node of
+    that name (which Hydra would merge into the file as its schema) is stored if one exists. None
+    where the text cannot tell (an override Hydra's grammar cannot read, an ``optional`` or
+    interpolated defaults entry, a value that is not a word): the caller then stores every choice."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return None
+    pending: List[Tuple[str, Any]] = [("", "config")]
+    replaced = set()  # groups whose primary default an override changes (algo=x: allreduce is never loaded)
+    for item in parsed:
+        if not item.is_delete() and "." not in item.key_or_group:  # optim.lr=0.1 sets a value, not a choice
+            pending.append((item.key_or_group.strip("/"), item.value()))
+        if item.type == OverrideType.CHANGE and item.package is None:
+            replaced.add(item.key_or_group.strip("/"))
+    roots = config_roots()
+    found: Dict[str, Set[str]] = {}
+    read: Set[Tuple[str, str]] = set()
+    while pending:
+        group, value = pending.pop()
+        names = _words(value)
+        if names is None:
+            return None
+        for name in names:
+            found.setdefault(group, set()).update({name, _schema_of(name)})
+            if (group, name) in read:
+                continue
+            read.add((group, name))
+            try:
+                defaults = _defaults(roots, group, name)
+            except Exception:  # noqa: BLE001 - a file this cannot read (YAML's error): Hydra's composition says what is wrong
+                return None
+            if defaults is None:
+                return None
+            pending += [(where, value) for where, value in defaults if group or where not in replaced]
+    return found
+
+
+def _words(value: Any) -> Optional[List[str]]:
+    """The choice names an override's or a defaults entry's value gives (a list or a sweep's
+    choices: each); None for anything else (a glob, a range, a mapping)."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float, bool)):
+        return [str(value)]
+    items = value.list if isinstance(value, ChoiceSweep) else value if isinstance(value, list) else None
+    if items is None:
+        return None
+    listed = [_words(item) for item in items]
+    return None if any(words is None for words in listed) else [word for words in listed if words for word in words]
+
+
+def _schema_of(name: str) -> str:
+    """The choice whose schema ``name`` is (``vit_s_schema``: ``vit_s``; ``srun_launcher_schema``: ``srun``)."""
+    for suffix in ("_launcher_schema", "_schema"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _defaults(roots: List["Traversable"], group: str, name: str) -> Optional[List[Tuple[str, Any]]]:
+    """``(group, value)`` of each entry of the defaults list of ``<group>/<name>.yaml`` (the first
+    root's that has it; the primary config for group ""), [] without one; None for an entry whose
+    choice the text cannot tell (``optional``, an interpolation, not a word or a mapping)."""
+    import yaml
+
+    paths = [(root.joinpath(group) if group else root).joinpath(f"{name}.yaml") for root in roots]
+    file = next((path for path in paths if path.is_file()), None)
+    content = yaml.safe_load(file.read_text()) if file is not None else None
+    entries = (content.get("defaults") if isinstance(content, dict) else None) or []
+    found: List[Tuple[str, Any]] = []
+    for entry in entries if isinstance(entries, list) else [None]:
+        if isinstance(entry, str):  # a config of this group, e.g. a schema: "diloco_schema", "gan_schema@task"
+            path, _, value = entry.split("@")[0].rpartition("/")
+        elif isinstance(entry, dict) and len(entry) == 1 and isinstance(next(iter(entry)), str):
+            key, value = next(iter(entry.items()))
+            if key.split()[:1] == ["optional"]:
+                return None
+            path = key.split()[-1].split("@")[0]  # "override /optim@_global_.optim": "/optim"
+        else:
+            return None
+        if "${" in path or "${" in str(value):
+            return None
+        if value == "_self_":  # the file's own content: no other file
+            continue
+        where = path.strip("/") if path.startswith("/") else "/".join(part for part in (group, path) if part)
+        found.append((where, value))
+    return found
 
 
 def choice_schemas(group: str) -> Dict[str, type]:

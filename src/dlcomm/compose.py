@@ -23,55 +23,89 @@ if TYPE_CHECKING:
     from dlcomm.config.schema import RunConfig
 
 
+# The groups with classes, in the order their classes load (a plugin's refusal names the first).
+SCHEMA_GROUPS = ("algo", "dataset", "optim", "model", "task", "compress", "launcher")
+
+
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
     """Every schema as ``(group, name, dataclass)``, under the name the YAML defaults lists use:
     :data:`SCHEMAS` (the run's, the task/model/network/launcher bases, the process launchers'
-    family), each algorithm's, data set's, optimizer's, model's and compressor's ``Config``
-    (``<name>_schema``: ``vit_s_schema``, ``adamw_schema``), each task's with knobs of its own
-    (``<name>_schema``) and each launcher's (``<name>_launcher_schema``)."""
-    from dlcomm.algorithms.registry import all_algorithms
-    from dlcomm.compress.registry import compressor_schemas
-    from dlcomm.data.registry import source_schemas
-    from dlcomm.launch.registry import all_launchers
-    from dlcomm.models.registry import model_schemas
-    from dlcomm.tasks.registry import task_schemas
-    from dlcomm.train.optim import optimizer_schemas
+    family), then each registered class's (:func:`schemas_of`), group by group."""
+    from dlcomm.catalog import classes
 
     found = list(SCHEMAS)
-    found += [("algo", f"{name}_schema", algorithm.Config) for name, algorithm in all_algorithms().items()]
-    found += source_schemas()
-    found += optimizer_schemas()
-    found += model_schemas()
-    found += task_schemas()
-    found += compressor_schemas()
-    found += [
-        ("launcher", f"{name}_launcher_schema", launcher.Config)
-        for name, launcher in all_launchers().items()
-        if launcher.Config is not None  # a launcher with knobs of its own
-    ]
+    for group in SCHEMA_GROUPS:
+        for name, cls in sorted(classes(group).items()):
+            found += schemas_of(group, name, cls)
     return found
 
 
+def schemas_of(group: str, name: str, cls: Any) -> list[tuple[Optional[str], str, type]]:
+    """The schemas the class ``cls`` of ``<group>=<name>`` brings: an algorithm's and a
+    compressor's ``Config`` as ``<name>_schema``, a data set's, optimizer's or model's likewise
+    unless it is one of :data:`SCHEMAS` (:func:`dlcomm.plugins.extra_schemas`: ``vit_s_schema``,
+    ``adamw_schema``), a task's with knobs of its own likewise, a launcher's with a ``Config`` as
+    ``<name>_launcher_schema``."""
+    from dlcomm.config.schema import TaskConfig
+    from dlcomm.plugins import GROUPS, extra_schemas
+
+    config: Any = getattr(cls, "Config", None)
+    if group in ("algo", "compress") or (group == "task" and config is not TaskConfig):
+        return [(group, f"{name}_schema", config)]
+    if group == "launcher":
+        return [] if config is None else [(group, f"{name}_launcher_schema", config)]
+    if group in ("dataset", "optim", "model"):
+        return extra_schemas(group, {name: cls}, GROUPS[group].what)
+    return []
+
+
 _STORED: dict[tuple[Optional[str], str], type] = {}  # what register_schemas last put in the ConfigStore (its class)
+_EVERY = False  # whether register_schemas() has stored every schema and choice
 
 
-def register_schemas() -> None:
-    """Put every schema in the ConfigStore under the names the YAML defaults lists use, and every
-    registered choice without a YAML file under its own (``algo/allreduce``: its ``Config``, its
-    name set; :func:`dlcomm.catalog.stored_choices`).
+def register_schemas(overrides: Optional[list[str]] = None) -> bool:
+    """Put the schemas and choices a composition of ``overrides`` may load into the ConfigStore,
+    under the names the YAML defaults lists use, and say whether that is every one; ``overrides``
+    None: every one. Every one is :func:`all_schemas` and every registered choice without a YAML
+    file under its own name (``algo/allreduce``: its ``Config``, its name set;
+    :func:`dlcomm.catalog.stored_choices`). For ``overrides``, those of the choices the text names
+    (:func:`dlcomm.catalog.named_choices`), each found importing its own module alone where it is
+    named after it (:meth:`dlcomm.registry.Registry.own`), and every choice of a group an
+    installed plugin adds to (loaded, so that a plugin that fails to load or takes a taken name
+    is refused in every composition, as before); every one where the text cannot tell.
 
-    A node already stored (the same class under the same name) is not stored again: storing
-    builds a structured config, about half of a composition's time when done for all of them."""
+    Storing builds a structured config, and finding every choice imports every choice's module:
+    together over half of a composition's time when done for all of them. A node already stored
+    (the same class under the same name) is not stored again."""
+    global _EVERY
     from hydra.core.config_store import ConfigStore
 
-    from dlcomm.catalog import stored_choices
+    from dlcomm.catalog import classes, files, named_choices, registry, stored_choice, stored_choices
+    from dlcomm.plugins import declares
 
+    named = named_choices(overrides) if overrides is not None else None
+    if named is None:
+        nodes = [*all_schemas(), *stored_choices()]
+    else:
+        nodes = [(group, name, node) for group, name, node in SCHEMAS if name in named.get(group or "", ())]
+        for group in SCHEMA_GROUPS:
+            written = files(group)
+            own = registry(group)
+            choices = sorted(name for name in named.get(group, ()) if not name.endswith("_schema"))
+            found = classes(group) if declares(group) else {name: own.own(name) for name in choices if own is not None}
+            if any(found.get(name) is None and name not in written for name in choices):
+                return register_schemas()  # a name no choice has: Hydra will list every one
+            for name, cls in sorted(found.items()):
+                if cls is not None:
+                    nodes += [*schemas_of(group, name, cls), *stored_choice(group, name, cls, written)]
     store = ConfigStore.instance()
-    for group, name, node in [*all_schemas(), *stored_choices()]:
+    for where, called, node in nodes:
         kind = node if isinstance(node, type) else type(node)
-        if _STORED.get((group, name)) is not kind:
-            store.store(group=group, name=name, node=node)
-            _STORED[(group, name)] = kind
+        if _STORED.get((where, called)) is not kind:
+            store.store(group=where, name=called, node=node)
+            _STORED[(where, called)] = kind
+    _EVERY = _EVERY or named is None
+    return _EVERY
 
 
 def check_overrides(overrides: list[str]) -> None:
@@ -228,13 +262,27 @@ def _reusing(overrides: list[str]) -> DictConfig:
 
 
 def _hydra_compose(overrides: list[str]) -> DictConfig:
+    """Hydra's composition of ``overrides`` with the choices they name stored
+    (:func:`register_schemas`); where that fails (a choice the text did not show, or bad input),
+    again with every choice stored, so that what succeeds or is refused is what it would be with
+    every choice stored from the start: a missing node fails a composition, never changes one."""
+    if register_schemas(overrides):
+        return _hydra_run(overrides)
+    try:
+        return _hydra_run(overrides)
+    except Exception:  # noqa: BLE001 - whatever it was, the full store's composition says it in Hydra's words
+        pass
+    register_schemas()
+    return _hydra_run(overrides)
+
+
+def _hydra_run(overrides: list[str]) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     from dlcomm.plugins import config_search_path
 
-    register_schemas()
     plugins = config_search_path()  # installed plugins' YAML (entry points dlcomm.configs), after dlcomm's own
     extra = [f"hydra.searchpath=[{','.join(plugins)}]"] if plugins else []
     GlobalHydra.instance().clear()

@@ -105,8 +105,25 @@ GROUPS = {
 }
 
 
+@lru_cache(maxsize=None)
+def _installed() -> dict[str, tuple[metadata.EntryPoint, ...]]:
+    """The installed entry points of dlcomm's groups (:data:`GROUPS`' and :data:`CONFIGS`), each
+    group's sorted, read at once: every read walks every installed package's metadata."""
+    every = metadata.entry_points()
+    wanted = [*(group.entry_points for group in GROUPS.values()), CONFIGS]
+    return {
+        group: tuple(sorted(every.select(group=group), key=lambda point: (point.name, point.value))) for group in wanted
+    }
+
+
 def _entry_points(group: str) -> list[metadata.EntryPoint]:
-    return sorted(metadata.entry_points(group=group), key=lambda point: (point.name, point.value))
+    return list(_installed()[group])
+
+
+def declares(config_group: str) -> bool:
+    """Whether an installed plugin declares a choice of ``config_group`` (``algo``, ...): read from
+    the metadata, nothing imported."""
+    return bool(_entry_points(GROUPS[config_group].entry_points))
 
 
 def _package_of(point: metadata.EntryPoint) -> str:

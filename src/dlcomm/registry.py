@@ -13,8 +13,9 @@ How a group finds its choices, the same for every group: :meth:`Registry.all` im
 decorates a class with ``@register`` at its top level, read from its source, so that a package
 that also holds the group's machinery, as :mod:`dlcomm.launch` does, loads none of it), then adds
 the installed plugins' classes (:mod:`dlcomm.plugins`, one entry point group per registry). Composing
-stores every choice in Hydra's ConfigStore as ``<group>/<name>`` (its ``Config`` with ``name``
-set, :func:`dlcomm.catalog.stored_choices`), so a new choice needs nothing but its class; a YAML
+stores each choice it names in Hydra's ConfigStore as ``<group>/<name>`` (its ``Config`` with
+``name`` set, :func:`dlcomm.catalog.stored_choices`; found by :meth:`Registry.own`, which imports
+as few modules as tell), so a new choice needs nothing but its class; a YAML
 file ``configs/<group>/<name>.yaml`` exists only for a choice that sets values its schema does not
 (a preset: vit_s's sizes, a data set's root, task=gan's settings) and then wins over the stored
 node. :func:`dlcomm.catalog.choices` lists the union. :meth:`Registry.get` of a name whose module
@@ -91,7 +92,8 @@ class Registry(Generic[T]):
     def __init__(self, what: str, key: str, home: str, plugins: Callable[[dict[str, T]], None]) -> None:
         self.what, self.key, self.home, self.plugins = what, key, home, plugins
         self._classes: dict[str, T] = {}
-        self._discovered = False
+        self._discovered = False  # every class: the home's and the plugins'
+        self._imported = False  # the home's own modules, every one
         self._modules: Optional[list[str]] = None
 
     def register(self, cls: T) -> T:
@@ -118,15 +120,38 @@ class Registry(Generic[T]):
             self._modules = found
         return list(self._modules)
 
-    def all(self) -> dict[str, T]:
-        """Every class by name: the home's (its modules imported once) and the plugins'."""
-        if not self._discovered:
+    def _import_own(self) -> None:
+        if not self._imported:
             importlib.import_module(self.home)
             for module in self.choice_modules():
                 importlib.import_module(f"{self.home}.{module}")
+            self._imported = True
+
+    def all(self) -> dict[str, T]:
+        """Every class by name: the home's (its modules imported once) and the plugins'."""
+        if not self._discovered:
+            self._import_own()
             self.plugins(self._classes)
             self._discovered = True
         return dict(self._classes)
+
+    def own(self, name: str) -> Optional[T]:
+        """The class of ``name`` among the home's own choices (or one already known), importing
+        as little as tells: the module named after it alone, else those whose source writes the
+        name in quotes, else every module of the home; None for a name none of them registers.
+        The plugins are not loaded (:meth:`all` adds them): composing asks this of a group that no
+        installed plugin adds to."""
+        if name not in self._classes and name in self.choice_modules():
+            importlib.import_module(f"{self.home}.{name}")
+        quoted = (f'"{name}"', f"'{name}'")  # a module that writes the name (a class's `name`, a Config's default)
+        for module in self.choice_modules():
+            if name in self._classes:
+                break
+            if any(text in _source(f"{self.home}.{module}") for text in quoted):
+                importlib.import_module(f"{self.home}.{module}")
+        if name not in self._classes:
+            self._import_own()
+        return self._classes.get(name)
 
     def get(self, name: str) -> T:
         """The class of ``name``; a one-line :class:`UserError` listing the names otherwise."""

@@ -23,8 +23,3 @@ def _plugins(classes: dict) -> None:
 
 COMPRESSORS: Registry[type["Compressor"]] = Registry("compressor", "compress.name", "dlcomm.compress", _plugins)
 register = COMPRESSORS.register
-
-
-def compressor_schemas() -> list[tuple[str, str, type]]:
-    """``("compress", "<name>_schema", Config)`` of every compressor, for Hydra's ConfigStore."""
-    return [("compress", f"{name}_schema", cls.Config) for name, cls in COMPRESSORS.all().items()]

@@ -5,12 +5,12 @@ subclasses with :func:`register`; :func:`all_sources` imports that package's mod
 adds the installed plugins' (entry points ``dlcomm.datasets``), so a new data set needs nothing but
 its source's file (and ``configs/dataset/<name>.yaml`` only where it sets values, such as its
 root; the one pattern: :mod:`dlcomm.registry`). Those modules load without torch:
-composing a configuration imports them (:func:`source_schemas`).
+composing a configuration imports the chosen data set's (:func:`dlcomm.compose.register_schemas`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from dlcomm.registry import Registry
 
@@ -35,12 +35,3 @@ def all_sources() -> dict[str, type["DataSource"]]:
 def get_source(name: str) -> type["DataSource"]:
     """The source of ``dataset.name=name``; a one-line :class:`UserError` listing the names otherwise."""
     return SOURCES.get(name)
-
-
-def source_schemas() -> list[tuple[Optional[str], str, type]]:
-    """``("dataset", "<name>_schema", Config)`` of every data set, dlcomm's and the plugins', for
-    Hydra's ConfigStore (:func:`dlcomm.plugins.extra_schemas`; ``configs/dataset/cifar10.yaml``
-    names ``cifar10_schema``)."""
-    from dlcomm.plugins import extra_schemas
-
-    return extra_schemas("dataset", all_sources(), "data set")

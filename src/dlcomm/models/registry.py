@@ -16,7 +16,7 @@ the schemas.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, ClassVar, List, Optional, Tuple
+from typing import TYPE_CHECKING, ClassVar, List, Tuple
 
 from dlcomm.config.schema import ModelConfig
 from dlcomm.registry import Registry
@@ -61,15 +61,6 @@ def all_models() -> dict[str, type[Model]]:
 def model_names() -> List[str]:
     """Every name ``model.name`` may take: dlcomm's, then the plugins'."""
     return list(all_models())
-
-
-def model_schemas() -> List[Tuple[Optional[str], str, type]]:
-    """``("model", "<name>_schema", Config)`` of every model, for Hydra's ConfigStore
-    (:func:`dlcomm.plugins.extra_schemas`), dlcomm's and the plugins'; a preset YAML names it
-    (``configs/model/vit_s.yaml``: ``vit_s_schema``)."""
-    from dlcomm.plugins import extra_schemas
-
-    return extra_schemas("model", all_models(), "model")
 
 
 def build_model(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":

@@ -22,12 +22,3 @@ def _plugins(classes: dict) -> None:
 
 TASKS: Registry[type["Task"]] = Registry("task", "task.name", "dlcomm.tasks", _plugins)
 register = TASKS.register
-
-
-def task_schemas() -> list[tuple[str, str, type]]:
-    """``("task", "<name>_schema", Config)`` of every task with knobs of its own, for Hydra's ConfigStore."""
-    from dlcomm.config.schema import TaskConfig
-
-    return [
-        ("task", f"{name}_schema", task.Config) for name, task in TASKS.all().items() if task.Config is not TaskConfig
-    ]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, TypeVar
 
 from dlcomm.config.schema import EPS, LR, WARMUP_EPOCHS, WEIGHT_DECAY, OptimConfig, Schedule, domain
 from dlcomm.errors import UserError
@@ -252,15 +252,6 @@ def all_optimizers() -> dict[str, type[Optimizer]]:
 def get_optimizer(name: str) -> type[Optimizer]:
     """The optimizer of ``optim.name=name``; a one-line :class:`UserError` listing the names otherwise."""
     return OPTIMIZERS.get(name)
-
-
-def optimizer_schemas() -> list[tuple[Optional[str], str, type]]:
-    """``("optim", "<name>_schema", Config)`` of every optimizer, dlcomm's and the plugins', for
-    Hydra's ConfigStore (:func:`dlcomm.plugins.extra_schemas`; ``configs/optim/adamw.yaml`` names
-    ``adamw_schema``)."""
-    from dlcomm.plugins import extra_schemas
-
-    return extra_schemas("optim", all_optimizers(), "optimizer")
 
 
 def check_optimizer(cfg: OptimConfig) -> None:
