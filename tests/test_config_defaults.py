@@ -27,10 +27,11 @@ import pytest
 from omegaconf import MISSING, OmegaConf
 
 from dlcomm.algorithms.registry import all_algorithms
-from dlcomm.catalog import REGISTRIES, choice_schemas
+from dlcomm.catalog import choice_schemas
 from dlcomm.compose import all_schemas, compose
 from dlcomm.config.choices import CHOICE_GROUPS, choice_files, schema_name
 from dlcomm.config.typed import plain
+from dlcomm.groups import GROUPS as RECORDS
 
 GROUPS = ("algo", *CHOICE_GROUPS, "launcher", "network")
 DOCUMENTED_IN_FILE = ("algo", *CHOICE_GROUPS)  # groups whose files also name every knob in a comment
@@ -56,7 +57,7 @@ def _cases():
         files = choice_files(group)
         schemas = _file_schemas(group)
         # the choices of each schema: its classes' (a registered group), else its files' (network presets, data)
-        shared = Counter(choice_schemas(group).values() if group in REGISTRIES else schemas.values())
+        shared = Counter(choice_schemas(group).values() if group in RECORDS else schemas.values())
         for choice, content in files.items():
             schema = schemas.get(choice)
             yield pytest.param(group, choice, content, schema, shared[schema] > 1, id=f"{group}={choice}")
@@ -162,7 +163,7 @@ def _undocumented(schema: type, prefix: str = "") -> list:
     return missing
 
 
-@pytest.mark.parametrize("group", [*sorted(REGISTRIES), "network"])
+@pytest.mark.parametrize("group", [*sorted(RECORDS), "network"])
 def test_every_knob_is_documented_in_its_dataclass(group) -> None:
     """A choice's file sets (almost) nothing, or there is none; `dlcomm config --explain` prints
     each knob's comment from the dataclass, so every knob (nested link sections too) has one, and

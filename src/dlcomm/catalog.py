@@ -1,6 +1,6 @@
 """Every choice of every config group, listed one way.
 
-A group with a registry (:data:`REGISTRIES`: algorithms, compressors, data sets, optimizers,
+A group with a registry (:data:`dlcomm.groups.GROUPS`: algorithms, compressors, data sets, optimizers,
 models, tasks, launchers) finds its choices as :class:`dlcomm.registry.Registry` says: its
 classes, dlcomm's own and the installed plugins'. Each is stored in Hydra's ConfigStore as
 ``<group>/<name>`` (:func:`stored_choices`: its ``Config`` with ``name`` set), unless a YAML file
@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 
 from dlcomm.config.choices import BASES, CHOICE_GROUPS, PACKAGE, knobs
 from dlcomm.errors import UserError
+from dlcomm.groups import GROUPS
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHOICE_GROUPS",
-    "REGISTRIES",
     "choices",
     "groups",
     "stored_choices",
@@ -50,24 +50,13 @@ __all__ = [
     "check_knobs",
 ]
 
-# Each group with classes: where its Registry is ("module:attribute"); the keys are dlcomm.plugins.GROUPS'.
-REGISTRIES = {
-    "algo": "dlcomm.algorithms.registry:ALGORITHMS",
-    "compress": "dlcomm.compress.registry:COMPRESSORS",
-    "dataset": "dlcomm.data.registry:SOURCES",
-    "launcher": "dlcomm.launch.registry:LAUNCHERS",
-    "model": "dlcomm.models.registry:MODELS",
-    "optim": "dlcomm.train.optim:OPTIMIZERS",
-    "task": "dlcomm.tasks.registry:TASKS",
-}
-
 
 def registry(group: str) -> Optional["Registry[Any]"]:
     """The Registry of ``group``; None for a group of YAML files alone (network presets, experiments)."""
-    where = REGISTRIES.get(group)
-    if where is None:
+    record = GROUPS.get(group)
+    if record is None:
         return None
-    module, attribute = where.split(":")
+    module, attribute = record.registry.split(":")
     found: Registry[Any] = getattr(importlib.import_module(module), attribute)
     return found
 
@@ -107,7 +96,7 @@ def groups() -> List[str]:
         for entry in root.iterdir()
         if entry.is_dir() and not entry.name.startswith(("_", "."))
     }
-    return sorted(set(REGISTRIES) | folders)
+    return sorted(set(GROUPS) | folders)
 
 
 def choices(group: str) -> List[str]:
@@ -120,7 +109,7 @@ def stored_choices() -> List[Tuple[str, str, Any]]:
     Hydra's ConfigStore: ``node`` is its ``Config`` with ``name`` set (a Config several choices
     share leaves it MISSING). A class without a ``Config`` (a plugin launcher's) is its YAML's."""
     found = []
-    for group in REGISTRIES:
+    for group in GROUPS:
         written = files(group)
         for name, cls in sorted(classes(group).items()):
             found += stored_choice(group, name, cls, written)

@@ -18,13 +18,14 @@ from omegaconf import DictConfig, OmegaConf
 from dlcomm.catalog import CHOICE_GROUPS, check_knobs, foreign_knob
 from dlcomm.config.schema import SCHEMAS
 from dlcomm.errors import UserError
+from dlcomm.groups import GROUPS
 
 if TYPE_CHECKING:
     from dlcomm.config.schema import RunConfig
 
 
 # The groups with classes, in the order their classes load (a plugin's refusal names the first).
-SCHEMA_GROUPS = ("algo", "dataset", "optim", "model", "task", "compress", "launcher")
+SCHEMA_GROUPS = tuple(GROUPS)  # every group whose choices are classes (dlcomm.groups)
 
 
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
@@ -47,7 +48,7 @@ def schemas_of(group: str, name: str, cls: Any) -> list[tuple[Optional[str], str
     ``adamw_schema``), a task's with knobs of its own likewise, a launcher's with a ``Config`` as
     ``<name>_launcher_schema``."""
     from dlcomm.config.schema import TaskConfig
-    from dlcomm.plugins import GROUPS, extra_schemas
+    from dlcomm.plugins import extra_schemas
 
     config: Any = getattr(cls, "Config", None)
     if group in ("algo", "compress") or (group == "task" and config is not TaskConfig):

@@ -21,7 +21,7 @@ A package declares, in its ``pyproject.toml``::
     [project.entry-points."dlcomm.launchers"]   # a launcher, likewise
     [project.entry-points."dlcomm.compressors"] # a compressor, likewise
 
-Each group's entry points name registered classes of that group (:data:`GROUPS`: an
+Each group's entry points name registered classes of that group (:data:`dlcomm.groups.GROUPS`: an
 ``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task``, ``Launcher`` or ``Compressor``
 subclass) whose name (:func:`dlcomm.registry.choice_name`: its ``Config``'s ``name`` default, or
 the class's ``name``) is the entry point's and whose ``Config`` is a dataclass subclassing the
@@ -43,66 +43,16 @@ methods keeps ``dlcomm config`` fast. See docs/extending.md.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from importlib.util import find_spec
 from typing import Mapping
 
 from dlcomm.errors import UserError
+from dlcomm.groups import GROUPS
 from dlcomm.registry import choice_name
 
 CONFIGS = "dlcomm.configs"  # packages of YAML that join Hydra's search path
-
-
-@dataclass(frozen=True)
-class Group:
-    """One entry point group: its classes subclass ``base`` (``module:Class``, ``kind`` in
-    messages), their ``Config`` is a dataclass subclassing ``config_base`` (in
-    :mod:`dlcomm.config.schema`);
-    ``what`` names a choice in messages, ``config_group`` its YAML folder (``algo``);
-    ``config_optional``: a class may have no ``Config`` (a launcher without knobs of its own)."""
-
-    entry_points: str
-    base: str
-    kind: str
-    config_base: str
-    what: str
-    config_group: str
-    config_optional: bool = False
-
-
-GROUPS = {
-    group.config_group: group
-    for group in (
-        Group(
-            "dlcomm.algorithms", "dlcomm.algorithms.base:Algorithm", "an algorithm", "AlgoConfig", "algorithm", "algo"
-        ),
-        Group(
-            "dlcomm.datasets", "dlcomm.data.source:DataSource", "a data source", "DatasetConfig", "data set", "dataset"
-        ),
-        Group("dlcomm.optimizers", "dlcomm.train.optim:Optimizer", "an optimizer", "OptimConfig", "optimizer", "optim"),
-        Group("dlcomm.models", "dlcomm.models.registry:Model", "a model", "ModelConfig", "model", "model"),
-        Group("dlcomm.tasks", "dlcomm.tasks.base:Task", "a task", "TaskConfig", "task", "task"),
-        Group(
-            "dlcomm.compressors",
-            "dlcomm.compress.base:Compressor",
-            "a compressor",
-            "CompressConfig",
-            "compressor",
-            "compress",
-        ),
-        Group(
-            "dlcomm.launchers",
-            "dlcomm.launch.base:Launcher",
-            "a launcher",
-            "LauncherConfig",
-            "launcher",
-            "launcher",
-            True,
-        ),
-    )
-}
 
 
 @lru_cache(maxsize=None)
