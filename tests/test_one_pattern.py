@@ -24,7 +24,7 @@ from dlcomm.compress.registry import COMPRESSORS
 from dlcomm.config.choices import choice_files, schema_name
 from dlcomm.config.schema import AlgoConfig, ModelConfig
 from dlcomm.data.registry import SOURCES
-from dlcomm.groups import GROUPS
+from dlcomm.groups import GROUPS, Group
 from dlcomm.launch.registry import LAUNCHERS
 from dlcomm.models.registry import MODELS
 from dlcomm.registry import Registry, choice_name, config_name
@@ -114,7 +114,8 @@ def test_a_choice_s_name_is_written_once(cls: type) -> None:
 
 
 def _registry() -> Registry:
-    return Registry("thing", "thing.name", __name__, lambda classes: None)
+    thing = Group("thing", "things", "module:Thing", "a thing", "AlgoConfig", "thing", "module:THINGS", __name__)
+    return Registry(thing, lambda classes: None)
 
 
 def test_register_takes_the_name_from_the_config_and_refuses_a_mismatch() -> None:

@@ -29,7 +29,8 @@ class Group:
     one in messages, ``what`` names a choice); ``config_base``: the dataclass of
     :mod:`dlcomm.config.schema` every choice's ``Config`` subclasses (``config_optional``: a class may
     have none, as a launcher without knobs of its own); ``registry``: ``"module:ATTR"`` of the
-    group's :class:`~dlcomm.registry.Registry`; ``family_schema``: the group's YAML presets share
+    group's :class:`~dlcomm.registry.Registry`; ``home``: the package (or module) whose import
+    registers dlcomm's own choices (:meth:`Registry.all <dlcomm.registry.Registry.all>`); ``family_schema``: the group's YAML presets share
     ``config_base`` as one schema whose keys every choice has (model, dataset, optim)."""
 
     config_group: str
@@ -39,6 +40,7 @@ class Group:
     config_base: str
     what: str
     registry: str
+    home: str
     config_optional: bool = False
     family_schema: bool = False
 
@@ -47,70 +49,77 @@ GROUPS: dict[str, Group] = {
     group.config_group: group
     for group in (
         Group(
-            "algo",
-            "dlcomm.algorithms",
-            "dlcomm.algorithms.base:Algorithm",
-            "an algorithm",
-            "AlgoConfig",
-            "algorithm",
-            "dlcomm.algorithms.registry:ALGORITHMS",
+            config_group="algo",
+            entry_points="dlcomm.algorithms",
+            base="dlcomm.algorithms.base:Algorithm",
+            kind="an algorithm",
+            config_base="AlgoConfig",
+            what="algorithm",
+            registry="dlcomm.algorithms.registry:ALGORITHMS",
+            home="dlcomm.algorithms",
         ),
         Group(
-            "dataset",
-            "dlcomm.datasets",
-            "dlcomm.data.source:DataSource",
-            "a data source",
-            "DatasetConfig",
-            "data set",
-            "dlcomm.data.registry:SOURCES",
+            config_group="dataset",
+            entry_points="dlcomm.datasets",
+            base="dlcomm.data.source:DataSource",
+            kind="a data source",
+            config_base="DatasetConfig",
+            what="data set",
+            registry="dlcomm.data.registry:SOURCES",
+            home="dlcomm.data.sources",
             family_schema=True,
         ),
         Group(
-            "optim",
-            "dlcomm.optimizers",
-            "dlcomm.train.optim:Optimizer",
-            "an optimizer",
-            "OptimConfig",
-            "optimizer",
-            "dlcomm.train.optim:OPTIMIZERS",
+            config_group="optim",
+            entry_points="dlcomm.optimizers",
+            base="dlcomm.train.optim:Optimizer",
+            kind="an optimizer",
+            config_base="OptimConfig",
+            what="optimizer",
+            registry="dlcomm.train.optim:OPTIMIZERS",
+            home="dlcomm.train.optim",
             family_schema=True,
         ),
         Group(
-            "model",
-            "dlcomm.models",
-            "dlcomm.models.registry:Model",
-            "a model",
-            "ModelConfig",
-            "model",
-            "dlcomm.models.registry:MODELS",
+            config_group="model",
+            entry_points="dlcomm.models",
+            base="dlcomm.models.registry:Model",
+            kind="a model",
+            config_base="ModelConfig",
+            what="model",
+            registry="dlcomm.models.registry:MODELS",
+            home="dlcomm.models.zoo",
             family_schema=True,
         ),
         Group(
-            "task",
-            "dlcomm.tasks",
-            "dlcomm.tasks.base:Task",
-            "a task",
-            "TaskConfig",
-            "task",
-            "dlcomm.tasks.registry:TASKS",
+            config_group="task",
+            entry_points="dlcomm.tasks",
+            base="dlcomm.tasks.base:Task",
+            kind="a task",
+            config_base="TaskConfig",
+            what="task",
+            registry="dlcomm.tasks.registry:TASKS",
+            home="dlcomm.tasks",
         ),
         Group(
-            "compress",
-            "dlcomm.compressors",
-            "dlcomm.compress.base:Compressor",
-            "a compressor",
-            "CompressConfig",
-            "compressor",
-            "dlcomm.compress.registry:COMPRESSORS",
+            config_group="compress",
+            entry_points="dlcomm.compressors",
+            base="dlcomm.compress.base:Compressor",
+            kind="a compressor",
+            config_base="CompressConfig",
+            what="compressor",
+            registry="dlcomm.compress.registry:COMPRESSORS",
+            home="dlcomm.compress",
         ),
         Group(
-            "launcher",
-            "dlcomm.launchers",
-            "dlcomm.launch.base:Launcher",
-            "a launcher",
-            "LauncherConfig",
-            "launcher",
-            "dlcomm.launch.registry:LAUNCHERS",
+            config_group="launcher",
+            entry_points="dlcomm.launchers",
+            base="dlcomm.launch.base:Launcher",
+            kind="a launcher",
+            config_base="LauncherConfig",
+            what="launcher",
+            registry="dlcomm.launch.registry:LAUNCHERS",
+            home="dlcomm.launch",
             config_optional=True,
         ),
     )

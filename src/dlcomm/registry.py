@@ -33,6 +33,7 @@ import re
 from typing import Callable, Generic, Optional, TypeVar
 
 from dlcomm.errors import UserError
+from dlcomm.groups import Group
 
 T = TypeVar("T")
 
@@ -83,14 +84,15 @@ def _source(module: str) -> str:
 
 
 class Registry(Generic[T]):
-    """The classes of one group by name. ``what`` names a choice in messages ("algorithm");
-    ``key`` is its config key ("algo.name"); ``home`` the package or module whose import registers
-    the group's own choices (a package: each of its modules that holds one, imported once:
-    :meth:`choice_modules`); ``plugins`` adds the installed plugins' classes to a name -> class
-    dict (refusing taken names)."""
+    """The classes of one group by name, as the group's record (:class:`dlcomm.groups.Group`)
+    says: ``what`` names a choice in messages ("algorithm"); ``key`` is its config key
+    ("algo.name"); ``home`` the package or module whose import registers the group's own choices (a
+    package: each of its modules that holds one, imported once: :meth:`choice_modules`);
+    ``plugins`` adds the installed plugins' classes to a name -> class dict (refusing taken names)."""
 
-    def __init__(self, what: str, key: str, home: str, plugins: Callable[[dict[str, T]], None]) -> None:
-        self.what, self.key, self.home, self.plugins = what, key, home, plugins
+    def __init__(self, group: Group, plugins: Callable[[dict[str, T]], None]) -> None:
+        self.what, self.key, self.home = group.what, f"{group.config_group}.name", group.home
+        self.plugins = plugins
         self._classes: dict[str, T] = {}
         self._discovered = False  # every class: the home's and the plugins'
         self._imported = False  # the home's own modules, every one

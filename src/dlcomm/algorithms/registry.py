@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def _plugins(classes: dict) -> None:
     register_plugins("algo", classes)  # installed packages' algorithms (entry points dlcomm.algorithms)
 
 
-ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm", "algo.name", "dlcomm.algorithms", _plugins)
+ALGORITHMS: Registry[type["Algorithm"]] = Registry(GROUPS["algo"], _plugins)
 register = ALGORITHMS.register
 
 

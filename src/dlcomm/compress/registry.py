@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -21,5 +22,5 @@ def _plugins(classes: dict) -> None:
     register_plugins("compress", classes)  # installed packages' compressors (entry points dlcomm.compressors)
 
 
-COMPRESSORS: Registry[type["Compressor"]] = Registry("compressor", "compress.name", "dlcomm.compress", _plugins)
+COMPRESSORS: Registry[type["Compressor"]] = Registry(GROUPS["compress"], _plugins)
 register = COMPRESSORS.register

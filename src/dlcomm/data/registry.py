@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def _plugins(classes: dict) -> None:
     register_plugins("dataset", classes)  # installed packages' data sets (entry points dlcomm.datasets)
 
 
-SOURCES: Registry[type["DataSource"]] = Registry("data set", "dataset.name", "dlcomm.data.sources", _plugins)
+SOURCES: Registry[type["DataSource"]] = Registry(GROUPS["dataset"], _plugins)
 register = SOURCES.register
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def _plugins(classes: dict) -> None:
     register_plugins("launcher", classes)  # installed packages' launchers (entry points dlcomm.launchers)
 
 
-LAUNCHERS: Registry[type["Launcher"]] = Registry("launcher", "launcher.name", "dlcomm.launch", _plugins)
+LAUNCHERS: Registry[type["Launcher"]] = Registry(GROUPS["launcher"], _plugins)
 register = LAUNCHERS.register
 
 

@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, ClassVar, List, Tuple
 
 from dlcomm.config.schema import ModelConfig
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def _plugins(classes: dict) -> None:
     register_plugins("model", classes)  # installed packages' models (entry points dlcomm.models)
 
 
-MODELS: Registry[type[Model]] = Registry("model", "model.name", "dlcomm.models.zoo", _plugins)
+MODELS: Registry[type[Model]] = Registry(GROUPS["model"], _plugins)
 register = MODELS.register
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -20,5 +21,5 @@ def _plugins(classes: dict) -> None:
     register_plugins("task", classes)  # installed packages' tasks (entry points dlcomm.tasks)
 
 
-TASKS: Registry[type["Task"]] = Registry("task", "task.name", "dlcomm.tasks", _plugins)
+TASKS: Registry[type["Task"]] = Registry(GROUPS["task"], _plugins)
 register = TASKS.register

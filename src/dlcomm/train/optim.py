@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, TypeVar
 
 from dlcomm.config.schema import EPS, LR, WARMUP_EPOCHS, WEIGHT_DECAY, OptimConfig, Schedule, domain
 from dlcomm.errors import UserError
+from dlcomm.groups import GROUPS
 from dlcomm.registry import Registry
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _betas(betas: list[float]) -> tuple[float, float]:
     return first, second
 
 
-OPTIMIZERS: Registry[type[Optimizer]] = Registry("optimizer", "optim.name", __name__, _plugins)  # all in this module
+OPTIMIZERS: Registry[type[Optimizer]] = Registry(GROUPS["optim"], _plugins)  # all in this module
 register = OPTIMIZERS.register
 
 
