@@ -103,3 +103,88 @@ def test_a_remembered_composition_refuses_in_hydras_words(overrides, expected) -
         compose(["seed=9"])
         compose(overrides)
     assert str(remembered.value) == str(alone.value) and expected in str(alone.value)
+
+
+# issue 59, item 3: each check once per element, in one pass; counted through the real entry points
+LR = [*SEEDS, "optim=adam", "optim.lr=0.001,0.002,0.003"]
+
+
+@pytest.fixture
+def work(monkeypatch):
+    """``{"optimizers": optimizers built, "checked": compositions checked (validate_run), "launcher":
+    the threads launcher's checks, "store": store probes}`` from here on."""
+    import dlcomm.config.validate
+    import dlcomm.tracking.store
+    import dlcomm.train.optim
+    from dlcomm.launch.threads import ThreadsLauncher
+
+    counts = {"optimizers": 0, "checked": 0, "launcher": 0, "store": 0}
+
+    def counting(module, name, key):
+        original = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            counts[key] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    counting(dlcomm.train.optim, "build_optimizer", "optimizers")
+    counting(dlcomm.config.validate, "validate_run", "checked")
+    counting(dlcomm.tracking.store, "probe", "store")
+    check = ThreadsLauncher.check.__func__
+
+    def launcher_check(cls, *args):
+        counts["launcher"] += 1
+        return check(cls, *args)
+
+    monkeypatch.setattr(ThreadsLauncher, "check", classmethod(launcher_check))
+    return counts
+
+
+def test_a_sweep_builds_each_element_s_optimizer_once(home, monkeypatch, work) -> None:
+    from dlcomm.run import prepare_sweep
+
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    specs, _ = prepare_sweep(LR, compare_here=False)
+    assert [spec.cfg().optim.lr for spec in specs] == [0.001, 0.002, 0.003]
+    assert work["optimizers"] == 3, work  # was 9: over no parameter to order them, before the data, with the plan
+    assert work["checked"] == 3 and work["launcher"] == 3 and work["store"] == 1, work
+
+
+def test_the_comparison_s_network_is_added_without_composing_or_checking_the_sweep_again(
+    home, monkeypatch, work
+) -> None:
+    """launcher.compute=serial: the ranks take turns on this machine's cores, so the sweep compares on
+    the simulated clock of a network it adds; that used to compose and check the whole sweep again."""
+    from dlcomm.run import prepare_sweep
+    from dlcomm.sweep import COMPARISON_NETWORK
+
+    monkeypatch.setenv("DLCOMM_HOME", str(home))
+    specs, overrides = prepare_sweep([*LR, "launcher.compute=serial"])
+    added = f"network={COMPARISON_NETWORK}"
+    assert overrides == [*LR, "launcher.compute=serial", added]
+    assert all(spec.overrides[-1] == added for spec in specs), [spec.overrides for spec in specs]
+    # each element composed and checked once, and the network's own section once (was 6: the sweep twice)
+    assert work["checked"] == 3 + 1, work
+    assert work["launcher"] == 3 and work["optimizers"] == 3 and work["store"] == 1, work  # launcher was 5
+    for spec, lr in zip(specs, ["0.001", "0.002", "0.003"]):  # what Hydra composes for each element alone
+        assert spec.cfg() == compose([*SEEDS, "optim=adam", f"optim.lr={lr}", "launcher.compute=serial", added])
+
+
+@pytest.mark.parametrize(
+    "element",
+    [
+        ["seed=1"],
+        ["model=mlp", "nodes=3", "workers_per_node=2", "algo=diloco", "launcher=threads"],
+        ["algo=dpsgd", "compress=topk", "dataset=synthetic", "task=gan"],
+        ["launcher=slurm", "optim=lars", "train.amp=true"],
+    ],
+    ids=" ".join,
+)
+def test_the_comparison_s_network_set_on_an_element_is_what_hydra_composes(element) -> None:
+    """:func:`dlcomm.sweep.with_network` sets the preset's section on an element composed without it."""
+    from dlcomm.sweep import COMPARISON_NETWORK, with_network
+
+    added = f"network={COMPARISON_NETWORK}"
+    assert with_network(compose(element), compose([added]).network) == compose([*element, added])

@@ -420,10 +420,9 @@ def _export_sweep(overrides: list[str]) -> int:
     data's shape, the plan, what torch refuses, the launcher's settings); not the data's files, the
     store or the cluster, which the job checks where it runs."""
     from dlcomm.checked import remembering
-    from dlcomm.compose import compose
-    from dlcomm.run import check_runnable
+    from dlcomm.run import check_sweep
     from dlcomm.secrets import credentials
-    from dlcomm.sweep import expand, export_lines, screening_order
+    from dlcomm.sweep import export_lines
 
     holding = [item.lstrip("+~").partition("=")[0] for item in overrides if credentials(item)]
     if holding:  # the lines would be masked (useless) on a terminal, or hold it in a file anyone may read
@@ -432,13 +431,8 @@ def _export_sweep(overrides: list[str]) -> int:
             "would write into the file the job reads: pass the URI without it and give it to the job's environment "
             "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
         )
-    elements = expand(overrides)
-    with remembering():  # what differs between elements checked once per distinct value
-        for element in (elements[position] for position in screening_order(elements)):
-            try:
-                check_runnable(compose(element), data_here=False)
-            except UserError as error:
-                raise UserError(f"sweep element [{' '.join(element)}]: {error}") from None
+    with remembering():  # each element through every check once; what differs between them once per distinct value
+        check_sweep(overrides, data_here=False)
     print("\n".join(export_lines(overrides)))
     return 0
 

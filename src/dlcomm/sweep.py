@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from typing import Literal, Sequence, overload
+from typing import Sequence
 
-from dlcomm.config.schema import RunConfig
+from dlcomm.config.schema import NetworkConfig, RunConfig
 from dlcomm.errors import UserError
 
 # The network a sweep whose ranks share this machine compares on, unless it names one
@@ -54,18 +54,14 @@ def expand(overrides: list[str]) -> list[list[str]]:
     return [list(element) for element in itertools.product(*values.values())]
 
 
-@overload
-def screening_order(elements: list[list[str]]) -> list[int]: ...
-@overload
-def screening_order(elements: list[list[str]], leads: Literal[True]) -> tuple[list[int], int]: ...
-def screening_order(elements: list[list[str]], leads: bool = False):
+def screening_order(elements: list[list[str]]) -> tuple[list[int], int]:
     """Indices of ``elements`` in the order to check them: the first element, then each swept
-    key's distinct values set into the first element, round robin over the keys, then the rest.
-    Every value of every key is met within the first few checks, so a bad value is refused at
-    once however many elements the product has (``-m nodes=2,0 seed=range(0,200)``: the 2nd).
-    ``leads``: also how many lead the order (those that bring the values)."""
+    key's distinct values set into the first element, round robin over the keys, then the rest;
+    and how many lead the order (the leads: those that bring the values). Every value of every
+    key is met within the first few checks, so a bad value is refused at once however many
+    elements the product has (``-m nodes=2,0 seed=range(0,200)``: the 2nd)."""
     if not elements:
-        return ([], 0) if leads else []
+        return [], 0
     values: dict[str, dict[str, None]] = {}
     for element in elements:
         for item in element:
@@ -81,8 +77,7 @@ def screening_order(elements: list[list[str]], leads: bool = False):
                 if position is not None and position not in chosen:
                     order.append(position)
                     chosen.add(position)
-    found = order + [position for position in range(len(elements)) if position not in chosen]
-    return (found, len(order)) if leads else found
+    return order + [position for position in range(len(elements)) if position not in chosen], len(order)
 
 
 def export_lines(overrides: list[str]) -> list[str]:
@@ -99,6 +94,21 @@ def swept_keys(overrides: list[str]) -> list[str]:
             key, _, value = item.partition("=")
             keys.setdefault(key, set()).add(value)
     return [key for key, values in keys.items() if len(values) > 1]
+
+
+def with_network(cfg: RunConfig, network: NetworkConfig) -> RunConfig:
+    """``cfg`` with the comparison's ``network`` section (:func:`comparison_clock`, composed once for
+    the sweep): what composing the element with ``network=<name>`` gives, as a network preset reads
+    no other key and no other file sets ``network.*`` (tests/test_sweep_checks.py holds the two
+    equal), after the one rule across keys that reads the network
+    (:func:`dlcomm.config.validate.validate_network`) passed on it."""
+    import copy
+    from dataclasses import replace
+
+    from dlcomm.config.validate import validate_network
+
+    validate_network(network, cfg.nodes * cfg.workers_per_node)
+    return replace(cfg, network=copy.deepcopy(network))
 
 
 def comparison_clock(overrides: Sequence[str], configs: Sequence[RunConfig]) -> tuple[str, str]:

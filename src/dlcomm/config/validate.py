@@ -280,14 +280,10 @@ def validate_network(network: "NetworkConfig", world: int) -> None:
         )
 
 
-def check_fault_injection(
-    cfg: "RunConfig", roles: tuple[str, ...], total_steps: int | None, ranks_only: bool = False
-) -> None:
-    """``debug.*`` only where the fault can happen: ``fail_rank`` one of this job's ranks (the
-    workers ``0..W-1``, then the service processes ``roles``), a worker's ``fail_step`` one of the
-    run's steps ``0..total_steps-1`` (``total_steps`` None: not known before the data is read), a
-    service's a number of seconds; ``fail_step``/``fail_mode`` without ``fail_rank`` refused, as
-    they would do nothing. ``ranks_only``: the rank alone (before the plan is known)."""
+def check_fault_ranks(cfg: "RunConfig", roles: tuple[str, ...]) -> None:
+    """``debug.*`` only where the fault can happen, its rank: ``fail_rank`` one of this job's ranks
+    (the workers ``0..W-1``, then the service processes ``roles``); ``fail_step``/``fail_mode``
+    without ``fail_rank`` refused, as they would do nothing. Its step: :func:`check_fault_steps`."""
     debug = cfg.debug
     workers = cfg.nodes * cfg.workers_per_node
     if debug.fail_rank == -1:
@@ -307,7 +303,15 @@ def check_fault_injection(
         debug.fail_rank,
         f"this job's ranks are 0 to {ranks - 1} ({workers} workers{services}); pass one of them, or -1 for no fault",
     )
-    if ranks_only:
+
+
+def check_fault_steps(cfg: "RunConfig", total_steps: int | None) -> None:
+    """The step of the fault :func:`check_fault_ranks` passed: a worker's ``fail_step`` one of the
+    run's steps ``0..total_steps-1`` (``total_steps`` None: not known before the data is read), a
+    service's a number of seconds."""
+    debug = cfg.debug
+    workers = cfg.nodes * cfg.workers_per_node
+    if debug.fail_rank == -1:
         return
     if debug.fail_rank >= workers:
         require(

@@ -36,7 +36,7 @@ from dlcomm.train.checkpoint import Checkpointing, WarningSignal
 from dlcomm.train.determinism import apply_determinism
 from dlcomm.train.loop import TrainLoop
 from dlcomm.train.optim import build_optimizer, build_scheduler
-from dlcomm.train.plan import check_plan, schedule_steps
+from dlcomm.train.plan import check_plan, schedule_steps, step_batch
 from dlcomm.train.precision import Precision
 from dlcomm.train.profile import profiled_compute
 
@@ -198,7 +198,7 @@ def train_rank(
 
         reporter = Rank0Reporter(
             spec,
-            cfg.train.batch_size * cfg.train.comm_interval,
+            step_batch(cfg.train),
             layout.world_size,
             cfg.train.epochs,
             shared_process=cluster.transport.shares_process,

@@ -105,16 +105,14 @@ class Histories:
 
 
 def report_setting(experiment: str, runs: pd.DataFrame, key: str, default: str) -> str:
-    """``report.<key>`` of the experiment's config (configs/experiment/<name>.yaml) when there
-    is one, else of its latest run, else ``default``; as text (MLflow keeps params as text)."""
-    from dlcomm.compose import compose
-    from dlcomm.report.runs import plain_name
+    """``report.<key>`` of the experiment's config (configs/experiment/<name>.yaml, read alone:
+    :func:`~dlcomm.report.runs.experiment_report`) when there is one, else of its latest run (as
+    recorded: the run's params), else ``default``; as text (MLflow keeps params as text)."""
+    from dlcomm.report.runs import experiment_report
 
-    if plain_name(experiment):  # a name from a store may be anything: no config file is named so
-        try:
-            return str(getattr(compose([f"experiment={experiment}"]).report, key))
-        except UserError:  # not a shipped experiment: a tracking.experiment of the user's own
-            pass
+    shipped = experiment_report(experiment)  # None: a tracking.experiment of the user's own
+    if shipped is not None:
+        return str(getattr(shipped, key))
     column = f"params.report.{key}"
     if column in runs.columns and runs[column].notna().any():
         return str(runs.sort_values("start_time")[column].dropna().iloc[-1])

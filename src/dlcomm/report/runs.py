@@ -16,10 +16,14 @@ that has none left is refused in one line. A deleted experiment is refused with 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    from dlcomm.config.schema import ReportConfig
 
 # the values a report reads as integers, where a run has them: dlcomm records them so
 INTEGERS = (
@@ -206,11 +210,51 @@ def plain_name(name: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}", name) is not None
 
 
-def shipped_experiment(name: str):
-    """``configs/experiment/<name>.yaml`` as dlcomm ships it, or None."""
+def shipped_experiment(name: str, plugins: bool = False):
+    """``configs/experiment/<name>.yaml`` as dlcomm ships it, or None; with ``plugins``, else an
+    installed plugin's (its config package: entry points ``dlcomm.configs``), in the order Hydra
+    searches them."""
     from importlib.resources import files
 
     if not plain_name(name):
         return None
-    shipped = files("dlcomm.configs").joinpath("experiment").joinpath(f"{name}.yaml")  # one name a call on 3.10
-    return shipped if shipped.is_file() else None
+    packages = ["dlcomm.configs"]
+    if plugins:
+        from dlcomm.plugins import config_search_path
+
+        try:
+            packages += [path.removeprefix("pkg://") for path in config_search_path()]
+        except UserError:  # a plugin whose config package is gone: composing would refuse it too
+            pass
+    for package in packages:
+        shipped = files(package).joinpath("experiment").joinpath(f"{name}.yaml")  # one name a call on 3.10
+        if shipped.is_file():
+            return shipped
+    return None
+
+
+def experiment_report(name: str) -> "ReportConfig | None":
+    """The ``report`` section of the experiment ``name``'s config file (:func:`shipped_experiment`,
+    plugins' included) over the schema's defaults: what ``compose(["experiment=<name>"]).report``
+    holds, read from that one file, without composing and checking a whole run (an experiment's
+    ``report.*`` keys read no other key, and no other config file sets them:
+    tests/test_report_settings.py holds the two equal for every shipped experiment). None when no
+    such file is shipped, or its ``report`` section does not read as one."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dlcomm.config.schema import ReportConfig
+
+    shipped = shipped_experiment(name, plugins=True)
+    if shipped is None:
+        return None
+    try:
+        section = OmegaConf.create(shipped.read_text()).get("report") or {}
+        found = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ReportConfig), section))
+    except (
+        OmegaConfBaseException,
+        ValueError,
+        TypeError,
+    ):  # composing would refuse it: the runs' value, then the default
+        return None
+    return found if isinstance(found, ReportConfig) else None

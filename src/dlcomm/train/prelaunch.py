@@ -1,25 +1,26 @@
 """What a rank builds from the knobs, built once before launch, so that what torch refuses is
 refused here in one line and not by a rank after the run was recorded.
 
-:func:`check_rank_objects` builds, with the functions the rank calls
-(:mod:`dlcomm.launch.rank`), the optimizer (on a stand-in weight and bias: ``lars`` splits
-1-d tensors apart), the learning-rate schedule over the run's planned steps, the precision
-object (on the CPU) and the compressor. The arguments torch (or timm) checks when they are
-built (``eps``, ``betas``, ``momentum`` with ``nesterov``, ``weight_decay``, ...) then fail here; the
-error becomes a :class:`~dlcomm.errors.UserError` naming the knob, quoting torch's words and
-giving a valid value. Values torch accepts but that make no sense (a non-positive ``gamma``,
-a warm-up longer than the run, ...) are declared where the schema's ranges are
-(:mod:`dlcomm.config.schema`, :func:`dlcomm.config.validate.validate_run`). No data, no model,
-no process: a few milliseconds.
+With the functions the rank calls (:mod:`dlcomm.launch.rank`): :func:`built_optimizer` (on a
+stand-in weight and bias: ``lars`` splits 1-d tensors apart), :func:`check_precision` (the
+precision object, on the CPU) and :func:`check_compressor`, before any data is read
+(:func:`dlcomm.stages.rank_objects`); :func:`check_schedule`, the learning-rate schedule on that
+optimizer over the run's planned steps, once the plan is known (:func:`dlcomm.stages.plan`). The
+arguments torch (or timm) checks when they are built (``eps``, ``betas``, ``momentum`` with
+``nesterov``, ``weight_decay``, ...) then fail here; the error becomes a
+:class:`~dlcomm.errors.UserError` naming the knob, quoting torch's words and giving a valid value.
+Values torch accepts but that make no sense (a non-positive ``gamma``, a warm-up longer than the
+run, ...) are declared where the schema's ranges are (:mod:`dlcomm.config.schema`,
+:func:`dlcomm.config.validate.validate_run`). No data, no model, no process: a few milliseconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
-from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig
+from dlcomm.config.schema import CompressConfig, OptimConfig, RunConfig, TrainConfig
 from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
@@ -56,31 +57,28 @@ _VALID = {
 }
 
 
-def check_rank_objects(cfg: RunConfig, plan: Optional[tuple[int, int]] = None) -> None:
-    """Build what a rank builds from ``cfg``'s knobs on stand-ins; a one-line ``UserError`` for
-    the first one torch refuses. ``plan``: ``(iterations per epoch, iterations of the run)``
-    when the data set's size is known (:func:`dlcomm.train.plan.check_plan`), else one
-    iteration per epoch."""
-    from dlcomm.checked import once
-
-    # in a sweep, once per distinct value of what each part reads (dlcomm.checked)
-    once("optimizer", (cfg.optim, cfg.train, plan), lambda: _check_optimizer(cfg, plan))
-    once("compressor", (cfg.compress, cfg.seed), lambda: _check_compressor(cfg))
-
-
-def _check_optimizer(cfg: RunConfig, plan: Optional[tuple[int, int]]) -> None:
-    """The optimizer, its schedule and the precision object of :func:`check_rank_objects`."""
+def built_optimizer(optim: OptimConfig) -> "torch.optim.Optimizer":
+    """The optimizer a rank builds from ``optim``, built on a stand-in weight and bias (``lars``
+    splits 1-d tensors apart); a one-line ``UserError`` naming the knob when torch refuses it. The
+    learning-rate schedule is built on it once the run's plan is known (:func:`check_schedule`)."""
     import torch
 
-    from dlcomm.train.optim import build_optimizer, build_scheduler
-    from dlcomm.train.plan import schedule_steps
-    from dlcomm.train.precision import Precision
+    from dlcomm.train.optim import build_optimizer
 
     weight, bias = torch.nn.Parameter(torch.zeros(1, 1)), torch.nn.Parameter(torch.zeros(1))
     try:
-        optimizer = build_optimizer(cfg.optim, [{"params": [weight, bias]}])
+        return build_optimizer(optim, [{"params": [weight, bias]}])
     except REFUSALS as error:
-        raise UserError(optimizer_refusal(cfg.optim, error)) from None
+        raise UserError(optimizer_refusal(optim, error)) from None
+
+
+def check_schedule(cfg: RunConfig, optimizer: "torch.optim.Optimizer", plan: Optional[tuple[int, int]]) -> None:
+    """The learning-rate schedule a rank builds, on ``optimizer`` (:func:`built_optimizer`), over
+    ``plan``: ``(iterations per epoch, iterations of the run)`` when the data set's size is known
+    (:func:`dlcomm.train.plan.check_plan`), else one iteration per epoch."""
+    from dlcomm.train.optim import build_scheduler
+    from dlcomm.train.plan import schedule_steps
+
     per_epoch, total = plan if plan is not None else (1, cfg.train.epochs)
     try:
         build_scheduler(cfg.optim, optimizer, max(1, per_epoch), max(1, schedule_steps(cfg.train, per_epoch, total)))
@@ -88,18 +86,26 @@ def _check_optimizer(cfg: RunConfig, plan: Optional[tuple[int, int]]) -> None:
         raise UserError(
             _refusal("optim", cfg.optim, error, f"the learning-rate schedule optim.schedule={cfg.optim.schedule}")
         ) from None
+
+
+def check_precision(train: TrainConfig) -> None:
+    """The precision object a rank builds for ``train.amp``, on the CPU."""
+    import torch
+
+    from dlcomm.train.precision import Precision
+
     try:
-        with Precision(cfg.train.amp, torch.device("cpu"), cfg.train.amp_dtype).autocast():
+        with Precision(train.amp, torch.device("cpu"), train.amp_dtype).autocast():
             pass
     except REFUSALS as error:
         raise UserError(
-            f"train.amp_dtype={cfg.train.amp_dtype} is invalid with train.amp={str(cfg.train.amp).lower()}: torch "
+            f"train.amp_dtype={train.amp_dtype} is invalid with train.amp={str(train.amp).lower()}: torch "
             f"refuses it ({_words(error)}); pass train.amp_dtype=bf16 or train.amp=false"
         ) from None
 
 
-def _check_compressor(cfg: RunConfig) -> None:
-    """The compressor of :func:`check_rank_objects`, built as a rank builds it."""
+def check_compressor(cfg: RunConfig) -> None:
+    """The compressor a rank builds from ``compress.*``, built as a rank builds it."""
     from dlcomm.compress.registry import COMPRESSORS
 
     compressor = COMPRESSORS.get(cfg.compress.name)
@@ -121,28 +127,6 @@ def check_model_knobs(cfg: RunConfig, model: "torch.nn.Module") -> None:
 
     get_algorithm(cfg.algo.name).check_model(cfg.algo, model)
     COMPRESSORS.get(cfg.compress.name).check_model(cfg.compress, model)
-
-
-def suspects_first(configs: Sequence[RunConfig]) -> list[int]:
-    """Indices of ``configs`` in the order a sweep checks them with :func:`check_rank_objects`: first
-    those whose optimizer, built over no parameter, raises before torch's own "optimizer got an empty
-    parameter list" (its argument checks come first), then the rest. The first construction that gets
-    past the arguments loads ``torch._dynamo`` (about 1 s here: ``Optimizer.add_param_group``), so a
-    refused element is refused without waiting for it. Only the order changes: every element is
-    still built in full."""
-    from dlcomm.train.optim import build_optimizer
-
-    def suspect(cfg: RunConfig) -> bool:
-        try:
-            build_optimizer(cfg.optim, [])
-        except REFUSALS as error:
-            return "empty parameter list" not in str(error)
-        except Exception:  # noqa: BLE001 - a plugin's optimizer that needs parameters: its full build tells
-            return False
-        return False
-
-    flagged = [suspect(cfg) for cfg in configs]
-    return [i for i, bad in enumerate(flagged) if bad] + [i for i, bad in enumerate(flagged) if not bad]
 
 
 def optimizer_refusal(optim: OptimConfig, error: BaseException) -> str:

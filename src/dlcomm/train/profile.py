@@ -294,6 +294,7 @@ def measure(
     busy to trust the figure (``check_load``)."""
     from dlcomm.tasks import build_task
     from dlcomm.train.optim import build_optimizer
+    from dlcomm.train.plan import step_batch
     from dlcomm.train.precision import Precision
 
     task = build_task(cfg)
@@ -301,9 +302,10 @@ def measure(
     model = task.build_model(cfg.model, data).to(device)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
     precision = Precision(cfg.train.amp, device, cfg.train.amp_dtype)
-    micro = cfg.train.comm_interval
-    batches = _batches(data, cfg.train.batch_size * micro, cfg.seed)
-    found = measure_step(model, optimizer, task.loss, batches, device, micro, precision, progress, check_load)
+    batches = _batches(data, step_batch(cfg.train), cfg.seed)
+    found = measure_step(
+        model, optimizer, task.loss, batches, device, cfg.train.comm_interval, precision, progress, check_load
+    )
     return ComputeProfile.of(found, device, key=profile_key(cfg, device), workload=workload_name(cfg))
 
 
