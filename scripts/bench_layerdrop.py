@@ -28,7 +28,7 @@ import time
 import torch
 
 from dlcomm.algorithms.ps import ParameterServer
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.compose import compose
 from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
@@ -49,7 +49,7 @@ def _rank(cluster, channel, name: str, knobs: dict, steps: int, batch: int, size
     torch.manual_seed(0)
     model = build_model(ResNetConfig(name="resnet50"), (3, size, size), 1000)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    cls = get_algorithm(name)
+    cls = ALGORITHMS.get(name)
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=0)
     if cluster.role == "server":
         algorithm.serve("server", model, optimizer)

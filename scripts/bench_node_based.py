@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS as REGISTERED
 from dlcomm.compose import compose
 from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
@@ -41,7 +41,7 @@ def _rank(cluster, channel, name: str, per_epoch: int, batch: int) -> tuple[floa
     torch.manual_seed(0)
     model = build_model(ResNetConfig(name="resnet18", cifar_stem=True), (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    cls = get_algorithm(name)
+    cls = REGISTERED.get(name)
     knobs: dict[str, Any] = {"k_prime": per_epoch} if name == "node_based" else {}
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=0)
     algorithm.plan(per_epoch, per_epoch)

@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.comm.network import NetworkModel
 from dlcomm.compose import compose
 from dlcomm.config.schema import ModelConfig, NetworkConfig
@@ -53,7 +53,7 @@ def _rank(
     torch.manual_seed(0)
     model = build_model(ModelConfig(name="densenet121"), (3, 32, 32), 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    cls = get_algorithm(name)
+    cls = ALGORITHMS.get(name)
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=0)
     algorithm.setup(model, optimizer)
     generator = torch.Generator().manual_seed(cluster.rank)

@@ -263,9 +263,9 @@ def broadcast_and_allgather_clocks(cluster, channel, compute_s: list[float], num
 
 
 def _gossip_algorithm(name: str, cluster, channel, **knobs):
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    cls = get_algorithm(name)
+    cls = ALGORITHMS.get(name)
     return cls(cls.Config(**knobs), cluster, channel, seed=5)
 
 
@@ -445,10 +445,10 @@ def ps_run(
     Workers pause ``pause_s`` seconds after the first step (as if evaluating); ``compress``: the
     compressor's knobs (``compress=<name>``)."""
     from dlcomm.algorithms.ps import ParameterServer
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
     from dlcomm.compress.registry import COMPRESSORS
 
-    cls = get_algorithm(name)
+    cls = ALGORITHMS.get(name)
     codec = None if compress is None else COMPRESSORS.get(compress["name"]).Config(**compress)
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=3, compress=codec)
     assert isinstance(algorithm, ParameterServer), name
@@ -512,11 +512,11 @@ def modelled_comm_per_step(cluster, channel, cases: list) -> list[dict]:
     """For each ``(name, knobs, steps)`` in turn, on the same ranks: ``steps`` steps of algorithm
     ``name`` on the two-layer model, and the Channel's modelled communication of each iteration
     on this rank (workers; a service role serves)."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
     results = []
     for name, knobs, steps in cases:
-        cls = get_algorithm(name)
+        cls = ALGORITHMS.get(name)
         algorithm = cls(cls.Config(**knobs), cluster, channel, seed=9)
         model = _mlp()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -740,12 +740,12 @@ def compressed_trajectory(
 ) -> dict:
     """This rank's parameters after ``steps`` steps of ``algo`` (its ``knobs``, ``bucket_mb``) with
     the compressor ``compress``, and each iteration's bytes sent and modelled communication time."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
     from dlcomm.compress.registry import COMPRESSORS
 
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    cls = get_algorithm(algo)
+    cls = ALGORITHMS.get(algo)
     sizes: dict[str, Any] = {"bucket_mb": bucket_mb} if "bucket_mb" in cls.Config.__dataclass_fields__ else {}
     algorithm = cls(
         cls.Config(**sizes, **(knobs or {})),
@@ -871,13 +871,13 @@ def compressed_resume(
     import io
 
     from dlcomm.algorithms.base import Algorithm
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
     from dlcomm.compress.registry import COMPRESSORS
 
     def fresh() -> tuple[torch.nn.Module, torch.optim.Optimizer, Algorithm]:
         model = _model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        cls = get_algorithm(algo)
+        cls = ALGORITHMS.get(algo)
         codec = COMPRESSORS.get(compress["name"]).Config(**compress)
         algorithm = cls(cls.Config(**(knobs or {})), cluster, channel, compress=codec)
         algorithm.setup(model, optimizer)

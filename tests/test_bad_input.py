@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlcomm import cli
-from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.algorithms.registry import ALGORITHMS as REGISTERED
 from dlcomm.errors import UserError
 
 from conftest import ALGORITHMS, FAST, run_cli
@@ -533,7 +533,7 @@ def test_every_algorithm_with_buckets_refuses_a_negative_size_with_the_same_line
 
     bucketed = {
         name: algorithm
-        for name, algorithm in all_algorithms().items()
+        for name, algorithm in REGISTERED.all().items()
         if "bucket_mb" in {f.name for f in dataclasses.fields(algorithm.Config)}
     }
     assert {"allreduce", "allreduce_hier", "local_sgd", "node_based", "sesgd"} <= set(bucketed)
@@ -550,10 +550,10 @@ def test_every_algorithm_with_buckets_refuses_a_negative_size_with_the_same_line
 # -- issue 49 item 2: what a rank builds from the optim knobs, refused before launch, generated over every optimizer --
 def _optimizer_knobs() -> dict[str, dict[str, object]]:
     """Every optimizer (registered) -> its numeric knobs (lists of numbers too) and their defaults."""
-    from dlcomm.train.optim import all_optimizers
+    from dlcomm.train.optim import OPTIMIZERS
 
     found: dict[str, dict[str, object]] = {}
-    for name, optimizer in sorted(all_optimizers().items()):
+    for name, optimizer in sorted(OPTIMIZERS.all().items()):
         knobs = {}
         for item in dataclasses.fields(optimizer.Config):
             default = item.default if item.default is not dataclasses.MISSING else None
@@ -569,15 +569,15 @@ OPTIMIZER_KNOBS = _optimizer_knobs()
 
 
 def _flags(name: str) -> list[str]:
-    from dlcomm.train.optim import get_optimizer
+    from dlcomm.train.optim import OPTIMIZERS
 
-    return [item.name for item in dataclasses.fields(get_optimizer(name).Config) if isinstance(item.default, bool)]
+    return [item.name for item in dataclasses.fields(OPTIMIZERS.get(name).Config) if isinstance(item.default, bool)]
 
 
 def _fields(name: str) -> set[str]:
-    from dlcomm.train.optim import get_optimizer
+    from dlcomm.train.optim import OPTIMIZERS
 
-    return {item.name for item in dataclasses.fields(get_optimizer(name).Config)}
+    return {item.name for item in dataclasses.fields(OPTIMIZERS.get(name).Config)}
 
 
 def _override(knob: str, value: object) -> str:
@@ -590,11 +590,11 @@ def _torch_refusals() -> list[tuple[str, dict[str, object], str]]:
     optimizer's flags turned over; built directly with torch (timm), on a stand-in weight and bias."""
     import torch
 
-    from dlcomm.train.optim import get_optimizer
+    from dlcomm.train.optim import OPTIMIZERS
 
     found = []
     for name, knobs in OPTIMIZER_KNOBS.items():
-        optimizer = get_optimizer(name)
+        optimizer = OPTIMIZERS.get(name)
         settings: list[dict[str, object]] = []
         for knob, default in knobs.items():
             if isinstance(default, list):
@@ -623,9 +623,9 @@ TORCH_REFUSES = _torch_refusals()
 
 def _declared(name: str, knob: str) -> bool:
     """Whether dlcomm declares ``knob``'s range itself (a schema limit, or a check before the build)."""
-    from dlcomm.train.optim import get_optimizer
+    from dlcomm.train.optim import OPTIMIZERS
 
-    spec = {item.name: item for item in dataclasses.fields(get_optimizer(name).Config)}[knob]
+    spec = {item.name: item for item in dataclasses.fields(OPTIMIZERS.get(name).Config)}[knob]
     return bool(spec.metadata.get("limits"))
 
 

@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.comm import cost, traffic
 from dlcomm.compress.registry import COMPRESSORS
 from dlcomm.compress.topk import kept
@@ -87,7 +87,7 @@ def test_a_lossless_compressor_gives_the_uncompressed_numbers(algo: str, knobs: 
 
 TENSOR_PAIRS = [
     pytest.param(algo, name, id=f"{algo}+{name}")
-    for algo, cls in sorted(all_algorithms().items())
+    for algo, cls in sorted(ALGORITHMS.all().items())
     if set(cls.compression) & {"tensor", "payload"}
     for name, codec in sorted(COMPRESSORS.all().items())
     if set(codec.kinds) & set(cls.compression) and not codec.identity
@@ -109,7 +109,7 @@ def test_every_compressor_runs_with_every_algorithm_that_carries_it(algo: str, n
     knobs = {"name": name, **({"start_iter": 2} if name == "powersgd" else {})}
     results = run_ranks(rank_programs.compressed_trajectory, WORLD, knobs, 5, 0.0, algo, KNOBS.get(algo), nodes=2)
     first = results[0]["params"]
-    if "tensor" in all_algorithms()[algo].compression:
+    if "tensor" in ALGORITHMS.all()[algo].compression:
         for result in results[1:]:
             assert np.array_equal(result["params"], first)
     initial = run_ranks(rank_programs.compressed_trajectory, 1, {"name": "none"}, 0, 0.0)[0]["params"]
@@ -121,7 +121,7 @@ def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str,
     """Composed, launched and recorded: every compressor of a kind with an algorithm that carries it."""
     able = [algo]
     names = sorted(n for n, cls in COMPRESSORS.all().items() if kind in cls.kinds and not cls.identity)
-    assert kind in all_algorithms()[algo].compression and names
+    assert kind in ALGORITHMS.all()[algo].compression and names
     result = cli_here(
         home,
         "train",
@@ -138,7 +138,7 @@ def test_every_compressor_trains_through_the_cli_for_five_steps(home, kind: str,
     assert f"sweep done: {len(able) * len(names)} of {len(able) * len(names)} runs finished" in result.stdout
 
 
-@pytest.mark.parametrize("algo", sorted(n for n, cls in all_algorithms().items() if not cls.compression)[:3])
+@pytest.mark.parametrize("algo", sorted(n for n, cls in ALGORITHMS.all().items() if not cls.compression)[:3])
 def test_an_algorithm_that_carries_no_compressor_is_refused_in_one_line(home, algo: str, cli_here) -> None:
     result = cli_here(home, "train", f"algo={algo}", "compress=topk", "launcher=threads", *FAST)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr

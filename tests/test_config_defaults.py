@@ -26,7 +26,7 @@ from collections import Counter
 import pytest
 from omegaconf import MISSING, OmegaConf
 
-from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.catalog import choice_schemas
 from dlcomm.compose import all_schemas, compose
 from dlcomm.config.choices import CHOICE_GROUPS, choice_files, schema_name
@@ -99,11 +99,11 @@ def test_a_choice_file_never_repeats_its_schema(group, choice, content, schema, 
         )
 
 
-@pytest.mark.parametrize("name", sorted(all_algorithms()))
+@pytest.mark.parametrize("name", sorted(ALGORITHMS.all()))
 def test_the_composed_algorithm_is_its_dataclass(name) -> None:
     """What `dlcomm train algo=<name>` runs with is what `cls.Config()` builds."""
     composed = plain(compose([f"algo={name}"]).algo)
-    assert composed == dataclasses.asdict(all_algorithms()[name].Config())
+    assert composed == dataclasses.asdict(ALGORITHMS.all()[name].Config())
 
 
 def test_every_knob_of_a_choice_file_is_documented() -> None:

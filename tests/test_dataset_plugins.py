@@ -107,9 +107,9 @@ def test_composing_with_a_plugin_data_set_imports_no_torch(tmp_path) -> None:
     probe = (
         "import sys\n"
         "from dlcomm.compose import compose\n"
-        "from dlcomm.data.registry import all_sources\n"
+        "from dlcomm.data.registry import SOURCES\n"
         "compose(['dataset=fake_set'])\n"
-        "print(sorted(all_sources()), 'torch' in sys.modules)\n"
+        "print(sorted(SOURCES.all()), 'torch' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], env=_env(tmp_path), capture_output=True, text=True, timeout=120
@@ -185,7 +185,7 @@ def test_every_listed_data_set_has_its_registered_source_and_schema() -> None:
     """Each ``dataset=<name>`` that ``dlcomm --help`` lists (a preset YAML or a stored choice) is a
     registered source's, composed to its ``Config``."""
     from dlcomm.catalog import choice_schemas, choices
-    from dlcomm.data.registry import all_sources
+    from dlcomm.data.registry import SOURCES
 
-    assert set(choices("dataset")) == set(choice_schemas("dataset")) == set(all_sources())
-    assert {name: source.Config for name, source in all_sources().items()} == choice_schemas("dataset")
+    assert set(choices("dataset")) == set(choice_schemas("dataset")) == set(SOURCES.all())
+    assert {name: source.Config for name, source in SOURCES.all().items()} == choice_schemas("dataset")

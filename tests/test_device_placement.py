@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS as REGISTERED
 from dlcomm.comm.inprocess import ThreadTransport
 from dlcomm.compose import compose
 from dlcomm.data import build_dataset
@@ -115,7 +115,7 @@ def _run(overrides: list[str], run_dir: Path) -> list[dict]:
     cfg = compose(overrides)
     spec = RunSpec.from_config(cfg, tracking_uri="").with_run("test", run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
+    roles = REGISTERED.get(cfg.algo.name).roles(cfg.algo)
     return run_ranks(
         rank_programs.train_untracked,
         cfg.nodes * cfg.workers_per_node,

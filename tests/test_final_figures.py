@@ -10,13 +10,13 @@ import threading
 import pytest
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.catalog import choices
 from dlcomm.train.loop import TrainLoop
 
 from conftest import FAST
 
-FINISHING = [name for name in choices("algo") if get_algorithm(name).finish is not Algorithm.finish]
+FINISHING = [name for name in choices("algo") if ALGORITHMS.get(name).finish is not Algorithm.finish]
 KNOBS = {
     # P=4, 2 fragments, overlap 1: at step 12 a fragment's exchange is still in flight (the probe)
     "streaming_diloco": ["algo.period=4", "algo.fragments=2", "algo.overlap_steps=1"],
@@ -35,7 +35,7 @@ def test_the_last_evaluation_comes_after_finish_on_every_rank(name, home, monkey
     def in_flight(algorithm) -> bool:
         return getattr(algorithm, "in_flight", None) is not None
 
-    finish, evaluate = get_algorithm(name).finish, TrainLoop._evaluate
+    finish, evaluate = ALGORITHMS.get(name).finish, TrainLoop._evaluate
 
     def finishing(self):
         events.append((threading.get_ident(), "finish", in_flight(self)))
@@ -45,7 +45,7 @@ def test_the_last_evaluation_comes_after_finish_on_every_rank(name, home, monkey
         events.append((threading.get_ident(), "evaluate", in_flight(self.algorithm)))
         return evaluate(self)
 
-    monkeypatch.setattr(get_algorithm(name), "finish", finishing)
+    monkeypatch.setattr(ALGORITHMS.get(name), "finish", finishing)
     monkeypatch.setattr(TrainLoop, "_evaluate", evaluating)
     result = cli_here(
         home, "train", *FAST, "model=mlp", "launcher=threads", "nodes=2", f"algo={name}", "train.max_steps=12",

@@ -34,9 +34,9 @@ def gpus(monkeypatch):
 
 
 def roles_of(cfg) -> tuple[str, ...]:
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    return get_algorithm(cfg.algo.name).roles(cfg.algo)
+    return ALGORITHMS.get(cfg.algo.name).roles(cfg.algo)
 
 
 def refusal(launcher, overrides: list[str]) -> str:

@@ -12,22 +12,22 @@ from omegaconf import OmegaConf
 from dlcomm.compose import compose
 from dlcomm.errors import UserError
 from dlcomm.launch.base import Launcher
-from dlcomm.launch.registry import all_launchers, find_launcher, get_launcher, launcher_names
+from dlcomm.launch.registry import LAUNCHERS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dlcomm"
 
 
 def test_every_launcher_config_has_its_registered_class() -> None:
-    names = launcher_names()
+    names = list(LAUNCHERS.all())
     assert {"local", "slurm", "srun"} <= set(names)
-    for name, launcher in all_launchers().items():
+    for name, launcher in LAUNCHERS.all().items():
         assert issubclass(launcher, Launcher) and launcher.name == name
         assert launcher.ended_by in ("driver", "slurm_job")
         # the file's name, or its schema's default where the file leaves it out (tests/test_config_defaults.py)
         assert compose([f"launcher={name}"]).launcher.name == name
-    assert find_launcher("rank") is None and find_launcher("") is None  # a module of launch/, not a launcher
+    assert LAUNCHERS.find("rank") is None and LAUNCHERS.find("") is None  # a module of launch/, not a launcher
     with pytest.raises(UserError, match=r"^launcher.name=nope is unknown: choose one of local, slurm, srun, threads$"):
-        get_launcher("nope")
+        LAUNCHERS.get("nope")
 
 
 def test_a_launcher_without_services_refuses_an_algorithm_that_needs_them() -> None:
@@ -37,15 +37,15 @@ def test_a_launcher_without_services_refuses_an_algorithm_that_needs_them() -> N
         match=r"^launcher=srun is invalid for algo=ps: it needs the service process\(es\) "
         r"server, which it does not start; pass launcher=local or launcher=threads$",
     ):
-        Launcher.check.__func__(get_launcher("srun"), cfg, ("server",))
+        Launcher.check.__func__(LAUNCHERS.get("srun"), cfg, ("server",))
     with pytest.raises(UserError, match="launcher=srun is invalid with -m"):
-        get_launcher("srun").sweep([], [])
+        LAUNCHERS.get("srun").sweep([], [])
 
 
 def test_no_launcher_name_is_compared_outside_the_launchers() -> None:
     """``x == "slurm"``, ``name in ("slurm", "srun")``, a tuple of launcher names: what a launcher
-    does is asked of its class (``get_launcher(name)``), never decided by its name."""
-    names = set(launcher_names())
+    does is asked of its class (``LAUNCHERS.get(name)``), never decided by its name."""
+    names = set(list(LAUNCHERS.all()))
     found = []
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -48,11 +48,11 @@ def test_every_algorithm_and_launcher_composes_without_torch() -> None:
     script = (
         "import sys\n"
         "from dlcomm.compose import compose\n"
-        "from dlcomm.algorithms.registry import all_algorithms\n"
-        "from dlcomm.launch.registry import all_launchers\n"
+        "from dlcomm.algorithms.registry import ALGORITHMS\n"
+        "from dlcomm.launch.registry import LAUNCHERS\n"
         f"for name in {ALGORITHMS!r}:\n"
         "    compose([f'algo={name}', 'nodes=2', 'workers_per_node=2'])\n"
-        "assert len(all_algorithms()) >= 10 and all_launchers()\n"
+        "assert len(ALGORITHMS.all()) >= 10 and LAUNCHERS.all()\n"
         "print('torch' in sys.modules, 'mlflow' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

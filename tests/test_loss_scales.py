@@ -11,7 +11,7 @@ from functools import partial
 import pytest
 import torch
 
-from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.launch import harness
 from dlcomm.train.precision import Precision
 
@@ -51,7 +51,7 @@ def test_every_algorithm_is_in_the_table() -> None:
     """A new algorithm must say which ranks share its loss scale (its found_inf_group)."""
     trainable = {  # dlcomm's own (a plugin's, such as examples/plugin's choco, is checked by its own tests)
         name
-        for name, cls in all_algorithms().items()
+        for name, cls in ALGORITHMS.all().items()
         if cls.__module__.startswith("dlcomm.") and not cls.roles(cls.Config(**KNOBS.get(name, {})))
     }
     # ps and ps_layerdrop: fp16 loss scaling is refused before launch (their server applies gradients)

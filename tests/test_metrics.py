@@ -133,9 +133,9 @@ def _statistics_algorithm(base):
 
 def _loop_run(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
     """The loop's state and summary (or the step it stopped at) of one run with statistics."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    algorithm = _statistics_algorithm(get_algorithm(spec.cfg().algo.name))
+    algorithm = _statistics_algorithm(ALGORITHMS.get(spec.cfg().algo.name))
     loop, _, _, summary, stopped = rank_programs.train_until_warned(cluster, channel, spec, folder, stop_at, algorithm)
     if stopped is not None:
         return {"stopped": stopped}

@@ -104,6 +104,6 @@ def test_any_source_of_fewer_than_two_classes_is_refused(monkeypatch) -> None:
         def shape(cls, cfg):
             return (1, 28, 28), 1
 
-    monkeypatch.setattr(data, "get_source", lambda name: OneClass)
+    monkeypatch.setattr(data.SOURCES, "get", lambda name: OneClass)
     with pytest.raises(UserError, match=r"^dataset=synthetic has 1 class, and a classifier of fewer than 2"):
         data.dataset_shape(SyntheticConfig(name="synthetic"))

@@ -91,7 +91,7 @@ def train_jobs(cluster, channel, jobs: list) -> dict:
     (same seeding, task, optimizer, algorithm hooks, ``TrainLoop`` without a reporter). Per key: the
     final parameters and float buffers, the eval-mode accuracy on the first 128 training samples,
     and on rank 0 the loop's summary and every rank's timing rows."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
     from dlcomm.data import build_dataset
     from dlcomm.tasks import build_task
     from dlcomm.train.loop import TrainLoop
@@ -106,7 +106,7 @@ def train_jobs(cluster, channel, jobs: list) -> dict:
         model = task.build_model(cfg.model, data)
         torch.manual_seed(cfg.seed * 100_003 + 1 + cluster.rank)
         optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-        algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
+        algorithm = ALGORITHMS.get(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed)
         algorithm.setup(model, optimizer)
         per_epoch, total = plan_steps(cfg.train, data.train_size, cluster.world_size)
         algorithm.plan(per_epoch, total)

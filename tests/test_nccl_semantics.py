@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS as REGISTERED
 from dlcomm.compose import compose
 from dlcomm.data import build_dataset
 from dlcomm.launch.harness import run_ranks
@@ -73,7 +73,7 @@ def _overrides(name: str, nodes: int, per_node: int, network: str) -> list[str]:
 def _train(cfg, data, semantics: str, run_dir: Path) -> list[dict]:
     spec = RunSpec.from_config(cfg, tracking_uri="").with_run("test", run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    roles = get_algorithm(cfg.algo.name).roles(cfg.algo)
+    roles = REGISTERED.get(cfg.algo.name).roles(cfg.algo)
     return run_ranks(
         rank_programs.train_untracked,
         cfg.nodes * cfg.workers_per_node,

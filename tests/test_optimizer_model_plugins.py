@@ -136,9 +136,9 @@ def test_composing_with_a_plugin_optimizer_and_model_imports_no_torch(tmp_path) 
         "import sys\n"
         "from dlcomm.compose import compose\n"
         "from dlcomm.models import model_names\n"
-        "from dlcomm.train.optim import all_optimizers\n"
+        "from dlcomm.train.optim import OPTIMIZERS\n"
         "compose(['optim=fake_sgd', 'model=fake_linear'])\n"
-        "print('fake_sgd' in all_optimizers(), model_names()[-1], 'torch' in sys.modules)\n"
+        "print('fake_sgd' in OPTIMIZERS.all(), model_names()[-1], 'torch' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], env=_env(tmp_path), capture_output=True, text=True, timeout=120
@@ -230,10 +230,10 @@ def test_every_listed_optimizer_has_its_registered_optimizer_and_schema() -> Non
     """Each ``optim=<name>`` that ``dlcomm --help`` lists (a preset YAML or a stored choice) is a
     registered optimizer's, composed to its ``Config``."""
     from dlcomm.catalog import choice_schemas, choices
-    from dlcomm.train.optim import all_optimizers
+    from dlcomm.train.optim import OPTIMIZERS
 
-    assert set(choices("optim")) == set(choice_schemas("optim")) == set(all_optimizers())
-    assert {name: optimizer.Config for name, optimizer in all_optimizers().items()} == choice_schemas("optim")
+    assert set(choices("optim")) == set(choice_schemas("optim")) == set(OPTIMIZERS.all())
+    assert {name: optimizer.Config for name, optimizer in OPTIMIZERS.all().items()} == choice_schemas("optim")
 
 
 def test_build_optimizer_refuses_an_unknown_name_in_one_line() -> None:

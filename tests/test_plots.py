@@ -76,9 +76,9 @@ def test_methods_and_settings_read_as_words() -> None:
 
 def test_every_shipped_algorithm_has_a_display_name_on_its_class() -> None:
 
-    from dlcomm.algorithms.registry import all_algorithms
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    algorithms = all_algorithms()
+    algorithms = ALGORITHMS.all()
     shipped = {name for name, cls in algorithms.items() if cls.__module__.startswith("dlcomm.")}
     assert shipped and shipped <= set(algorithms)
     unnamed = sorted(name for name in shipped if not algorithms[name].display_name)

@@ -47,12 +47,12 @@ def _flat(model: torch.nn.Module) -> np.ndarray:
 
 
 def _build(cluster, channel, name: str, knobs: dict, lr: float):
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
     torch.manual_seed(0)
     model = torch.nn.Linear(IN, OUT)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    cls = get_algorithm(name)
+    cls = ALGORITHMS.get(name)
     algorithm = cls(cls.Config(**knobs), cluster, channel, seed=5)
     algorithm.setup(model, optimizer)
     return model, optimizer, algorithm
@@ -263,9 +263,9 @@ def test_under_fp16_an_inf_halves_only_the_loss_scale_of_its_own_rank() -> None:
 def test_the_entry_points_register_choco_without_importing_torch() -> None:
     code = (
         "import sys\n"
-        "from dlcomm.algorithms.registry import all_algorithms\n"
+        "from dlcomm.algorithms.registry import ALGORITHMS\n"
         "from dlcomm.compose import compose\n"
-        "cls = all_algorithms()['choco']\n"
+        "cls = ALGORITHMS.all()['choco']\n"
         "cfg = compose(['algo=choco'])\n"
         "assert (cls.__module__, cls.display_name) == ('dlcomm_choco.choco', 'CHOCO-SGD'), cls\n"
         "assert vars(cfg.algo) == {'name': 'choco', 'gamma': 0.04, 'ratio': 0.01, 'segments': 1}, cfg.algo\n"

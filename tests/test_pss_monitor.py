@@ -38,12 +38,12 @@ def test_one_thread_serves_every_monitor_until_the_last_stops_and_stop_is_idempo
 
 
 def _stopped_run(cluster, channel, spec, folder: str):
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
     import rank_programs
 
     *_, stopped_at = rank_programs.train_until_warned(
-        cluster, channel, spec, folder, 1, get_algorithm(spec.cfg().algo.name)
+        cluster, channel, spec, folder, 1, ALGORITHMS.get(spec.cfg().algo.name)
     )
     return stopped_at
 

@@ -8,7 +8,7 @@ import pickle
 import pytest
 from omegaconf import OmegaConf
 
-from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.compose import _hydra_compose, compose
 from dlcomm.config.schema import (
     Choice,
@@ -28,14 +28,14 @@ from dlcomm.spec import RunSpec
 from conftest import FAST
 
 
-@pytest.mark.parametrize("name", sorted(all_algorithms()))
+@pytest.mark.parametrize("name", sorted(ALGORITHMS.all()))
 def test_each_section_is_the_dataclass_it_was_composed_with(name: str) -> None:
     overrides = [f"algo={name}", "network=eth_1g", "optim=lars"]
     run = compose(overrides)  # converted once, right after Hydra
     cfg = _hydra_compose(overrides)  # what Hydra composed
     OmegaConf.resolve(cfg)
     assert isinstance(run, RunConfig)
-    assert type(run.algo) is all_algorithms()[name].Config  # e.g. DPSGDConfig, not a DictConfig
+    assert type(run.algo) is ALGORITHMS.all()[name].Config  # e.g. DPSGDConfig, not a DictConfig
     for section in ("model", "dataset", "optim", "task", "network", "launcher", "train"):
         assert type(getattr(run, section)) is OmegaConf.get_type(cfg[section]), section
     assert isinstance(run.network.inter, LinkConfig)

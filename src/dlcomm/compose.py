@@ -293,12 +293,12 @@ def _hydra_run(overrides: list[str]) -> DictConfig:
 
 def check_algorithm(cfg: "RunConfig") -> None:
     """The chosen algorithm's, optimizer's, task's and compressor's own checks (one line each)."""
-    from dlcomm.algorithms.registry import all_algorithms, get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
     from dlcomm.compress.registry import COMPRESSORS
     from dlcomm.tasks import check_task
     from dlcomm.train.optim import check_optimizer  # torch-free: the optimizers import torch in build()
 
-    algorithm = get_algorithm(cfg.algo.name)
+    algorithm = ALGORITHMS.get(cfg.algo.name)
     algorithm.check_config(cfg.algo)
     algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
     check_optimizer(cfg.optim)  # its own knobs (angulargrad's method)
@@ -306,7 +306,7 @@ def check_algorithm(cfg: "RunConfig") -> None:
     compressor = COMPRESSORS.get(cfg.compress.name)
     compressor.check(cfg.compress)
     if not compressor.identity and not set(compressor.kinds) & set(algorithm.compression):
-        able = sorted(name for name, cls in all_algorithms().items() if set(compressor.kinds) & set(cls.compression))
+        able = sorted(name for name, cls in ALGORITHMS.all().items() if set(compressor.kinds) & set(cls.compression))
         raise UserError(
             f"compress={cfg.compress.name} is not supported with algo={cfg.algo.name}: it is carried by "
             f"{', '.join(f'algo={name}' for name in able) or 'no algorithm'}; pass compress=none or one of those"

@@ -174,6 +174,6 @@ def _close_lost(uri: str) -> None:
 
 
 def _launcher(spec: RunSpec):
-    from dlcomm.launch.registry import get_launcher
+    from dlcomm.launch.registry import LAUNCHERS
 
-    return get_launcher(spec.cfg().launcher.name)
+    return LAUNCHERS.get(spec.cfg().launcher.name)

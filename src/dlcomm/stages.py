@@ -137,9 +137,9 @@ def processes(run: Checking) -> None:
         )
     if not run.launcher:
         return
-    from dlcomm.launch.registry import get_launcher
+    from dlcomm.launch.registry import LAUNCHERS
 
-    get_launcher(cfg.launcher.name).check(cfg, roles)  # its launcher.* ranges, GPUs, sbatch, service processes
+    LAUNCHERS.get(cfg.launcher.name).check(cfg, roles)  # its launcher.* ranges, GPUs, sbatch, service processes
 
 
 STAGES: tuple[Callable[[Checking], None], ...] = (rank_objects, plan, model, notes, processes)
@@ -158,9 +158,9 @@ def advance(run: Checking, through: Optional[Callable[[Checking], None]] = None)
 
 
 def _algorithm(cfg: RunConfig):
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    return get_algorithm(cfg.algo.name)
+    return ALGORITHMS.get(cfg.algo.name)
 
 
 def _without_files(describe, dataset, data_here: bool):

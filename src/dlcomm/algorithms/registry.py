@@ -1,7 +1,7 @@
 """Algorithms by name.
 
 Every module of this package that defines an algorithm decorates its class with
-:func:`register`; :func:`all_algorithms` imports the package's modules once so that a new
+:func:`register`; :meth:`ALGORITHMS.all <dlcomm.registry.Registry.all>` imports the package's modules once so that a new
 algorithm needs nothing but its own file (its ``Config`` is stored as Hydra's ``algo/<name>``;
 the one pattern: :mod:`dlcomm.registry`).
 
@@ -32,11 +32,3 @@ def _plugins(classes: dict) -> None:
 
 ALGORITHMS: Registry[type["Algorithm"]] = Registry(GROUPS["algo"], _plugins)
 register = ALGORITHMS.register
-
-
-def all_algorithms() -> dict[str, type["Algorithm"]]:
-    return ALGORITHMS.all()
-
-
-def get_algorithm(name: str) -> type["Algorithm"]:
-    return ALGORITHMS.get(name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from dlcomm.data.registry import get_source
+from dlcomm.data.registry import SOURCES
 from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def check_dataset(cfg: DatasetConfig) -> None:
     config key, the path and how to get the data. Lists files and folders and reads headers,
     sizes and label files (MNIST-like sets: :func:`dlcomm.data.mnist.check`) and one image
     header per class folder (:func:`dlcomm.data.folder.check_images`), never pixels."""
-    get_source(str(cfg.name)).check(cfg)
+    SOURCES.get(str(cfg.name)).check(cfg)
 
 
 def dataset_shape(cfg: DatasetConfig) -> Tuple[Tuple[int, int, int], int]:
@@ -65,7 +65,7 @@ def dataset_shape(cfg: DatasetConfig) -> Tuple[Tuple[int, int, int], int]:
     it (``imagefolder`` counts the class folders of ``root/train_dir``). Raises
     :class:`UserError` as :func:`check_dataset` does, for the unknown names and missing folders
     on which the answer depends, and for fewer than 2 classes."""
-    shape, classes = get_source(str(cfg.name)).shape(cfg)
+    shape, classes = SOURCES.get(str(cfg.name)).shape(cfg)
     if int(classes) < 2:  # any source's, a plugin's included: one class trains to 100% accuracy, meaning nothing
         raise UserError(
             f"dataset={cfg.name} has {int(classes)} class{'' if int(classes) == 1 else 'es'}, and a classifier of fewer "
@@ -78,12 +78,12 @@ def dataset_sizes(cfg: DatasetConfig) -> Optional[Tuple[int, int]]:
     """``(training images, test images)`` of the data set ``cfg`` describes, without loading it;
     None where that is not cheap (``imagefolder``: counting a large tree's files is not free, its
     ranks check)."""
-    return get_source(str(cfg.name)).sizes(cfg)
+    return SOURCES.get(str(cfg.name)).sizes(cfg)
 
 
 def build_dataset(cfg: DatasetConfig) -> "ImageClassificationData":
     """The data set ``cfg`` describes, after :func:`check_dataset`; in-memory sets hold uint8
     pixels and normalise each batch as it is produced."""
-    source = get_source(str(cfg.name))
+    source = SOURCES.get(str(cfg.name))
     source.check(cfg)
     return source.build(cfg)

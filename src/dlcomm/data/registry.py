@@ -1,7 +1,7 @@
 """Data sets by name.
 
 Every module of :mod:`dlcomm.data.sources` decorates its :class:`~dlcomm.data.source.DataSource`
-subclasses with :func:`register`; :func:`all_sources` imports that package's modules once, then
+subclasses with :func:`register`; :meth:`SOURCES.all <dlcomm.registry.Registry.all>` imports that package's modules once, then
 adds the installed plugins' (entry points ``dlcomm.datasets``), so a new data set needs nothing but
 its source's file (and ``configs/dataset/<name>.yaml`` only where it sets values, such as its
 root; the one pattern: :mod:`dlcomm.registry`). Those modules load without torch:
@@ -27,12 +27,3 @@ def _plugins(classes: dict) -> None:
 
 SOURCES: Registry[type["DataSource"]] = Registry(GROUPS["dataset"], _plugins)
 register = SOURCES.register
-
-
-def all_sources() -> dict[str, type["DataSource"]]:
-    return SOURCES.all()
-
-
-def get_source(name: str) -> type["DataSource"]:
-    """The source of ``dataset.name=name``; a one-line :class:`UserError` listing the names otherwise."""
-    return SOURCES.get(name)

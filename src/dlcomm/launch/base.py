@@ -59,9 +59,9 @@ class Launcher:
         """Raise a one-line :class:`UserError` for what this launcher cannot run; ``roles``:
         the service processes the algorithm needs. Subclasses extend it (``super().check``)."""
         if roles and not cls.services:
-            from dlcomm.launch.registry import all_launchers
+            from dlcomm.launch.registry import LAUNCHERS
 
-            able = [name for name, launcher in all_launchers().items() if launcher.services]
+            able = [name for name, launcher in LAUNCHERS.all().items() if launcher.services]
             raise UserError(
                 f"launcher={cls.name} is invalid for algo={cfg.algo.name}: it needs the service process(es) "
                 f"{', '.join(roles)}, which it does not start; pass "

@@ -166,19 +166,19 @@ class DriverLauncher(Launcher):
 def shared_hardware(cfg: RunConfig) -> str:
     """What the job's ranks (workers and the algorithm's service roles) share on this machine, as
     its launcher tells (:meth:`~dlcomm.launch.base.Launcher.shared_hardware`); "" for one rank."""
-    from dlcomm.algorithms.registry import get_algorithm
-    from dlcomm.launch.registry import get_launcher
+    from dlcomm.algorithms.registry import ALGORITHMS
+    from dlcomm.launch.registry import LAUNCHERS
 
-    ranks = cfg.nodes * cfg.workers_per_node + len(get_algorithm(cfg.algo.name).roles(cfg.algo))
-    return get_launcher(cfg.launcher.name).shared_hardware(cfg, ranks) if ranks > 1 else ""
+    ranks = cfg.nodes * cfg.workers_per_node + len(ALGORITHMS.get(cfg.algo.name).roles(cfg.algo))
+    return LAUNCHERS.get(cfg.launcher.name).shared_hardware(cfg, ranks) if ranks > 1 else ""
 
 
 def job_ranks(spec: RunSpec) -> int:
     """The job's processes or threads: its workers and its algorithm's service roles."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
     cfg = spec.cfg()
-    return cfg.nodes * cfg.workers_per_node + len(get_algorithm(cfg.algo.name).roles(cfg.algo))
+    return cfg.nodes * cfg.workers_per_node + len(ALGORITHMS.get(cfg.algo.name).roles(cfg.algo))
 
 
 def prepare_profile(spec: RunSpec) -> None:

@@ -50,9 +50,9 @@ def trains_on_cuda(train) -> bool:
 def sends_point_to_point(algo: str) -> bool:
     """Whether ``algo`` sends device tensors point to point (``Channel.exchange``). An algorithm class says it is collective-only with ``point_to_point = False``;
     one that says nothing is taken to send point to point (the safe answer)."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    return bool(getattr(get_algorithm(algo), "point_to_point", True))
+    return bool(getattr(ALGORITHMS.get(algo), "point_to_point", True))
 
 
 def visible_gpus() -> int:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from dlcomm import progress
-from dlcomm.algorithms.registry import get_algorithm
+from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.comm.channel import Channel
 from dlcomm.comm.clock import compute_timer
 from dlcomm.comm.cluster import Cluster
@@ -106,7 +106,7 @@ def threads_per_rank(requested: int, local_ranks: int) -> int:
 
 def job_layout(cfg: RunConfig) -> ClusterLayout:
     """The workers of ``cfg`` and the service processes its algorithm needs."""
-    return ClusterLayout(cfg.nodes, cfg.workers_per_node, get_algorithm(cfg.algo.name).roles(cfg.algo))
+    return ClusterLayout(cfg.nodes, cfg.workers_per_node, ALGORITHMS.get(cfg.algo.name).roles(cfg.algo))
 
 
 def run_rank(
@@ -181,7 +181,7 @@ def train_rank(
     )
     channel = Channel.for_run(cluster, cfg.network, profiled)
     optimizer = build_optimizer(cfg.optim, task.param_groups(model, cfg.optim))
-    algorithm = get_algorithm(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed, compress=cfg.compress)
+    algorithm = ALGORITHMS.get(cfg.algo.name)(cfg.algo, cluster, channel, seed=cfg.seed, compress=cfg.compress)
     if profiled is not None and not algorithm.compressor.identity:  # the profile has no compressor in it
         algorithm.compressor.charge_compute(compute_timer(device, cluster.transport.computes_alone), profiled.add)
     if cluster.role != "worker":

@@ -12,6 +12,6 @@ import torch._dynamo  # noqa: F401
 import dlcomm.launch.harness  # noqa: F401
 import dlcomm.launch.rank  # noqa: F401
 import dlcomm.tracking.reporter  # noqa: F401
-from dlcomm.algorithms.registry import all_algorithms
+from dlcomm.algorithms.registry import ALGORITHMS
 
-all_algorithms()
+ALGORITHMS.all()

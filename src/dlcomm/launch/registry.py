@@ -4,7 +4,7 @@
 lives in ``dlcomm/launch/<name>.py``, decorated with :func:`register`. The package also holds the
 launchers' machinery (the driver, the rank's program), which finding the choices does not import:
 only the modules that register one are (:meth:`dlcomm.registry.Registry.choice_modules`).
-:func:`get_launcher` imports the named module alone the first time the name is asked for, so
+:meth:`LAUNCHERS.get <dlcomm.registry.Registry.get>` imports the named module alone the first time the name is asked for, so
 asking for one launcher never imports the others' machinery. Installed packages add launchers through the ``dlcomm.launchers`` entry points
 (:mod:`dlcomm.plugins`).
 """
@@ -28,22 +28,3 @@ def _plugins(classes: dict) -> None:
 
 LAUNCHERS: Registry[type["Launcher"]] = Registry(GROUPS["launcher"], _plugins)
 register = LAUNCHERS.register
-
-
-def launcher_names() -> list[str]:
-    """Every launcher: dlcomm's own, then the plugins'."""
-    return list(LAUNCHERS.all())
-
-
-def get_launcher(name: str) -> type["Launcher"]:
-    """The launcher registered as ``name`` (a one-line UserError naming the known ones if none)."""
-    return LAUNCHERS.get(name)
-
-
-def find_launcher(name: str) -> type["Launcher"] | None:
-    """Like :func:`get_launcher`, but None for a name no launcher has (e.g. an old run's tag)."""
-    return LAUNCHERS.find(name)
-
-
-def all_launchers() -> dict[str, type["Launcher"]]:
-    return LAUNCHERS.all()

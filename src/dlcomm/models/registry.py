@@ -54,14 +54,9 @@ MODELS: Registry[type[Model]] = Registry(GROUPS["model"], _plugins)
 register = MODELS.register
 
 
-def all_models() -> dict[str, type[Model]]:
-    """dlcomm's models and the installed plugins', by name."""
-    return MODELS.all()
-
-
 def model_names() -> List[str]:
     """Every name ``model.name`` may take: dlcomm's, then the plugins'."""
-    return list(all_models())
+    return list(MODELS.all())
 
 
 def build_model(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":

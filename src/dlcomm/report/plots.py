@@ -26,9 +26,9 @@ Curve = tuple[str, pd.DataFrame] | None
 def display_name(algorithm: str) -> str:
     """The name the papers use for ``algorithm`` (its class's ``display_name``, plugins' too);
     an unknown or unnamed one as it is."""
-    from dlcomm.algorithms.registry import all_algorithms
+    from dlcomm.algorithms.registry import ALGORITHMS
 
-    cls = all_algorithms().get(algorithm)
+    cls = ALGORITHMS.all().get(algorithm)
     return (cls.display_name if cls is not None else "") or algorithm
 
 
@@ -201,14 +201,14 @@ def classes_of(runs: pd.DataFrame) -> int | None:
     parameters (:meth:`dlcomm.data.source.DataSource.classes`: nothing is read); None when a run's
     data set cannot tell without its data, or the runs' data sets differ in it."""
     from dlcomm.config.typed import typed_section
-    from dlcomm.data.registry import all_sources
+    from dlcomm.data.registry import SOURCES
 
     prefix = PARAM + "dataset."
     if PARAM + "dataset.name" not in runs:
         return None
     found = set()
     for _, row in runs.iterrows():
-        source = all_sources().get(str(row[PARAM + "dataset.name"]))
+        source = SOURCES.all().get(str(row[PARAM + "dataset.name"]))
         given = {
             key.removeprefix(prefix): _recorded(v) for key, v in row.items() if key.startswith(prefix) and pd.notna(v)
         }

@@ -98,9 +98,9 @@ class Census:
 def _ended_by_slurm_job(launcher: str) -> bool:
     """Whether runs of launcher ``launcher`` (a run's tag; empty or unknown for some) are closed
     by the tasks of their SLURM job rather than by their driver."""
-    from dlcomm.launch.registry import find_launcher
+    from dlcomm.launch.registry import LAUNCHERS
 
-    found = find_launcher(launcher) if launcher else None
+    found = LAUNCHERS.find(launcher) if launcher else None
     return found is not None and found.ended_by == "slurm_job"
 
 

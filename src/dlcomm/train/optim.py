@@ -245,25 +245,15 @@ class AngularGrad(Optimizer[AngularGradConfig]):
         )
 
 
-def all_optimizers() -> dict[str, type[Optimizer]]:
-    """dlcomm's optimizers and the installed plugins' (entry points ``dlcomm.optimizers``), by name."""
-    return OPTIMIZERS.all()
-
-
-def get_optimizer(name: str) -> type[Optimizer]:
-    """The optimizer of ``optim.name=name``; a one-line :class:`UserError` listing the names otherwise."""
-    return OPTIMIZERS.get(name)
-
-
 def check_optimizer(cfg: OptimConfig) -> None:
     """The optimizer's own checks of the composed ``optim`` node (:meth:`Optimizer.check`)."""
-    get_optimizer(cfg.name).check(cfg)
+    OPTIMIZERS.get(cfg.name).check(cfg)
 
 
 def build_optimizer(cfg: OptimConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
     """The optimizer ``cfg.name`` over parameter ``groups`` (``[{"params": [...], ...}]``, as a
     task gives them; a group's own keys, e.g. its ``lr``, win over ``cfg``'s)."""
-    return get_optimizer(cfg.name).build(cfg, groups)
+    return OPTIMIZERS.get(cfg.name).build(cfg, groups)
 
 
 def lr_factor(cfg: OptimConfig, step: int, steps_per_epoch: int, total_steps: int) -> float:

@@ -122,10 +122,10 @@ def check_model_knobs(cfg: RunConfig, model: "torch.nn.Module") -> None:
     (:func:`dlcomm.models.check_model_fits`): the algorithm's (Streaming DiLoCo's fragments, one layer
     each at least) and the compressor's sizes (a block, a bucket, a rank), each bounded by what it can
     mean for this model before a rank allocates by it. One ``UserError`` line."""
-    from dlcomm.algorithms.registry import get_algorithm
+    from dlcomm.algorithms.registry import ALGORITHMS
     from dlcomm.compress.registry import COMPRESSORS
 
-    get_algorithm(cfg.algo.name).check_model(cfg.algo, model)
+    ALGORITHMS.get(cfg.algo.name).check_model(cfg.algo, model)
     COMPRESSORS.get(cfg.compress.name).check_model(cfg.compress, model)
 
 
