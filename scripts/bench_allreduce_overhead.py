@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from dlcomm.algorithms.allreduce import Allreduce, AllreduceConfig
 from dlcomm.launch.harness import run_ranks, time_interleaved
 from dlcomm.models import build_model
-from dlcomm.models.zoo.torchvision import ResNetConfig
+from dlcomm.models.torchvision_models import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 VARIANTS = ("ddp", "ours overlap=false", "ours overlap=true")

@@ -67,7 +67,7 @@ def main() -> None:
     from dlcomm.config.schema import ModelConfig
     from dlcomm.launch.harness import run_ranks
     from dlcomm.models import build_model
-    from dlcomm.models.zoo.torchvision import ResNetConfig
+    from dlcomm.models.torchvision_models import ResNetConfig
 
     torch.set_num_threads(1)
     cfg = ResNetConfig(name=args.model) if args.model.startswith("resnet") else ModelConfig(name=args.model)

@@ -33,7 +33,7 @@ from dlcomm.compose import compose
 from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
-from dlcomm.models.zoo.torchvision import ResNetConfig
+from dlcomm.models.torchvision_models import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 SETTINGS = [("eth_1g", 4, 0.95, 0.82), ("eth_56g", 8, 0.81, 0.70)]  # network, workers, paper's comm cut, total cut

@@ -44,8 +44,8 @@ from dlcomm.compose import compose
 from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
-from dlcomm.models.zoo.small import MLPConfig
-from dlcomm.models.zoo.torchvision import ResNetConfig
+from dlcomm.models.small import MLPConfig
+from dlcomm.models.torchvision_models import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 from dlcomm.train.profile import ComputeProfile, ProfiledCompute
 from dlcomm.train.profile_measure import measure_step

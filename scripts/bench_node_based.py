@@ -30,7 +30,7 @@ from dlcomm.compose import compose
 from dlcomm.config.typed import plain
 from dlcomm.launch.harness import run_ranks
 from dlcomm.models import build_model
-from dlcomm.models.zoo.torchvision import ResNetConfig
+from dlcomm.models.torchvision_models import ResNetConfig
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
 
 SHAPES = [(2, 2), (4, 2), (4, 4)]

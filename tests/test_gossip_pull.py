@@ -196,7 +196,7 @@ def test_an_autonomous_run_has_no_manager_to_lose(home, cli_here) -> None:
     # a pull's answer is its server's traffic (sent from the responder thread, outside any iteration):
     # the bytes the workers sent are exactly the models they served, M = 4 bytes x the MLP's parameters
     from dlcomm.models.registry import build_model
-    from dlcomm.models.zoo.small import MLPConfig
+    from dlcomm.models.small import MLPConfig
 
     model_bytes = 4 * sum(p.numel() for p in build_model(MLPConfig(name="mlp"), (1, 28, 28), 10).parameters())
     served = metrics["final/bytes_sent_per_iter"] * metrics["final/steps"]  # per worker: mean x steps

@@ -70,7 +70,7 @@ def test_threshold_drops_the_lowest_scoring_layers_closest_to_the_ratio() -> Non
 @pytest.mark.parametrize("ratio", [0.3, 0.6, 0.9])
 def test_the_dropped_fraction_at_a_recomputation_step_is_close_to_r(ratio) -> None:
     from dlcomm.models import build_model
-    from dlcomm.models.zoo.torchvision import ResNetConfig
+    from dlcomm.models.torchvision_models import ResNetConfig
 
     torch.manual_seed(0)
     model = build_model(ResNetConfig(name="resnet50", cifar_stem=True), (3, 32, 32), 100)

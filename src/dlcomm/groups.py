@@ -88,7 +88,7 @@ GROUPS: dict[str, Group] = {
             config_base="ModelConfig",
             what="model",
             registry="dlcomm.models.registry:MODELS",
-            home="dlcomm.models.zoo",
+            home="dlcomm.models",
             family_schema=True,
         ),
         Group(

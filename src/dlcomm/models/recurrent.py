@@ -1,82 +1,66 @@
-"""Recurrent classifiers over image rows (the node-based paper's Table II): ``rnn``, ``lstm``, ``gru``.
+"""model=rnn, lstm, gru: recurrent classifiers over image rows (the node-based paper's Table II).
 
-A batch ``x`` of shape ``(B, C, H, W)`` is read as a sequence of ``T = H`` steps, the image rows
-top to bottom; step ``t`` is row ``t`` of every channel, ``x_t = x[:, :, t, :]`` flattened to
-``C*W`` features (channel-major), so the sequence has shape ``(B, H, C*W)``. One recurrent
-layer of ``n = cfg.hidden_size`` units (``torch.nn.RNN`` / ``LSTM`` / ``GRU``, ``batch_first``,
-zero initial state) runs over it:
-
-    rnn:  h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
-    lstm: (h_t, c_t) = LSTM(x_t, h_{t-1}, c_{t-1})      (input, forget, cell, output gates)
-    gru:  h_t = GRU(x_t, h_{t-1})                        (reset, update gates)
-
-and only the last output ``h_T`` (shape ``(B, n)``) is classified:
-
-    BatchNorm1d(n) -> Dropout(0.25) -> Linear(n, 32) -> ReLU -> Dropout(0.5) -> Linear(32, K)
-
-giving logits ``(B, K)``: Table II's "(Simple / LSTM / GRU) + BN + DP(0.25)" feature layers and
-"FC(32) + DP(0.5) + FC(10)" classifier (with ``K`` classes from the dataset). The BatchNorm's
-running statistics are buffers of the model state. PyTorch's default initialisation.
-"""
+Their ``Config``, classes and builders; the network (an ``nn.Module`` subclass, so torch at import)
+and its equations are in :mod:`dlcomm.models._recurrent_layers`, imported inside the builders:
+composing a configuration imports this module without torch."""
 
 from __future__ import annotations
 
-from typing import Tuple, Type
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Tuple
 
-import torch
-from torch import nn
+from dlcomm.config.schema import ModelConfig, domain
+from dlcomm.models.registry import Model, register
 
-from dlcomm.models.zoo.recurrent import RecurrentConfig
-
-FEATURE_DROPOUT = 0.25  # after BatchNorm, Table II's DP(0.25)
-CLASSIFIER_WIDTH = 32  # Table II's FC(32)
-CLASSIFIER_DROPOUT = 0.5  # Table II's DP(0.5)
+if TYPE_CHECKING:
+    from torch import nn
 
 
-class RowRecurrentClassifier(nn.Module):
-    """``recurrent`` over the rows of a ``(B, C, H, W)`` batch, then the Table II head on ``h_T``."""
+@dataclass
+class RecurrentConfig(ModelConfig):
+    """rnn (simple, tanh), lstm, gru over image rows (H steps of C*W features), then BN + DP(0.25) +
+    FC(32) + DP(0.5) + FC(classes), as in the node-based paper's Table II."""
 
-    def __init__(self, recurrent: nn.RNNBase, num_classes: int) -> None:
-        super().__init__()
-        hidden = recurrent.hidden_size
-        self.recurrent = recurrent
-        self.head = nn.Sequential(
-            nn.BatchNorm1d(hidden),
-            nn.Dropout(FEATURE_DROPOUT),
-            nn.Linear(hidden, CLASSIFIER_WIDTH),
-            nn.ReLU(inplace=True),
-            nn.Dropout(CLASSIFIER_DROPOUT),
-            nn.Linear(CLASSIFIER_WIDTH, num_classes),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, C, H, W)`` -> sequence ``(B, H, C*W)`` -> outputs ``(B, H, n)`` -> logits ``(B, K)``."""
-        b, c, h, w = x.shape
-        rows = x.permute(0, 2, 1, 3).reshape(b, h, c * w)
-        outputs, _ = self.recurrent(rows)
-        return self.head(outputs[:, -1])
-
-
-def _build(
-    kind: Type[nn.RNN | nn.LSTM | nn.GRU], cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int
-) -> nn.Module:
-    c, _, w = input_shape
-    hidden = int(cfg.hidden_size)
-    if hidden < 1:
-        raise ValueError(f"hidden_size={hidden} must be positive")
-    return RowRecurrentClassifier(kind(input_size=c * w, hidden_size=hidden, batch_first=True), num_classes)
+    hidden_size: int = field(default=128, metadata=domain(low=1))  # units of the recurrent layer
 
 
 def build_rnn(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
-    """Simple (Elman, tanh) RNN over image rows; see the module docstring."""
-    return _build(nn.RNN, cfg, input_shape, num_classes)
+    """Simple (Elman, tanh) RNN over image rows; see :mod:`dlcomm.models._recurrent_layers`."""
+    from dlcomm.models._recurrent_layers import row_classifier
+
+    return row_classifier("RNN", int(cfg.hidden_size), input_shape, num_classes)
 
 
 def build_lstm(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
-    """LSTM over image rows; see the module docstring."""
-    return _build(nn.LSTM, cfg, input_shape, num_classes)
+    """LSTM over image rows; see :mod:`dlcomm.models._recurrent_layers`."""
+    from dlcomm.models._recurrent_layers import row_classifier
+
+    return row_classifier("LSTM", int(cfg.hidden_size), input_shape, num_classes)
 
 
 def build_gru(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
-    """GRU over image rows; see the module docstring."""
-    return _build(nn.GRU, cfg, input_shape, num_classes)
+    """GRU over image rows; see :mod:`dlcomm.models._recurrent_layers`."""
+    from dlcomm.models._recurrent_layers import row_classifier
+
+    return row_classifier("GRU", int(cfg.hidden_size), input_shape, num_classes)
+
+
+@register
+class RNN(Model[RecurrentConfig]):
+    name = "rnn"
+    Config = RecurrentConfig
+    build = staticmethod(build_rnn)
+
+
+@register
+class LSTM(Model[RecurrentConfig]):
+    name = "lstm"
+    Config = RecurrentConfig
+    build = staticmethod(build_lstm)
+
+
+@register
+class GRU(Model[RecurrentConfig]):
+    name = "gru"
+    Config = RecurrentConfig
+    build = staticmethod(build_gru)

@@ -6,17 +6,17 @@ A model is a :class:`Model` subclass: ``name`` (``model=<name>``; or its own ``C
 ``build(cfg, input_shape, num_classes)``, which returns a freshly, randomly initialised
 ``torch.nn.Module`` mapping a batch of ``input_shape`` images to logits of shape
 ``(batch, num_classes)``; ``cfg`` is the ``model`` section (its ``Config``), read by attribute.
-dlcomm's own are registered in :mod:`dlcomm.models.zoo` (one module a family, each class naming
-its ``builder``); installed packages add theirs through the ``dlcomm.models`` entry points
-(:mod:`dlcomm.plugins`). Each is stored as Hydra's ``model/<name>`` (its ``Config``, its name set;
-:mod:`dlcomm.registry`). This module and the zoo load without torch: composing imports them for
-the schemas.
+dlcomm's own are registered in the family modules of :mod:`dlcomm.models` (``small``, ``vit``,
+...: each holds its ``Config`` classes, its choices and their builders, torch imported inside the
+builders), each class's ``build`` its builder function; installed packages add theirs through the
+``dlcomm.models`` entry points (:mod:`dlcomm.plugins`). Each is stored as Hydra's ``model/<name>``
+(its ``Config``, its name set; :mod:`dlcomm.registry`). This module and the family modules load
+without torch: composing imports them for the schemas.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, ClassVar, List, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, Tuple, TypeVar
 
 from dlcomm.config.schema import ModelConfig
 from dlcomm.groups import GROUPS
@@ -25,23 +25,20 @@ from dlcomm.registry import Registry
 if TYPE_CHECKING:
     from torch import nn
 
+C = TypeVar("C", bound=ModelConfig)  # the model's own ``Config``: ``class MLP(Model[MLPConfig])``
 
-class Model:
+
+class Model(Generic[C]):
     """A model by name; see the module's docstring. Classmethods only: it holds no state."""
 
     name: ClassVar[str]
     Config: ClassVar[type] = ModelConfig
-    builder: ClassVar[str] = ""
-    """``"module:function"`` of a function ``(cfg, input_shape, num_classes) -> nn.Module``,
-    imported when first built (the default :meth:`build`); or override :meth:`build`."""
 
     @classmethod
-    def build(cls, cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":
-        """A freshly initialised module for inputs of shape ``(C, H, W)`` and ``num_classes`` logits."""
-        if not cls.builder:
-            raise NotImplementedError(f"model {cls.name} has neither a builder nor build()")
-        module, function = cls.builder.split(":")
-        return getattr(importlib.import_module(module), function)(cfg, input_shape, num_classes)
+    def build(cls, cfg: C, input_shape: Tuple[int, int, int], num_classes: int) -> "nn.Module":
+        """A freshly initialised module for inputs of shape ``(C, H, W)`` and ``num_classes`` logits:
+        a classmethod, or the builder function itself (``build = staticmethod(build_mlp)``)."""
+        raise NotImplementedError(f"model {cls.name} has no build()")
 
 
 def _plugins(classes: dict) -> None:
@@ -50,7 +47,7 @@ def _plugins(classes: dict) -> None:
     register_plugins("model", classes)  # installed packages' models (entry points dlcomm.models)
 
 
-MODELS: Registry[type[Model]] = Registry(GROUPS["model"], _plugins)
+MODELS: Registry[type[Model[Any]]] = Registry(GROUPS["model"], _plugins)
 register = MODELS.register
 
 

@@ -1,16 +1,44 @@
-"""Small models written here, for MNIST/CIFAR-sized inputs: ``small_cnn``, ``mlp``, ``nin``.
+"""The small models written here, for MNIST/CIFAR-sized inputs: ``small_cnn``, ``mlp``, ``nin``.
 
-None of them uses BatchNorm, so their state is parameters only (no running statistics).
+Each choice's ``Config`` and registered :class:`~dlcomm.models.registry.Model` class sit beside its
+builder; torch is imported inside the builders, so composing a configuration (which imports this
+module for the schemas) loads none of it. None of these models uses BatchNorm, so their state is
+parameters only (no running statistics).
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Tuple
 
-from torch import nn
+from dlcomm.config.schema import ModelConfig, domain
+from dlcomm.models.registry import Model, register
 
-from dlcomm.config.schema import ModelConfig
-from dlcomm.models.zoo.small import MLPConfig, NiNConfig
+if TYPE_CHECKING:
+    from torch import nn
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    """mlp: a multi-layer perceptron over the flattened input: hidden widths with ReLU, logits."""
+
+    hidden: List[int] = field(
+        default_factory=lambda: [512, 256], metadata=domain(low=1)
+    )  # hidden widths, input to output
+    dropout: float = field(
+        default=0.0, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
+    )  # after each hidden ReLU; 0: none
+
+
+@dataclass
+class NiNConfig(ModelConfig):
+    """nin: Network-in-Network (Lin et al. 2014): three mlpconv blocks and global average pooling."""
+
+    # multiplier of every hidden width (1.0: the paper's); a width never drops below 1 (dlcomm.models.small.build_nin)
+    width: float = field(default=1.0, metadata=domain(low=0.0, means="the multiplier of every hidden width"))
+    dropout: float = field(
+        default=0.5, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
+    )  # between mlpconv blocks, as in the paper
 
 
 def build_small_cnn(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
@@ -19,6 +47,8 @@ def build_small_cnn(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_cla
     conv(C->32, 3x3, pad 1)-ReLU-maxpool2, conv(32->64, 3x3, pad 1)-ReLU-maxpool2, flatten,
     fc(64*(H/4)*(W/4) -> 128)-ReLU, fc(128 -> classes). About 0.42 M parameters on 1x28x28.
     """
+    from torch import nn
+
     c, h, w = input_shape
     if h < 4 or w < 4:
         raise ValueError(f"small_cnn needs images of at least 4x4, got {h}x{w}")
@@ -42,6 +72,8 @@ def build_mlp(cfg: MLPConfig, input_shape: Tuple[int, int, int], num_classes: in
 
     Dropout of ``cfg.dropout`` follows each hidden ReLU when it is above 0.
     """
+    from torch import nn
+
     c, h, w = input_shape
     hidden = [int(x) for x in cfg.hidden]
     dropout = float(cfg.dropout)
@@ -58,6 +90,8 @@ def build_mlp(cfg: MLPConfig, input_shape: Tuple[int, int, int], num_classes: in
 
 def _mlpconv(c_in: int, widths: Tuple[int, ...], kernel: int) -> List[nn.Module]:
     """One NIN mlpconv block: a kxk conv then two 1x1 convs, ReLU after each (three ``widths``)."""
+    from torch import nn
+
     a, b, d = widths
     return [
         nn.Conv2d(c_in, a, kernel_size=kernel, padding=kernel // 2),
@@ -79,6 +113,8 @@ def build_nin(cfg: NiNConfig, input_shape: Tuple[int, int, int], num_classes: in
     gives the logits, so any image of at least 1x1 fits. ``cfg.width`` scales every hidden
     width (1.0: the paper's; 0.25 for CPU-scale reproductions, 16x less compute).
     """
+    from torch import nn
+
     c, _, _ = input_shape
     dropout = float(cfg.dropout)
     scale = float(cfg.width)
@@ -107,3 +143,27 @@ def build_nin(cfg: NiNConfig, input_shape: Tuple[int, int, int], num_classes: in
             assert module.bias is not None  # nn.Conv2d's default, bias=True
             nn.init.zeros_(module.bias)
     return model
+
+
+@register
+class SmallCNN(Model[ModelConfig]):
+    """Two conv and two FC layers (0.42 M parameters on 28x28): the default job's model."""
+
+    name = "small_cnn"
+    build = staticmethod(build_small_cnn)
+
+
+@register
+class MLP(Model[MLPConfig]):
+    name = "mlp"
+    Config = MLPConfig
+    build = staticmethod(build_mlp)
+
+
+@register
+class NiN(Model[NiNConfig]):
+    """Network-in-Network (Lin et al. 2014)."""
+
+    name = "nin"
+    Config = NiNConfig
+    build = staticmethod(build_nin)

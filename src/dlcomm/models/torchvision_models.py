@@ -6,24 +6,37 @@ not have 3 channels, the first convolution is replaced by one of the same hyper-
 with the dataset's channel count, initialised as torchvision initialises that model.
 ``cfg.cifar_stem`` is a knob of the ResNets only (their schema: ``ResNetConfig``).
 
-torchvision is imported inside the builders so that using only the small models does not
-pay for importing it.
+The ``Config``, the classes and the builders are here; torch and torchvision are imported inside
+the builders, so composing a configuration (and using only the small models) does not pay for
+importing them.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple, cast
-
-from torch import nn
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Tuple, cast
 
 from dlcomm.config.schema import ModelConfig
-from dlcomm.models.zoo.torchvision import ResNetConfig
+from dlcomm.models.registry import Model, register
 
-Init = Callable[[nn.Conv2d], None]
+if TYPE_CHECKING:
+    from torch import nn
+
+Init = Callable[["nn.Conv2d"], None]
+
+
+@dataclass
+class ResNetConfig(ModelConfig):
+    """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised); cifar_stem=true
+    for 32x32 inputs."""
+
+    cifar_stem: bool = False  # true: 3x3 stride-1 first conv (conv1) and no max-pool (32x32 inputs)
 
 
 def _kaiming_fan_out(conv: nn.Conv2d) -> None:
     """ResNet's and VGG's conv init: He normal on fan-out, zero bias."""
+    from torch import nn
+
     nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
     if conv.bias is not None:
         nn.init.zeros_(conv.bias)
@@ -31,6 +44,8 @@ def _kaiming_fan_out(conv: nn.Conv2d) -> None:
 
 def _kaiming_fan_in(conv: nn.Conv2d) -> None:
     """DenseNet's conv init: He normal on fan-in."""
+    from torch import nn
+
     nn.init.kaiming_normal_(conv.weight)
 
 
@@ -41,6 +56,8 @@ def _2d(size: tuple[int, ...]) -> tuple[int, int]:
 
 def _with_in_channels(conv: nn.Conv2d, in_channels: int, init: Optional[Init]) -> nn.Conv2d:
     """A new conv like ``conv`` (kernel, stride, padding, ..., bias) but taking ``in_channels``."""
+    from torch import nn
+
     new = nn.Conv2d(
         in_channels,
         conv.out_channels,
@@ -63,6 +80,7 @@ def _resnet(arch: str, cfg: ResNetConfig, input_shape: Tuple[int, int, int], num
     With ``cfg.cifar_stem`` the 7x7 stride-2 first conv becomes 3x3 stride 1 padding 1 and
     the stem max-pool is removed, the usual adaptation to 32x32 images.
     """
+    from torch import nn
     from torchvision import models
 
     c = input_shape[0]
@@ -134,3 +152,49 @@ def build_shufflenet_v2(cfg: ModelConfig, input_shape: Tuple[int, int, int], num
         # torchvision leaves ShuffleNet V2's convs at PyTorch's default init.
         model.conv1[0] = _with_in_channels(model.conv1[0], c, None)
     return model
+
+
+@register
+class ResNet18(Model[ResNetConfig]):
+    name = "resnet18"
+    Config = ResNetConfig
+    build = staticmethod(build_resnet18)
+
+
+@register
+class ResNet34(Model[ResNetConfig]):
+    name = "resnet34"
+    Config = ResNetConfig
+    build = staticmethod(build_resnet34)
+
+
+@register
+class ResNet50(Model[ResNetConfig]):
+    name = "resnet50"
+    Config = ResNetConfig
+    build = staticmethod(build_resnet50)
+
+
+@register
+class ResNet101(Model[ResNetConfig]):
+    name = "resnet101"
+    Config = ResNetConfig
+    build = staticmethod(build_resnet101)
+
+
+@register
+class VGG16(Model[ModelConfig]):
+    name = "vgg16"
+    build = staticmethod(build_vgg16)
+
+
+@register
+class DenseNet121(Model[ModelConfig]):
+    name = "densenet121"
+    build = staticmethod(build_densenet121)
+
+
+@register
+class ShuffleNetV2(Model[ModelConfig]):
+    name = "shufflenet_v2"
+    build = staticmethod(build_shufflenet_v2)

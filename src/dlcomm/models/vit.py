@@ -19,17 +19,39 @@ MSA has ``cfg.num_heads`` heads of ``D / num_heads`` features (qkv with bias); t
 ``+ D K + K`` (head, ``K`` classes).
 
 ``vit_s`` and ``vit_b`` differ only in their configs/model/*.yaml defaults (the node-based
-paper's Table II sizes); timm is imported inside the builder.
+paper's Table II sizes). The ``Config``, the classes and the builders are here; torch and timm are
+imported inside the builder, so composing a configuration imports this module without them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Tuple
 
-from torch import nn
+from dlcomm.config.schema import ModelConfig, domain
+from dlcomm.models.registry import Model, register
 
-from dlcomm.models.zoo.vit import ViTConfig
+if TYPE_CHECKING:
+    from torch import nn
+
+
+@dataclass
+class ViTConfig(ModelConfig):
+    """vit_s, vit_b (timm VisionTransformer, randomly initialised); the defaults are the node-based
+    paper's ViT-B (Table II: width 384, depth 12, 12 heads, patch 16), configs/model/vit_s.yaml
+    sets ViT-S's sizes. Note timm's standard ViT-B is embed_dim=768, depth 12, 12 heads (86 M
+    parameters at 224x224); the paper's is narrower. Sides not a multiple of the patch are
+    zero-padded (28x28 with patch 16 -> a 2x2 grid)."""
+
+    embed_dim: int = field(default=384, metadata=domain(low=1))  # token width D
+    depth: int = field(default=12, metadata=domain(low=1))  # transformer blocks
+    num_heads: int = field(default=12, metadata=domain(low=1))  # attention heads (embed_dim must be a multiple)
+    patch_size: int = field(
+        default=16, metadata=domain(low=1)
+    )  # p x p patches; sides not a multiple of p are zero-padded up to one
+    # block MLP hidden width = int(embed_dim * mlp_ratio)
+    mlp_ratio: float = field(default=4.0, metadata=domain(above=0.0))
 
 
 def _padded(side: int, patch: int) -> int:
@@ -96,3 +118,17 @@ def build_vit_s(cfg: ViTConfig, input_shape: Tuple[int, int, int], num_classes: 
 def build_vit_b(cfg: ViTConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:
     """ViT-B; the paper's Table II sizes (width 384, depth 12, 12 heads, patch 16) are in vit_b.yaml."""
     return build_vit(cfg, input_shape, num_classes)
+
+
+@register
+class ViTS(Model[ViTConfig]):
+    name = "vit_s"
+    Config = ViTConfig
+    build = staticmethod(build_vit_s)
+
+
+@register
+class ViTB(Model[ViTConfig]):
+    name = "vit_b"
+    Config = ViTConfig
+    build = staticmethod(build_vit_b)

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, cast
 
 from dlcomm.config.schema import ModelConfig, OptimConfig, RunConfig, TaskConfig, domain
 from dlcomm.errors import UserError
-from dlcomm.models.zoo.gan import ACGANConfig
+from dlcomm.models.gan import ACGANConfig
 from dlcomm.tasks.base import DataShape, Task
 from dlcomm.tasks.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from dlcomm.models.gan import AcGan
+    from dlcomm.models._gan_layers import AcGan
 
 
 @dataclass
@@ -81,7 +81,7 @@ class GanTask(Task):
 
     def param_groups(self, model: "torch.nn.Module", optim_cfg: OptimConfig) -> List[Dict[str, Any]]:
         """One group per network, each with its own learning rate (0: ``optim.lr``)."""
-        from dlcomm.models.gan import AcGan
+        from dlcomm.models._gan_layers import AcGan
 
         assert isinstance(model, AcGan)
         lr_g = self.knobs.generator_lr or optim_cfg.lr
