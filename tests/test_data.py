@@ -20,11 +20,10 @@ from dlcomm.data import (
     epoch_partition,
     epoch_permutation,
 )
-from dlcomm.data.cifar import random_crop_flip
-from dlcomm.data.sources.cifar import CifarConfig
-from dlcomm.data.sources.idx import IdxDatasetConfig
-from dlcomm.data.sources.imagefolder import ImageFolderConfig
-from dlcomm.data.sources.synthetic import SyntheticConfig
+from dlcomm.data.cifar import CifarConfig, random_crop_flip
+from dlcomm.data.imagefolder import ImageFolderConfig
+from dlcomm.data.mnist import IdxDatasetConfig
+from dlcomm.data.synthetic import SyntheticConfig
 from dlcomm.errors import UserError
 
 FMNIST_ROOT = "/usr/share/datasets/fashion-mnist"

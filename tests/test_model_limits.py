@@ -96,7 +96,7 @@ def test_an_imagefolder_of_one_class_is_refused_before_launch(home, cli_here) ->
 def test_any_source_of_fewer_than_two_classes_is_refused(monkeypatch) -> None:
     """The rule is the data set's, not imagefolder's: a source (a plugin's) that counts one class."""
     import dlcomm.data as data
-    from dlcomm.data.sources.synthetic import SyntheticConfig
+    from dlcomm.data.synthetic import SyntheticConfig
     from dlcomm.errors import UserError
 
     class OneClass:

@@ -66,7 +66,7 @@ GROUPS: dict[str, Group] = {
             config_base="DatasetConfig",
             what="data set",
             registry="dlcomm.data.registry:SOURCES",
-            home="dlcomm.data.sources",
+            home="dlcomm.data",
             family_schema=True,
         ),
         Group(

@@ -2,7 +2,7 @@
 
 Each group's base holds the choice (``name``) and the keys all its choices share; a choice's own
 ``Config`` subclasses it beside the choice's class (``algorithms/<name>.py``, ``compress/``,
-``models/``, ``data/sources/``, ``train/optim.py``, ``tasks/``, ``launch/threads.py``), so a
+``models/``, ``data/``, ``train/optim.py``, ``tasks/``, ``launch/threads.py``), so a
 choice has only its own knobs. Here too: the sections every run has (train, tracking, report,
 debug, network) and the process launchers' family (:class:`ProcessLauncherConfig`,
 :class:`SlurmLauncherConfig`, :class:`SrunLauncherConfig`), which the rank's program and

@@ -1,12 +1,12 @@
 """Data sets and their per-rank partition.
 
 Every data set is a registered :class:`~dlcomm.data.source.DataSource` (dlcomm's own in
-:mod:`dlcomm.data.sources`, installed plugins' through the ``dlcomm.datasets`` entry points;
+:mod:`dlcomm.data`'s family modules, installed plugins' through the ``dlcomm.datasets`` entry points;
 :mod:`dlcomm.data.registry`). ``build_dataset(cfg)`` gives an :class:`ImageClassificationData`
 for the ``dataset`` config group (``cfg.name`` a registered name); ``check_dataset(cfg)``,
 ``dataset_shape(cfg)`` and ``dataset_sizes(cfg)`` answer without loading any data, so the CLI can
 fail fast with a one-line :class:`~dlcomm.errors.UserError`. ``cfg`` is the data set's schema
-(e.g. :class:`~dlcomm.data.sources.cifar.CifarConfig`, or a plugin's ``Config``).
+(e.g. :class:`~dlcomm.data.cifar.CifarConfig`, or a plugin's ``Config``).
 
 Importing this package imports no torch (composing a configuration imports the registry): the
 torch-backed names below are loaded on first use.

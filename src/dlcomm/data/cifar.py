@@ -1,17 +1,26 @@
-"""CIFAR-10 and CIFAR-100 from torchvision's python-pickle folders, with batch augmentation."""
+"""dataset=cifar10 and cifar100: torchvision's python-pickle folders (nothing is downloaded), with
+batch augmentation.
+
+The choices' ``Config`` and registered sources sit beside the code that checks and loads the
+files; torch and numpy are imported inside the functions that use them, so composing a
+configuration (which imports this module for the schema) loads neither."""
 
 from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass
-from typing import List, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-import numpy as np
-import torch
-
-from dlcomm.data.base import InMemoryImageData, concat_consuming
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
+from dlcomm.data.registry import register
+from dlcomm.data.source import DataSource, root
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from dlcomm.data.base import ImageClassificationData, InMemoryImageData
 
 CROP = 32
 PADDING = 4
@@ -56,7 +65,7 @@ CIFAR100 = CifarSource(
     mean=(0.5071, 0.4865, 0.4409),
     std=(0.2673, 0.2564, 0.2762),
 )
-SOURCES = {s.name: s for s in (CIFAR10, CIFAR100)}
+VARIANTS = {s.name: s for s in (CIFAR10, CIFAR100)}
 
 
 def data_dir(source: CifarSource, root: str) -> str:
@@ -119,6 +128,9 @@ class _DataOnlyUnpickler(pickle.Unpickler):
 def _read_pickle(path: str, label_key: str) -> Tuple[torch.Tensor, List[int]]:
     """uint8 images (N,3,32,32) and labels of one pickle file of the torchvision layout; a file
     that is not one is named in one line (:class:`UserError`), and nothing in it is run."""
+    import numpy as np
+    import torch
+
     try:
         with open(path, "rb") as f:
             entry = _DataOnlyUnpickler(f, encoding="latin1").load()
@@ -133,6 +145,10 @@ def _read_pickle(path: str, label_key: str) -> Tuple[torch.Tensor, List[int]]:
 
 
 def _load_split(folder: str, files: Tuple[str, ...], label_key: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    from dlcomm.data.base import concat_consuming
+
     chunks: List[torch.Tensor] = []
     labels: List[int] = []
     for name in files:
@@ -150,6 +166,8 @@ def random_crop_flip(images: torch.Tensor, generator: torch.Generator) -> torch.
     ``images`` is uint8 (B,C,H,W); the result is a new tensor of shape (B,C,32,32). The same
     images and generator state give the same result.
     """
+    import torch
+
     b = images.shape[0]
     padded = torch.nn.functional.pad(images, (PADDING, PADDING, PADDING, PADDING))
     span_h = padded.shape[2] - CROP + 1
@@ -170,6 +188,8 @@ def load(source: CifarSource, root: str, augment: bool) -> InMemoryImageData:
     """CIFAR variant ``source`` from ``root``: uint8 (N,3,32,32) in memory, normalised per batch
     with the usual CIFAR mean and std; with ``augment``, training batches get
     :func:`random_crop_flip`."""
+    from dlcomm.data.base import InMemoryImageData
+
     check(source, root)
     folder = data_dir(source, root)
     train = _load_split(folder, source.train_files, source.label_key)
@@ -187,3 +207,50 @@ def load(source: CifarSource, root: str, augment: bool) -> InMemoryImageData:
 def shape(source: CifarSource) -> Tuple[Tuple[int, int, int], int]:
     """Input shape and number of classes of ``source``."""
     return (3, 32, 32), source.num_classes
+
+
+@dataclass
+class CifarConfig(DatasetConfig):
+    """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
+
+    root: str = field(
+        default="", metadata=domain(anything=DATA_ROOT)
+    )  # the folder holding the pickle folder; set per data set, in its file
+    augment: bool = True  # random crop 32 (padding 4) + horizontal flip
+
+
+class CifarData(DataSource[CifarConfig]):
+    """A CIFAR variant; ``name`` picks its :class:`CifarSource`."""
+
+    Config = CifarConfig
+
+    @classmethod
+    def check(cls, cfg: CifarConfig) -> None:
+        check(VARIANTS[cls.name], root(cfg))
+
+    @classmethod
+    def shape(cls, cfg: CifarConfig) -> Tuple[Tuple[int, int, int], int]:
+        return shape(VARIANTS[cls.name])
+
+    @classmethod
+    def classes(cls, cfg: CifarConfig) -> int:
+        return VARIANTS[cls.name].num_classes
+
+    @classmethod
+    def sizes(cls, cfg: CifarConfig) -> Optional[Tuple[int, int]]:
+        source = VARIANTS[cls.name]
+        return source.train_size, source.test_size
+
+    @classmethod
+    def build(cls, cfg: CifarConfig) -> "ImageClassificationData":
+        return load(VARIANTS[cls.name], root(cfg), bool(cfg.augment))
+
+
+@register
+class Cifar10(CifarData):
+    name = "cifar10"
+
+
+@register
+class Cifar100(CifarData):
+    name = "cifar100"

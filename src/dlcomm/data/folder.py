@@ -1,5 +1,5 @@
 """Layout checks of image folders in torchvision's ImageFolder layout; reads no image and
-imports no torchvision (see :mod:`dlcomm.data.imagefolder` for the loader)."""
+imports no torchvision (see :mod:`dlcomm.data._imagefolder_data` for the loader)."""
 
 from __future__ import annotations
 

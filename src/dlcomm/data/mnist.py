@@ -1,4 +1,8 @@
-"""MNIST and Fashion-MNIST from the four idx files (gzip-compressed or not)."""
+"""dataset=mnist and fashion_mnist: the four idx files (gzip-compressed or not).
+
+The choices' ``Config`` and registered sources sit beside the code that checks and reads the
+files; torch and numpy are imported inside the functions that use them, so composing a
+configuration (which imports this module for the schema) loads neither."""
 
 from __future__ import annotations
 
@@ -6,14 +10,18 @@ import functools
 import gzip
 import os
 import zlib
-from dataclasses import dataclass
-from typing import BinaryIO, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, BinaryIO, Optional, Tuple
 
-import numpy as np
-import torch
-
-from dlcomm.data.base import InMemoryImageData
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
+from dlcomm.data.registry import register
+from dlcomm.data.source import DataSource, root
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from dlcomm.data.base import ImageClassificationData, InMemoryImageData
 
 FILES = (
     "train-images-idx3-ubyte",
@@ -38,7 +46,7 @@ class IdxSource:
     how_to_get: str
 
 
-FASHION_MNIST = IdxSource(
+_FASHION_MNIST = IdxSource(
     name="fashion_mnist",
     title="Fashion-MNIST",
     folder="FashionMNIST",
@@ -47,7 +55,7 @@ FASHION_MNIST = IdxSource(
     std=0.3530,
     how_to_get="install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or",
 )
-MNIST = IdxSource(
+_MNIST = IdxSource(
     name="mnist",
     title="MNIST",
     folder="MNIST",
@@ -56,7 +64,7 @@ MNIST = IdxSource(
     std=0.3081,
     how_to_get="",
 )
-SOURCES = {s.name: s for s in (FASHION_MNIST, MNIST)}
+VARIANTS = {s.name: s for s in (_FASHION_MNIST, _MNIST)}
 
 
 def resolve_root(source: IdxSource, root: str) -> str:
@@ -153,6 +161,8 @@ def header(path: str, ndim: int, source: IdxSource | None = None) -> Tuple[int, 
 
 @functools.lru_cache(maxsize=64)
 def _header(path: str, size: int, mtime_ns: int, ndim: int, source: IdxSource | None) -> Tuple[int, ...]:
+    import numpy as np
+
     fix = _replace(source) if source is not None else "replace it with the original file"
     compressed = path.endswith(".gz")
     with open(path, "rb") as raw:
@@ -241,6 +251,9 @@ def read_idx(path: str, ndim: int, source: IdxSource | None = None) -> torch.Ten
     """The uint8 array stored in idx file ``path``, with the shape its header gives, after
     :func:`header`'s checks. Raises a one-line :class:`UserError` naming the file when it is not
     what it claims or cannot be decompressed."""
+    import numpy as np
+    import torch
+
     dims = header(path, ndim, source)
     try:
         with _open(path) as stream:
@@ -263,6 +276,8 @@ def sizes(source: IdxSource, root: str) -> Tuple[int, int]:
 
 
 def _load_split(root: str, source: IdxSource, images_stem: str, labels_stem: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     images_path = find_file(root, source, images_stem)
     labels_path = find_file(root, source, labels_stem)
     assert images_path is not None and labels_path is not None  # check() ran first
@@ -279,8 +294,55 @@ def _load_split(root: str, source: IdxSource, images_stem: str, labels_stem: str
 def load(source: IdxSource, root: str) -> InMemoryImageData:
     """The data set ``source`` read from ``root`` (or its default root): uint8 images (N,1,28,28)
     held in memory, 10 classes, batches normalised with the source's mean and std."""
+    from dlcomm.data.base import InMemoryImageData
+
     check(source, root)
     root = resolve_root(source, root)
     train = _load_split(root, source, FILES[0], FILES[1])
     test = _load_split(root, source, FILES[2], FILES[3])
     return InMemoryImageData(train, test, num_classes=10, mean=[source.mean], std=[source.std])
+
+
+@dataclass
+class IdxDatasetConfig(DatasetConfig):
+    """mnist, fashion_mnist: the four idx files."""
+
+    root: str = field(
+        default="", metadata=domain(anything=DATA_ROOT)
+    )  # folder of the idx files (or root/raw, root/<Folder>/raw)
+
+
+class IdxData(DataSource[IdxDatasetConfig]):
+    """An MNIST-like set; ``name`` picks its :class:`IdxSource`."""
+
+    Config = IdxDatasetConfig
+
+    @classmethod
+    def check(cls, cfg: IdxDatasetConfig) -> None:
+        check(VARIANTS[cls.name], root(cfg))
+
+    @classmethod
+    def shape(cls, cfg: IdxDatasetConfig) -> Tuple[Tuple[int, int, int], int]:
+        return (1, 28, 28), cls.classes(cfg)
+
+    @classmethod
+    def classes(cls, cfg: IdxDatasetConfig) -> int:
+        return 10
+
+    @classmethod
+    def sizes(cls, cfg: IdxDatasetConfig) -> Optional[Tuple[int, int]]:
+        return sizes(VARIANTS[cls.name], root(cfg))
+
+    @classmethod
+    def build(cls, cfg: IdxDatasetConfig) -> "ImageClassificationData":
+        return load(VARIANTS[cls.name], root(cfg))
+
+
+@register
+class MNIST(IdxData):
+    name = "mnist"
+
+
+@register
+class FashionMNIST(IdxData):
+    name = "fashion_mnist"

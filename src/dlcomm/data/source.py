@@ -16,9 +16,10 @@ questions about the ``cfg`` it is given (an instance of ``Config``):
 - :meth:`DataSource.build`: the :class:`~dlcomm.data.base.ImageClassificationData`, after ``check``.
 
 Sources are registered by name (:mod:`dlcomm.data.registry`): dlcomm's own in
-``dlcomm/data/sources/``, installed packages' through the ``dlcomm.datasets`` entry points
+``dlcomm/data/`` (one module a family, its ``Config`` and sources beside its loading code),
+installed packages' through the ``dlcomm.datasets`` entry points
 (:mod:`dlcomm.plugins`). Composing a configuration imports every source's module to register its
-``Config``, so a source's module loads without torch: it imports torch (and its loader) inside
+``Config``, so a source's module loads without torch: it imports torch (and a loader whose classes need torch at import, such as ``data/_imagefolder_data.py``) inside
 ``build`` (and ``check``/``shape``/``sizes`` where they need it).
 """
 

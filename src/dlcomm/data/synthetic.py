@@ -1,14 +1,23 @@
-"""A learnable synthetic data set generated on the fly: Gaussian inputs labelled by a fixed
-random linear teacher."""
+"""dataset=synthetic: a learnable data set of any shape generated on the fly, Gaussian inputs
+labelled by a fixed random linear teacher; nothing is read from disk.
+
+The choice's ``Config``, its registered source and the checks of its sizes are here; the data set
+itself (:class:`~dlcomm.data._synthetic_data.SyntheticData`, an ``ImageClassificationData``
+subclass, so torch at import) is in :mod:`dlcomm.data._synthetic_data`, imported inside
+:meth:`Synthetic.build`: composing a configuration imports this module without torch."""
 
 from __future__ import annotations
 
-from typing import Iterator, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-import torch
-
-from dlcomm.data.base import Batch, ImageClassificationData, as_index_tensor, split_batches
+from dlcomm.config.schema import SYNTHETIC_MAX, DatasetConfig, domain
+from dlcomm.data.registry import register
+from dlcomm.data.source import DataSource
 from dlcomm.errors import UserError
+
+if TYPE_CHECKING:
+    from dlcomm.data.base import ImageClassificationData
 
 # torch's CPU generator keeps only the low 32 bits of a seed, so every seed here fits in 32 bits.
 # They are fixed: the data never depends on the run seed or the rank.
@@ -41,48 +50,54 @@ def check_sizes(num_classes: int, train_size: int, test_size: int) -> None:
         )
 
 
-class SyntheticData(ImageClassificationData):
-    """Sample ``i`` of a split is ``x ~ N(0, I)`` drawn from a generator seeded by (split, i), with
-    label ``argmax(W x)`` for a fixed teacher ``W`` whose rows are random unit vectors (so the
-    classes are equally likely). Nothing is stored but ``W``: the same index always gives the
-    same sample, on every rank and in every run."""
+@dataclass
+class SyntheticConfig(DatasetConfig):
+    """synthetic: learnable data of any shape (labels from a fixed random linear teacher), for tests
+    and timing; nothing is read from disk."""
 
-    def __init__(self, shape: Sequence[int], num_classes: int, train_size: int, test_size: int) -> None:
-        self.input_shape = parse_shape(shape)
-        check_sizes(num_classes, train_size, test_size)
-        self.num_classes = num_classes
-        self.train_size = train_size
-        self.test_size = test_size
-        generator = torch.Generator().manual_seed(TEACHER_SEED)
-        teacher = torch.randn(num_classes, self.dim, generator=generator)
-        self.teacher = teacher / teacher.norm(dim=1, keepdim=True)
+    shape: List[int] = field(
+        default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3)
+    )  # C, H, W of the images
+    num_classes: int = field(default=10, metadata=domain(low=2))  # labels
+    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the training split
+    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the test split
 
-    @property
-    def dim(self) -> int:
-        """Number of input features, C*H*W."""
-        c, h, w = self.input_shape
-        return c * h * w
 
-    def samples(self, split: str, indices: torch.Tensor) -> Batch:
-        """Inputs (B,C,H,W) and labels (B,) of samples ``indices`` of ``split`` ("train" or "test")."""
-        inputs = torch.empty(len(indices), self.dim)
-        labels = torch.empty(len(indices), dtype=torch.int64)
-        generator = torch.Generator()
-        for row, index in enumerate(indices.tolist()):
-            generator.manual_seed(sample_seed(split, index))
-            torch.randn(self.dim, generator=generator, out=inputs[row])
-            # one matrix-vector product per sample: the label never depends on the batch around it
-            labels[row] = torch.mv(self.teacher, inputs[row]).argmax()
-        return inputs.view(len(indices), *self.input_shape), labels
+def _args(cfg: SyntheticConfig) -> Tuple[Tuple[int, int, int], int, int, int]:
+    """``(shape, num_classes, train_size, test_size)`` after their checks."""
+    shape = parse_shape(list(cfg.shape))
+    check_sizes(int(cfg.num_classes), int(cfg.train_size), int(cfg.test_size))
+    return shape, int(cfg.num_classes), int(cfg.train_size), int(cfg.test_size)
 
-    def train_batches(self, indices: torch.Tensor, batch_size: int, seed: int) -> Iterator[Batch]:
-        """See :meth:`ImageClassificationData.train_batches`; there is no augmentation, so ``seed``
-        is unused."""
-        idx = as_index_tensor(indices, self.train_size)
-        for chunk in split_batches(idx, batch_size, drop_last=True):
-            yield self.samples("train", chunk)
 
-    def test_batches(self, batch_size: int, indices: Optional[torch.Tensor] = None) -> Iterator[Batch]:
-        idx = torch.arange(self.test_size) if indices is None else as_index_tensor(indices, self.test_size)
-        for chunk in split_batches(idx, batch_size, drop_last=False):
-            yield self.samples("test", chunk)
+@register
+class Synthetic(DataSource[SyntheticConfig]):
+    """Nothing is read from disk: its checks are of the sizes."""
+
+    name = "synthetic"
+    Config = SyntheticConfig
+
+    @classmethod
+    def check(cls, cfg: SyntheticConfig) -> None:
+        _args(cfg)
+
+    @classmethod
+    def shape(cls, cfg: SyntheticConfig) -> Tuple[Tuple[int, int, int], int]:
+        shape, num_classes, _, _ = _args(cfg)
+        return shape, num_classes
+
+    @classmethod
+    def classes(cls, cfg: SyntheticConfig) -> int:
+        return int(cfg.num_classes)
+
+    @classmethod
+    def sizes(cls, cfg: SyntheticConfig) -> Optional[Tuple[int, int]]:
+        _, _, train_size, test_size = _args(cfg)
+        return train_size, test_size
+
+    @classmethod
+    def build(cls, cfg: SyntheticConfig) -> "ImageClassificationData":
+        from dlcomm.data._synthetic_data import SyntheticData
+
+        shape, num_classes, train_size, test_size = _args(cfg)
+        return SyntheticData(shape, num_classes, train_size, test_size)
