@@ -58,6 +58,10 @@ ALGORITHMS = {
     "gossip_pull": ["train.time_budget_s=0"],
 }
 SHAPES = [(2, 1), (3, 1), (4, 1), (8, 1), (2, 2), (2, 4)]
+# network=off posts the same payload operations as simulate, without the clock stamps beside them:
+# there the shapes that differ from another's world size only by one-worker nodes are left out
+# ((4, 1) beside (2, 2), (8, 1) beside (2, 4)); simulate runs every shape (CI time, issue 59)
+SHAPES_OF = {"off": [(2, 1), (3, 1), (2, 2), (2, 4)], "simulate": SHAPES}
 TIMING_DEPENDENT = {"gossip_pull"}  # its pulls race by design: it must finish, its numbers may differ
 
 
@@ -103,7 +107,7 @@ UNIT_TIER = {("allreduce", "simulate"), ("sgp", "simulate"), ("crossover", "simu
     ],
 )
 def test_every_algorithm_runs_under_nccls_rules_with_glooss_numbers(name: str, network: str, tmp_path: Path) -> None:
-    for nodes, per_node in SHAPES:
+    for nodes, per_node in SHAPES_OF[network]:
         cfg = compose(_overrides(name, nodes, per_node, network))  # one composition for both rules
         data = build_dataset(cfg.dataset)
         shape = f"{name} {nodes}x{per_node} network={network}"
