@@ -63,7 +63,7 @@ def test_a_recorded_run_s_setting_is_read_from_its_params() -> None:
 def test_a_plugin_s_experiment_s_report_section_is_read_as_composing_reads_it(tmp_path, monkeypatch) -> None:
     """An installed plugin's configs (entry points dlcomm.configs) are on Hydra's search path after
     dlcomm's own: its experiment's ``report.*`` keys are found there too."""
-    from dlcomm.plugins import config_search_path
+    from dlcomm import plugins
     from dlcomm.report.runs import experiment_report
 
     from fake_plugins import write_plugin
@@ -77,11 +77,16 @@ def test_a_plugin_s_experiment_s_report_section_is_read_as_composing_reads_it(tm
         "[dlcomm.configs]\nfake = fake_report.configs\n",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    config_search_path.cache_clear()  # the plugins installed when first asked: this one now
+
+    def forget() -> None:  # the entry points and config packages are read once a process
+        plugins._installed.cache_clear()
+        plugins.config_search_path.cache_clear()
+
+    forget()  # this plugin installed now
     try:
         found = experiment_report("fake_paper")
         assert found is not None and (found.baseline, found.traffic) == ("local_sgd", True)
         assert found == compose(["experiment=fake_paper"]).report
     finally:
         monkeypatch.undo()
-        config_search_path.cache_clear()
+        forget()
