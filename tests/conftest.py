@@ -120,6 +120,18 @@ def cli_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
 SLOW_FIXTURES = {"home", "trained"}
 
 
+def _join_group(item: pytest.Item, group: str) -> None:
+    """Put ``item`` in xdist's ``group`` under ``--dist loadgroup``. xdist (3.8) marks a grouped test by
+    suffixing ``@group`` to its node id through ``item._nodeid``, which pytest 9 no longer reads (it keeps
+    ``item._id``): the group was silently lost and the SLURM tests ran on both workers at once, their jobs
+    queueing behind each other's (seen at e2a2b19). Here the suffix goes where pytest 9 reads it."""
+    item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(item.config.option, "loadgroup", False) and hasattr(item, "_id") and "@" not in item.nodeid:
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tiers (markers in pyproject.toml): a test that takes one of ``SLOW_FIXTURES`` is ``slow``,
     as are those that mark themselves so (processes, real stores, tens of seconds here); ``make
@@ -139,7 +151,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slurm") or item.get_closest_marker("hosts"):
-            item.add_marker(pytest.mark.xdist_group("local_slurm"))
+            _join_group(item, "local_slurm")
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
 
