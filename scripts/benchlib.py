@@ -44,13 +44,13 @@ class PlainStep:
         optimizer.step()
 
     Beyond the four lines of a one-process step it does what dlcomm's ``algo=allreduce`` does at
-    every world size, 1 included, so that both sides do the same work: one ``all_reduce`` of one
-    flat, preallocated bucket (``all_reduce(bucket)``: a callable that sums it over the job in
-    place and returns once done; None: no collective, the strictest reference for a job of one
-    rank, whose sum plain torch need not do), each way one multi-tensor copy (``torch._foreach_copy_``, as
-    dlcomm's ``Bucket`` does, and as DDP copies into its buckets by default), the division only
-    where it divides. What is left out is what a careful user leaves out: no per-tensor Python
-    loop, no recording, no timing, no scheduler for a constant rate."""
+    every world size, 1 included, so that both sides do the same work: each way one multi-tensor
+    copy of the gradients into one flat, preallocated bucket (``torch._foreach_copy_``, as dlcomm's
+    ``Bucket`` does, and as DDP copies into its buckets by default), the ``all_reduce`` of the bucket
+    where the caller gives one (``all_reduce(bucket)``: a callable that sums it over the job in
+    place and returns once done; None: no collective, as dlcomm calls none on a group of one rank),
+    the division only where it divides. What is left out is what a careful user leaves out: no
+    per-tensor Python loop, no recording, no timing, no scheduler for a constant rate."""
 
     def __init__(self, model, optimizer, loss_fn, all_reduce, world_size: int = 1) -> None:
         import torch

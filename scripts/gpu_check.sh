@@ -203,7 +203,8 @@ def timing(run_dir, device_name, warmup, *overrides):
     sys.path.insert(0, os.environ["GPU_CHECK_SCRIPTS"])
     from benchlib import PlainStep
 
-    step = PlainStep(model, optimizer, task.loss, dist.all_reduce, dist.get_world_size())
+    world = dist.get_world_size()  # no collective at world size 1: dlcomm's Channel calls none on a group of one
+    step = PlainStep(model, optimizer, task.loss, dist.all_reduce if world > 1 else None, world)
     batch = cfg.train.batch_size
     inputs = torch.randn(batch, *data.input_shape, device=device)
     labels = torch.randint(0, data.num_classes, (batch,), device=device)

@@ -85,6 +85,48 @@ def local_sgd_vs_averager(cluster, channel, period: int, steps: int) -> tuple[fl
     return float((_flat(ours) - _flat(reference)).abs().max()), trajectory
 
 
+def collectives_of_one(cluster, channel) -> dict:
+    """Every collective on ``intra`` (this rank's node, one rank per node) and on ``world``,
+    with the transport's calls counted by name: what a group of one gives and asks for."""
+    import torch
+
+    calls: list[tuple[str, str]] = []
+    transport = cluster.transport
+    for name in ("all_reduce", "broadcast", "reduce", "all_gather"):
+        real = getattr(transport, name)
+
+        def counted(*args, _name=name, _real=real, **kwargs):
+            group = kwargs.get("group", args[-1])
+            calls.append((_name, group))
+            return _real(*args, **kwargs)
+
+        setattr(transport, name, counted)
+    out: dict = {}
+    value = float(cluster.rank + 1)
+    for group in ("intra", "world"):
+        summed = torch.full((5,), value, dtype=torch.float64)
+        channel.allreduce(summed, group=group, average=False)
+        meaned = torch.full((5,), value, dtype=torch.float64)
+        channel.allreduce(meaned, group=group)
+        root = cluster.rank if group == "intra" else 0  # a node's one rank is its root
+        sent = torch.full((3,), value)
+        channel.broadcast(sent, src=root, group=group)
+        reduced = torch.full((3,), value)
+        channel.reduce(reduced, dst=root, group=group)
+        handle = channel.allgather(torch.full((2,), value), group=group, async_op=True)
+        gathered = handle.wait()
+        out[group] = {
+            "sum": summed.tolist(),
+            "mean": meaned.tolist(),
+            "broadcast": sent.tolist(),
+            "reduce": reduced.tolist() if cluster.rank == root else None,
+            "allgather": [part.tolist() for part in gathered],
+            "bytes": sum(total.bytes_sent for (_, kind, grp), total in channel.totals.items() if grp == group),
+        }
+    out["calls"] = calls
+    return out
+
+
 def channel_accounting(cluster, channel) -> dict:
     """Traffic, results and exposed time of a few recorded operations."""
     rank = cluster.rank

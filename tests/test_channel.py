@@ -50,3 +50,29 @@ def test_channel_records_and_groups() -> None:
     # ranks other than the late one were blocked for most of its 0.3 s sleep
     assert min(out[r]["exposed_s"] for r in (0, 2, 3)) >= 0.2
     assert out[1]["exposed_s"] < 0.2
+
+
+@pytest.mark.parametrize("in_process", ["", "serial"], ids=["gloo", "threads"])
+def test_a_group_of_one_completes_every_collective_in_place_without_the_transport(in_process) -> None:
+    """On a group whose only member is the calling rank (``intra`` with one rank per node) a sum
+    or mean of one is the rank's own value, a broadcast or reduce rooted at itself leaves it, a
+    gather holds it once: the Channel gives exactly that, sends no bytes and calls the transport
+    for none of it; the same calls on ``world`` (two ranks) do go through the transport."""
+    out = run_ranks(rank_programs.collectives_of_one, 2, nodes=2, in_process=in_process, timeout=60)
+    for rank, result in enumerate(out):
+        value = float(rank + 1)
+        assert result["intra"] == {
+            "sum": [value] * 5,
+            "mean": [value] * 5,
+            "broadcast": [value] * 3,
+            "reduce": [value] * 3,
+            "allgather": [[value] * 2],
+            "bytes": 0,
+        }
+        assert [call for call in result["calls"] if call[1] == "intra"] == []
+        world = result["world"]
+        assert world["sum"] == [3.0] * 5 and world["mean"] == [1.5] * 5 and world["broadcast"] == [1.0] * 3
+        assert world["allgather"] == [[1.0] * 2, [2.0] * 2] and world["bytes"] > 0
+        assert sorted(name for name, group in result["calls"] if group == "world") == sorted(
+            ["all_reduce", "all_reduce", "broadcast", "reduce", "all_gather"]
+        )

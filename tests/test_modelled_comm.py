@@ -167,22 +167,22 @@ def _one_worker_run(tmp_path, name: str) -> dict:
 
 
 def test_a_one_worker_run_exchanges_no_clocks_and_keeps_the_clocks_numbers(tmp_path, monkeypatch) -> None:
-    """A reduction over a group of one is the rank's own value: the modelled clock's entry-clock
-    exchange and the training clock's agreement ask the transport for nothing (before: two extra
-    all_reduces a step, each a gloo call under launcher=local); the payload's all_reduce stays, and
-    every modelled number is what the exchanges gave."""
+    """A reduction over a group of one is the rank's own value: the payload's all_reduce, the
+    modelled clock's entry-clock exchange and the training clock's agreement ask the transport
+    for nothing (before: three gloo calls a step under launcher=local), and every number of the
+    run (loss, accuracy, modelled clock, bytes) is what the exchanges gave."""
     from dlcomm.comm.channel import Channel
 
     alone = _one_worker_run(tmp_path, "alone")
     steps = alone["summary"]["final/steps"]
     assert steps == 8
-    assert [call for call in alone["all_reduce"] if call[1] == "max"] == []
+    assert alone["all_reduce"] == []
 
     monkeypatch.setattr(Channel, "sole_member", lambda self, group: False)  # exchange as in a group of many
     exchanged = _one_worker_run(tmp_path, "exchanged")
     maxima = [call for call in exchanged["all_reduce"] if call[1] == "max"]
     assert len(maxima) >= 2 * steps  # an entry clock and the training clock, a step
-    assert alone["all_reduce"] == [call for call in exchanged["all_reduce"] if call[1] == "sum"]  # the payloads
+    assert len([call for call in exchanged["all_reduce"] if call[1] == "sum"]) >= steps  # the payloads
     modelled = ("sim_", "clock_time_s", "comm_modelled", "bytes_sent", "train_loss", "test_acc_mean", "steps")
     numbers = {key: value for key, value in alone["summary"].items() if any(name in key for name in modelled)}
     assert len(numbers) >= 10 and numbers["final/sim_time_s"] == pytest.approx(8 * 2.5e-3)

@@ -399,9 +399,12 @@ class Channel:
         return len(self.cluster.ranks(group))
 
     def sole_member(self, group: str) -> bool:
-        """This rank is the group's only member: a reduction over it is this rank's own value, so
-        the modelled clock and the control traffic exchange nothing on it (the payload's
-        collective still goes to the transport, as a user's data-parallel program calls it)."""
+        """This rank is the group's only member: every collective over it is this rank's own
+        value (a sum or mean of one, a broadcast from itself, a gather of one), so nothing of it
+        goes to the transport: not the payload (:meth:`_collective` completes it in place), not
+        the modelled clock's entry clocks, not the control traffic. A one-worker run pays no
+        backend call per step (gloo's all_reduce of one rank still hands the buffer to its own
+        thread and back: ~50 us inside a CPU step, scripts/bench_step_overhead.py)."""
         return len(self.cluster.ranks(group)) == 1
 
     def _position(self, group: str, root: int) -> int:
@@ -447,11 +450,21 @@ class Channel:
         launch: Callable[[], Any],
         result: Any = None,
         divisor: int = 1,
+        alone: Callable[[], None] | None = None,
     ) -> Handle:
+        """Record, model and post one collective; on a group of one (:meth:`sole_member`) the
+        transport is not called: ``alone()`` (if given) makes the result in place and the
+        operation is complete at once, its traffic nothing (the ring and tree formulas give 0)."""
         record = self.record(kind, group, tensor.numel() * tensor.element_size(), sent)
         handle = Handle(self, record, tensor if result is None else result, divisor)
         if self._modelled is not None and self._phase == "train":  # else nothing to model (_timing)
             self._modelled.collective(handle, group, modelled_s)
+        if self.sole_member(group):
+            if alone is not None:
+                alone()
+            handle.works.append(_Completed())
+            record.wall_end = perf_counter()
+            return handle
         work = self._launch(launch)
         handle.works.append(work)  # add_work(work, payload=True), inline: once an operation
         self._in_flight.append((work, record))
@@ -518,6 +531,7 @@ class Channel:
             lambda: self._network().allgather_s(nbytes, members),
             lambda: self.transport.all_gather(gathered, tensor, group),
             result=gathered,
+            alone=lambda: gathered[0].copy_(tensor),
         )
         return self._finish(handle, async_op)
 
@@ -618,6 +632,22 @@ class Channel:
         tensor = torch.tensor([value], dtype=torch.float64, device=self.cluster.device)
         self.transport.all_reduce(tensor, "world", op="max").wait()
         return float(tensor.item())
+
+
+class _Completed:
+    """The work of a collective over a group of one: done when posted, a transfer of no length
+    (``started == finished``, so :func:`dlcomm.comm.waits.peer_wait` counts its wait as waiting)."""
+
+    __slots__ = ("started", "finished")
+
+    def __init__(self) -> None:
+        self.started = self.finished = perf_counter()
+
+    def is_completed(self) -> bool:
+        return True
+
+    def wait(self) -> bool:
+        return True
 
 
 _NOT_MODELLED = (math.nan,) * 4  # IterationComm's clock_time_s .. modelled_s under network=off
