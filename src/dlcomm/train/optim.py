@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, TypeVar
 
 from dlcomm.config.schema import EPS, LR, WARMUP_EPOCHS, WEIGHT_DECAY, OptimConfig, Schedule, domain
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     import torch
@@ -63,19 +62,13 @@ class Optimizer(Generic[C]):
         raise NotImplementedError(f"optimizer {cls.name} lacks build()")
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("optim", classes)  # installed packages' optimizers (entry points dlcomm.optimizers)
-
-
 def _betas(betas: list[float]) -> tuple[float, float]:
     """``optim.betas`` as the pair torch takes (its domain declares length 2)."""
     first, second = betas
     return first, second
 
 
-OPTIMIZERS: Registry[type[Optimizer]] = Registry(GROUPS["optim"], _plugins)  # all in this module
+OPTIMIZERS: Registry[type[Optimizer]] = registry_of("optim")  # all in this module
 register = OPTIMIZERS.register
 
 
