@@ -2,14 +2,16 @@
 never repeats a value of its schema (inside nested sections too: a network preset's ``inter`` link),
 and sets none at all (``name`` aside) where its schema serves it alone. A choice that would set
 nothing has no file: it is stored from its class (:func:`dlcomm.catalog.stored_choices`), and every
-knob is documented beside its field in the dataclass, where ``dlcomm config --explain`` reads it.
+knob is documented once, in its field's metadata in the dataclass (``means``, ``doc``), where
+``dlcomm config --explain`` and the refusals read it: neither a comment beside the field nor a
+preset file's comments say it again.
 
 A schema shared by several choices (``ViTConfig``: vit_s and vit_b; ``AdamConfig``: adam and
 adamw; ``IdxDatasetConfig``: mnist and fashion_mnist; ``SlurmLauncherConfig``: slurm and srun;
 ``NetworkConfig``: every network preset) holds the family's values; a file holds only what its
 choice changes (vit_s's sizes, adamw's weight decay, a data set's root, a preset's links). So the
 dataclass that code builds (``cls.Config(**knobs)``, ``ResNetConfig(name=...)``) and ``dlcomm
-train`` agree, and the dataclass's comments document every knob.
+train`` agree, and the dataclass's fields document every knob.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.catalog import choice_schemas
 from dlcomm.compose import all_schemas, compose
 from dlcomm.config.choices import CHOICE_GROUPS, choice_files, schema_name
+from dlcomm.config.schema import meaning
 from dlcomm.config.typed import plain
 from dlcomm.groups import GROUPS as RECORDS
 
@@ -106,21 +109,22 @@ def test_the_composed_algorithm_is_its_dataclass(name) -> None:
     assert composed == dataclasses.asdict(ALGORITHMS.all()[name].Config())
 
 
-def test_every_knob_of_a_choice_file_is_documented() -> None:
-    """The values live in the dataclasses; each file still names every knob of its choice in a comment."""
+def test_a_choice_file_does_not_say_again_what_its_knobs_mean() -> None:
+    """A knob's meaning is written once, in its field (``dlcomm config --explain`` reads it there): a
+    preset file's comments say why it picks its values, never ``# <knob>: what it is`` again."""
     from importlib import resources
 
-    missing = []
-    for group in DOCUMENTED_IN_FILE:
+    restated = []
+    for group in (*DOCUMENTED_IN_FILE, "network"):
         for choice, schema in _file_schemas(group).items():
+            knobs = {item.name for item in dataclasses.fields(schema)}
             text = resources.files("dlcomm.configs").joinpath(group, f"{choice}.yaml").read_text()
-            comments = "\n".join(line for line in text.splitlines() if line.startswith("#"))
-            missing += [
-                f"{group}={choice}: {f.name}"
-                for f in dataclasses.fields(schema)
-                if f.name != "name" and f.name not in comments
-            ]
-    assert not missing, missing
+            for line in text.splitlines():
+                head = line.lstrip("#").strip().split(":", 1)[0] if line.startswith("#") and ":" in line else ""
+                named = [word.strip() for word in head.split(",")]
+                if head and all(word in knobs for word in named):
+                    restated.append(f"configs/{group}/{choice}.yaml: {line.strip()}")
+    assert not restated, restated
 
 
 def _field_comments(cls: type) -> dict:
@@ -145,16 +149,16 @@ def _tokens(source: str) -> list:
 
 
 def _undocumented(schema: type, prefix: str = "") -> list:
-    """The knobs of ``schema`` without a comment where ``dlcomm config --explain`` looks: the field's
-    declaration in the schema or, failing that, in the nearest base that has one."""
+    """The knobs of ``schema`` without words where ``dlcomm config --explain`` looks: the field's
+    metadata (``means``, ``doc``) in the schema or, failing that, in the nearest base that declares it."""
     missing = []
     for item in dataclasses.fields(schema):
         if item.name == "name":
             continue
-        owner = next(klass for klass in schema.__mro__ if item.name in vars(klass).get("__annotations__", {}))
         declared = [klass for klass in schema.__mro__ if item.name in vars(klass).get("__annotations__", {})]
-        if not any(_field_comments(klass).get(item.name) for klass in declared):
-            missing.append(f"{prefix}{item.name} ({owner.__name__})")
+        if not any(any(meaning(klass.__dataclass_fields__[item.name])) for klass in declared):
+            missing.append(f"{prefix}{item.name} ({declared[0].__name__})")
+        owner = declared[0]
         kind = (
             item.type if isinstance(item.type, type) else getattr(sys.modules[owner.__module__], str(item.type), None)
         )
@@ -166,11 +170,21 @@ def _undocumented(schema: type, prefix: str = "") -> list:
 @pytest.mark.parametrize("group", [*sorted(RECORDS), "network"])
 def test_every_knob_is_documented_in_its_dataclass(group) -> None:
     """A choice's file sets (almost) nothing, or there is none; `dlcomm config --explain` prints
-    each knob's comment from the dataclass, so every knob (nested link sections too) has one, and
-    every choice's dataclass says what the choice is (its docstring, the table's head)."""
+    each knob's words from its field's metadata, so every knob (nested link sections too) has
+    some, none is described again in a comment beside its field (which nothing reads), and every
+    choice's dataclass says what the choice is (its docstring, the table's head)."""
     schemas = {*_schemas(group).values(), *choice_schemas(group).values()}
     missing = sorted({knob for schema in schemas for knob in _undocumented(schema)})
-    assert not missing, f"{group} knobs without a comment in their dataclass: {missing}"
+    assert not missing, f"{group} knobs without words (means= or doc= in their field's metadata): {missing}"
+    commented = sorted(
+        f"{klass.__name__}.{knob}: # {text}"
+        for schema in schemas
+        for klass in schema.__mro__
+        if dataclasses.is_dataclass(klass) and klass.__module__.startswith("dlcomm.")
+        for knob, text in _field_comments(klass).items()
+        if text
+    )
+    assert not commented, f"{group} knobs described in a comment, not in their field's doc=: {commented}"
     own = [schema for schema in schemas if schema.__module__.startswith("dlcomm.")]  # a plugin's are its own business
     generated = sorted(schema.__name__ for schema in own if (schema.__doc__ or "").startswith(f"{schema.__name__}("))
     assert not generated, f"{group} dataclasses without a docstring of their own: {generated}"

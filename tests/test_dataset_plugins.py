@@ -14,9 +14,9 @@ import pytest
 from fake_plugins import plugin_env, run_dlcomm, write_plugin
 
 SOURCE = """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dlcomm.config.schema import DatasetConfig
+from dlcomm.config.schema import DatasetConfig, doc
 from dlcomm.data.source import DataSource
 from dlcomm.errors import UserError
 
@@ -24,7 +24,7 @@ from dlcomm.errors import UserError
 @dataclass
 class {cls}Config(DatasetConfig):
     name: str = "{name}"
-    train_size: int = 512  # images in the training split
+    train_size: int = field(default=512, metadata=doc("images in the training split"))
     test_size: int = 64
     classes: int = 3
 

@@ -1,19 +1,51 @@
-"""``dlcomm config --explain <group>``: every knob with its type, value, default and the comment
-written beside it in its schema."""
+"""``dlcomm config --explain <group>``: every knob with its type, value, default and its words,
+written once in its field's metadata (``means``, the phrase a refusal uses, and ``doc``)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from dlcomm.compose import compose
 from dlcomm.config.explain import doc_of, explain, rows
-from dlcomm.config.schema import ReportConfig, TrainConfig
+from dlcomm.config.schema import OptimConfig, ReportConfig, TrainConfig, doc, domain
+from dlcomm.config.validate import check_value
 from dlcomm.errors import UserError
+from dlcomm.train.optim import SGDConfig
 
 
-def test_a_knob_s_doc_is_the_comment_beside_or_above_its_field() -> None:
-    assert doc_of(TrainConfig, "max_steps") == "total optimizer steps after which training stops; -1: no cap"
+def test_a_knob_s_words_are_its_field_s_means_and_doc_and_a_refusal_reads_the_same() -> None:
+    assert doc_of(TrainConfig, "max_steps") == (
+        "the cap on optimizer steps (-1: no cap); training stops after this many optimizer steps"
+    )
     assert doc_of(ReportConfig, "baseline").startswith("The method speedups and MA-acceleration are measured against")
+    assert doc_of(TrainConfig, "amp").startswith("mixed precision")  # a knob without a domain: doc= alone
+    # sgd redeclares lr for its default: its words stay its base's
+    assert (
+        doc_of(SGDConfig, "lr")
+        == doc_of(OptimConfig, "lr")
+        == ("the learning rate; applied to the global (all-worker) mean gradient")
+    )
+    field = next(item for item in dataclasses.fields(TrainConfig) if item.name == "max_steps")
+    with pytest.raises(
+        UserError, match=r"^train.max_steps=-2 is invalid: the cap on optimizer steps \(-1: no cap\) must"
+    ):
+        check_value("train.max_steps", -2, field)
+
+
+def test_explain_reads_the_field_not_its_source() -> None:
+    """A comment is nobody's copy: what --explain shows is the metadata, even for a dataclass with no
+    source file (one made at run time), and a comment beside a field shows nowhere."""
+    made = dataclasses.make_dataclass(
+        "Made",
+        [
+            ("depth", int, dataclasses.field(default=2, metadata=domain(low=1, means="the depth", doc="in blocks"))),
+            ("fast", bool, dataclasses.field(default=False, metadata=doc("skip the checks"))),
+            ("plain", int, dataclasses.field(default=0)),
+        ],
+    )
+    assert [row[4] for row in rows(made(), "made")] == ["the depth; in blocks", "skip the checks", ""]
 
 
 def test_every_knob_of_the_chosen_algorithm_with_its_value_and_default() -> None:
@@ -25,7 +57,7 @@ def test_every_knob_of_the_chosen_algorithm_with_its_value_and_default() -> None
         "int",
         "3",
         "0",
-        "0: the model's top-level blocks (ResNet: stem, stages, FC); k: k balanced runs of layers",
+        "the number of segments (0: the model's top-level blocks); ResNet's: stem, stages, FC; k: k balanced runs of layers",
     )
     assert set(table) == {"algo.name", "algo.segments", "algo.segmentwise", "algo.fair", "algo.gamma"}
 
@@ -34,9 +66,14 @@ def test_every_knob_of_the_chosen_algorithm_with_its_value_and_default() -> None
     ("choice", "head", "knob", "doc"),
     [
         ("algo=allreduce", "``algo=allreduce``, AllReduce-SGD: the mean gradient", "algo.overlap", "as DDP does"),
-        ("compress=topk", "``compress=topk``: top-k sparsification", "compress.ratio", "fraction of the entries"),
+        (
+            "compress=topk",
+            "``compress=topk``: top-k sparsification",
+            "compress.ratio",
+            "the fraction of entries sent; k =",
+        ),
         ("model=resnet18", "resnet18, resnet34, resnet50, resnet101", "model.cifar_stem", "3x3 stride-1"),
-        ("launcher=srun", "``launcher=srun``: inside a SLURM allocation", "launcher.partition", "SLURM partition"),
+        ("launcher=srun", "``launcher=srun``: inside a SLURM allocation", "launcher.partition", "sbatch's --partition"),
         ("optim=adam", "adam, adamw (torch)", "optim.betas", "the moments' decay rates"),
     ],
 )

@@ -15,16 +15,16 @@ from dlcomm.metrics import names
 from fake_plugins import run_dlcomm, write_plugin
 
 TASK = """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dlcomm.config.schema import TaskConfig
+from dlcomm.config.schema import TaskConfig, doc
 from dlcomm.tasks.base import Task
 
 
 @dataclass
 class MarginTaskConfig(TaskConfig):
     name: str = "margin"
-    margin: float = 1.0  # the hinge's margin
+    margin: float = field(default=1.0, metadata=doc("the hinge's margin"))
 
 
 class MarginTask(Task):

@@ -114,8 +114,8 @@ def test_a_choice_s_name_is_written_once(cls: type) -> None:
 
 
 def _registry() -> Registry:
-    thing = Group("thing", "things", "module:Thing", "a thing", "AlgoConfig", "thing", "module:THINGS", __name__)
-    return Registry(thing, lambda classes: None)
+    thing = Group("thing", "things", "module:Thing", "a thing", "AlgoConfig", "thing", __name__)
+    return Registry(thing)
 
 
 def test_register_takes_the_name_from_the_config_and_refuses_a_mismatch() -> None:

@@ -14,9 +14,9 @@ import pytest
 from fake_plugins import plugin_env, run_dlcomm, write_plugin
 
 OPTIMIZER = """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dlcomm.config.schema import OptimConfig
+from dlcomm.config.schema import OptimConfig, doc
 from dlcomm.errors import UserError
 from dlcomm.train.optim import Optimizer
 
@@ -25,7 +25,7 @@ from dlcomm.train.optim import Optimizer
 class FakeSGDConfig(OptimConfig):
     name: str = "{name}"
     lr: float = 0.1
-    dampening: float = 0.0  # torch's SGD dampening (no momentum: unused, a knob of its own)
+    dampening: float = field(default=0.0, metadata=doc("torch's SGD dampening (no momentum: unused, a knob of its own)"))
 
 
 class {cls}(Optimizer):

@@ -4,24 +4,23 @@ the package, exit 2."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from fake_plugins import run_dlcomm, write_plugin
+from fake_plugins import plugin_env, run_dlcomm, write_plugin
 
 ALGORITHM = """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlcomm.algorithms.base import Algorithm
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, doc
 
 
 @dataclass
 class {cls}Config(AlgoConfig):
     name: str = "{name}"
-    strength: float = 0.5  # how much it does
+    strength: float = field(default=0.5, metadata=doc("how much it does"))
 
 
 class {cls}(Algorithm):
@@ -62,10 +61,10 @@ def test_an_installed_plugin_s_algorithm_composes_with_its_yaml_and_display_name
     assert shown.returncode == 0, shown.stderr
     assert "algo:\n  name: fake_algo\n  strength: 0.75\n" in shown.stdout
     explained = _dlcomm(tmp_path, "config", "--explain", "algo", "algo=fake_algo")
-    assert "how much it does" in explained.stdout  # its own field's comment
+    assert "how much it does" in explained.stdout  # its own field's doc
     probe = subprocess.run(
         [sys.executable, "-c", "from dlcomm.report.plots import display_name; print(display_name('fake_algo'))"],
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        env=plugin_env(tmp_path),  # the code under test beside the plugin
         capture_output=True,
         text=True,
         timeout=120,

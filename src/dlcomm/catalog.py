@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 from importlib.resources import files as resource_files
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
@@ -31,6 +30,7 @@ from omegaconf import OmegaConf
 from dlcomm.config.choices import BASES, CHOICE_GROUPS, PACKAGE, knobs
 from dlcomm.errors import UserError
 from dlcomm.groups import GROUPS
+from dlcomm.registry import registry_of
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -52,13 +52,9 @@ __all__ = [
 
 
 def registry(group: str) -> Optional["Registry[Any]"]:
-    """The Registry of ``group``; None for a group of YAML files alone (network presets, experiments)."""
-    record = GROUPS.get(group)
-    if record is None:
-        return None
-    module, attribute = record.registry.split(":")
-    found: Registry[Any] = getattr(importlib.import_module(module), attribute)
-    return found
+    """The Registry of ``group`` (:func:`dlcomm.registry.registry_of`: made from its record); None
+    for a group of YAML files alone (network presets, experiments)."""
+    return registry_of(group) if group in GROUPS else None
 
 
 def classes(group: str) -> Dict[str, type]:
@@ -197,8 +193,10 @@ def _words(value: Any) -> Optional[List[str]]:
 
 
 def _schema_of(name: str) -> str:
-    """The choice whose schema ``name`` is (``vit_s_schema``: ``vit_s``; ``srun_launcher_schema``: ``srun``)."""
-    for suffix in ("_launcher_schema", "_schema"):
+    """The choice whose schema ``name`` is (``vit_s_schema``: ``vit_s``; ``srun_launcher_schema``:
+    ``srun``), by the groups' schema suffixes (:class:`dlcomm.groups.Group`), the longest first."""
+    suffixes = sorted({group.schema_suffix for group in GROUPS.values()}, key=len, reverse=True)
+    for suffix in suffixes:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name

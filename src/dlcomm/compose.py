@@ -24,40 +24,42 @@ if TYPE_CHECKING:
     from dlcomm.config.schema import RunConfig
 
 
-# The groups with classes, in the order their classes load (a plugin's refusal names the first).
-SCHEMA_GROUPS = tuple(GROUPS)  # every group whose choices are classes (dlcomm.groups)
-
-
 def all_schemas() -> list[tuple[Optional[str], str, type]]:
     """Every schema as ``(group, name, dataclass)``, under the name the YAML defaults lists use:
     :data:`SCHEMAS` (the run's, the task/model/network/launcher bases, the process launchers'
-    family), then each registered class's (:func:`schemas_of`), group by group."""
+    family), then each registered class's (:func:`schemas_of`), group by group in the order of
+    :data:`~dlcomm.groups.GROUPS` (the order their classes load: a plugin's refusal names the first)."""
     from dlcomm.catalog import classes
 
     found = list(SCHEMAS)
-    for group in SCHEMA_GROUPS:
+    for group in GROUPS:
         for name, cls in sorted(classes(group).items()):
             found += schemas_of(group, name, cls)
     return found
 
 
 def schemas_of(group: str, name: str, cls: Any) -> list[tuple[Optional[str], str, type]]:
-    """The schemas the class ``cls`` of ``<group>=<name>`` brings: an algorithm's and a
-    compressor's ``Config`` as ``<name>_schema``, a data set's, optimizer's or model's likewise
-    unless it is one of :data:`SCHEMAS` (:func:`dlcomm.plugins.extra_schemas`: ``vit_s_schema``,
-    ``adamw_schema``), a task's with knobs of its own likewise, a launcher's with a ``Config`` as
-    ``<name>_launcher_schema``."""
-    from dlcomm.config.schema import TaskConfig
-    from dlcomm.plugins import extra_schemas
-
+    """The schema the class ``cls`` of ``<group>=<name>`` brings, by the one rule its group's record
+    parameterises (:class:`dlcomm.groups.Group`): its ``Config`` as ``<name><schema_suffix>``
+    (``crossover_schema``, ``vit_s_schema``, ``threads_launcher_schema``), for a preset YAML's
+    defaults list; none for a class without a ``Config``, nor for one whose ``Config`` is among
+    :data:`SCHEMAS` (stored under its own name: ``TaskConfig``, ``ModelConfig``) unless the record
+    says ``schema_per_choice`` (``local_launcher_schema``). A name :data:`SCHEMAS` gives another
+    class of the group is refused in one line."""
+    record = GROUPS[group]
     config: Any = getattr(cls, "Config", None)
-    if group in ("algo", "compress") or (group == "task" and config is not TaskConfig):
-        return [(group, f"{name}_schema", config)]
-    if group == "launcher":
-        return [] if config is None else [(group, f"{name}_launcher_schema", config)]
-    if group in ("dataset", "optim", "model"):
-        return extra_schemas(group, {name: cls}, GROUPS[group].what)
-    return []
+    if not isinstance(cls, type) or config is None:
+        return []
+    if not record.schema_per_choice and any(node is config for _, _, node in SCHEMAS):
+        return []
+    schema = f"{name}{record.schema_suffix}"
+    taken = {called: node for where, called, node in SCHEMAS if where == group}
+    if taken.get(schema, config) is not config:
+        raise UserError(
+            f"{record.what} {name!r} ({cls.__module__}.{cls.__name__}) would register its Config as {schema}, "
+            f"which is {taken[schema].__name__}'s; rename the {record.what}"
+        )
+    return [(group, schema, config)]
 
 
 _STORED: dict[tuple[Optional[str], str], type] = {}  # what register_schemas last put in the ConfigStore (its class)
@@ -89,7 +91,7 @@ def register_schemas(overrides: Optional[list[str]] = None) -> bool:
         nodes = [*all_schemas(), *stored_choices()]
     else:
         nodes = [(group, name, node) for group, name, node in SCHEMAS if name in named.get(group or "", ())]
-        for group in SCHEMA_GROUPS:
+        for group in GROUPS:
             written = files(group)
             own = registry(group)
             choices = sorted(name for name in named.get(group, ()) if not name.endswith("_schema"))

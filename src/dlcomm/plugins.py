@@ -23,7 +23,7 @@ A package declares, in its ``pyproject.toml``::
 
 Each group's entry points name registered classes of that group (:data:`dlcomm.groups.GROUPS`: an
 ``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task``, ``Launcher`` or ``Compressor``
-subclass) whose name (:func:`dlcomm.registry.choice_name`: its ``Config``'s ``name`` default, or
+subclass) whose name (:func:`dlcomm.groups.choice_name`: its ``Config``'s ``name`` default, or
 the class's ``name``) is the entry point's and whose ``Config`` is a dataclass subclassing the
 group's schema base (``AlgoConfig``, ...; a launcher may have none). Each such class is a choice of its own,
 stored as Hydra's ``<group>/<name>`` (:func:`dlcomm.catalog.stored_choices`): it needs no YAML.
@@ -46,19 +46,19 @@ import importlib
 from functools import lru_cache
 from importlib import metadata
 from importlib.util import find_spec
-from typing import Mapping
+from typing import Any
 
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS
-from dlcomm.registry import choice_name
+from dlcomm.groups import GROUPS, Group, choice_name
 
 CONFIGS = "dlcomm.configs"  # packages of YAML that join Hydra's search path
 
 
 @lru_cache(maxsize=None)
 def _installed() -> dict[str, tuple[metadata.EntryPoint, ...]]:
-    """The installed entry points of dlcomm's groups (:data:`GROUPS`' and :data:`CONFIGS`), each
-    group's sorted, read at once: every read walks every installed package's metadata."""
+    """The installed entry points of dlcomm's groups (each record's of :data:`GROUPS`, and
+    :data:`CONFIGS`), each group's sorted, read at once: every read walks every installed
+    package's metadata."""
     every = metadata.entry_points()
     wanted = [*(group.entry_points for group in GROUPS.values()), CONFIGS]
     return {
@@ -67,7 +67,7 @@ def _installed() -> dict[str, tuple[metadata.EntryPoint, ...]]:
 
 
 def _entry_points(group: str) -> list[metadata.EntryPoint]:
-    return list(_installed()[group])
+    return list(_installed().get(group, ()))
 
 
 def declares(config_group: str) -> bool:
@@ -99,12 +99,11 @@ def _attribute(path: str) -> type:
 
 
 @lru_cache(maxsize=None)
-def plugin_classes(config_group: str) -> tuple[tuple[str, type, str], ...]:
-    """``(name, class, package)`` of every class the plugins declare for ``config_group``
-    (``algo``, ``dataset``, ...), loaded and checked once by the one rule for every group: each
-    entry point names a subclass of the group's base whose ``name`` is the entry point's and whose
-    ``Config`` is a dataclass subclassing the group's schema base."""
-    group = GROUPS[config_group]
+def plugin_classes(group: Group) -> tuple[tuple[str, type, str], ...]:
+    """``(name, class, package)`` of every class the plugins declare for ``group`` (a record of
+    :data:`GROUPS`), loaded and checked once by the one rule for every group: each entry point
+    names a subclass of the group's base whose ``name`` is the entry point's and whose ``Config``
+    is a dataclass subclassing the group's schema base."""
     config_base = _attribute(f"dlcomm.config.schema:{group.config_base}")
     found = []
     for point, cls, package in _plugin_classes(group.entry_points, _attribute(group.base), group.kind):
@@ -114,9 +113,10 @@ def plugin_classes(config_group: str) -> tuple[tuple[str, type, str], ...]:
     return tuple(found)
 
 
-def register_plugins(config_group: str, registry: dict[str, type]) -> None:
-    """Add the plugins' classes of ``config_group`` to ``registry`` (name -> class), refusing a taken name."""
-    _register(registry, plugin_classes(config_group), GROUPS[config_group].what, config_group)
+def register_plugins(group: Group, registry: dict[str, Any]) -> None:
+    """Add the plugins' classes of ``group`` to ``registry`` (name -> class), refusing a taken
+    name: what every group's :meth:`Registry.all <dlcomm.registry.Registry.all>` does."""
+    _register(registry, plugin_classes(group), group.what)
 
 
 def _schema_class(cls: type, base: type, what: str, point: metadata.EntryPoint, package: str) -> None:
@@ -157,7 +157,7 @@ def _plugin_classes(group: str, base: type, kind: str) -> list[tuple[metadata.En
     return found
 
 
-def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], ...], what: str, group: str) -> None:
+def _register(registry: dict[str, Any], plugins: tuple[tuple[str, type, str], ...], what: str) -> None:
     """Add ``plugins`` to ``registry`` (name -> class), refusing a taken name."""
     owners: dict[str, str] = {}
     for name, cls, package in plugins:
@@ -169,31 +169,6 @@ def _register(registry: dict[str, type], plugins: tuple[tuple[str, type, str], .
             )
         registry[name] = cls
         owners[name] = f"plugin {package}'s"
-
-
-def extra_schemas(group: str, classes: Mapping[str, object], what: str) -> list[tuple[str | None, str, type]]:
-    """``(group, "<name>_schema", Config)`` of every class of ``classes`` (name -> a class with a
-    ``Config``; other entries, such as a built-in model's builder path, are skipped) whose
-    ``Config`` is not among :data:`dlcomm.config.schema.SCHEMAS` (dlcomm's and the plugins'), for
-    Hydra's ConfigStore; refuses a schema name one of those already has for another class (``what``
-    names the choice in the message: "data set", "optimizer", "model")."""
-    from dlcomm.config.schema import SCHEMAS
-
-    known = {node for _, _, node in SCHEMAS}
-    taken = {name: node for where, name, node in SCHEMAS if where == group}
-    found: dict[str, type] = {}
-    for name, cls in sorted(classes.items()):
-        config = getattr(cls, "Config", None)
-        if not isinstance(cls, type) or config is None or config in known:
-            continue
-        schema = f"{name}_schema"
-        if schema in taken:
-            raise UserError(
-                f"{what} {name!r} ({cls.__module__}.{cls.__name__}) would register its Config as {schema}, "
-                f"which is {taken[schema].__name__}'s; rename the {what}"
-            )
-        found[schema] = config
-    return [(group, schema, node) for schema, node in found.items()]
 
 
 @lru_cache(maxsize=None)

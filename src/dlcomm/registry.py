@@ -25,54 +25,20 @@ others' machinery). Those modules load without torch: composing a configuration 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import pkgutil
 import re
-from typing import Callable, Generic, Optional, TypeVar
+from typing import Any, Generic, Optional, TypeVar
 
 from dlcomm.errors import UserError
-from dlcomm.groups import Group
+from dlcomm.groups import GROUPS, MISSING, Group, choice_name, config_name
+
+__all__ = ["MISSING", "Registry", "choice_name", "config_name", "registry_of"]
 
 T = TypeVar("T")
 
-MISSING = "???"  # omegaconf.MISSING: a Config's name left to the classes that share it
 _REGISTERS = re.compile(r"^@register\b", re.MULTILINE)  # a module that holds a choice: `@register` on a top-level class
-
-
-def config_name(config: object) -> Optional[str]:
-    """The ``name`` default of a ``Config`` dataclass, or None (no Config, no ``name`` field, or
-    ``name`` left MISSING for the choices that share it to set)."""
-    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
-        return None
-    field = {item.name: item for item in dataclasses.fields(config)}.get("name")
-    default = field.default if field is not None else dataclasses.MISSING
-    return default if isinstance(default, str) and default != MISSING else None
-
-
-def choice_name(cls: type) -> str:
-    """The name of choice class ``cls``, written once: its own ``name`` (set in its body), else its
-    ``Config``'s ``name`` default. Raises ValueError for a class with neither, and for one whose
-    body sets both a ``name`` and a ``Config`` that names another choice (two spellings that
-    disagree: the composed section would not name the class)."""
-    own = cls.__dict__.get("name")
-    config = getattr(cls, "Config", None)
-    default = config_name(config)
-    if own is None:
-        if default is None:
-            raise ValueError(
-                f"{cls.__module__}.{cls.__qualname__} has no name: give its Config a `name` default "
-                "(a Config of its own) or the class a `name` (a Config several choices share)"
-            )
-        return default
-    if "Config" in cls.__dict__ and default is not None and default != own:
-        raise ValueError(
-            f"{cls.__module__}.{cls.__qualname__} is named {own!r} but its Config "
-            f"{getattr(config, '__name__', config)} names {default!r}: write the name once, in the Config "
-            "(delete the class's `name`)"
-        )
-    return str(own)
 
 
 def _source(module: str) -> str:
@@ -87,12 +53,13 @@ class Registry(Generic[T]):
     """The classes of one group by name, as the group's record (:class:`dlcomm.groups.Group`)
     says: ``what`` names a choice in messages ("algorithm"); ``key`` is its config key
     ("algo.name"); ``home`` the package or module whose import registers the group's own choices (a
-    package: each of its modules that holds one, imported once: :meth:`choice_modules`);
-    ``plugins`` adds the installed plugins' classes to a name -> class dict (refusing taken names)."""
+    package: each of its modules that holds one, imported once: :meth:`choice_modules`); the
+    installed plugins' classes of its entry-point group join them (:func:`dlcomm.plugins.register_plugins`,
+    refusing taken names). One per group: :func:`registry_of`."""
 
-    def __init__(self, group: Group, plugins: Callable[[dict[str, T]], None]) -> None:
+    def __init__(self, group: Group) -> None:
+        self.group = group
         self.what, self.key, self.home = group.what, f"{group.config_group}.name", group.home
-        self.plugins = plugins
         self._classes: dict[str, T] = {}
         self._discovered = False  # every class: the home's and the plugins'
         self._imported = False  # the home's own modules, every one
@@ -132,8 +99,10 @@ class Registry(Generic[T]):
     def all(self) -> dict[str, T]:
         """Every class by name: the home's (its modules imported once) and the plugins'."""
         if not self._discovered:
+            from dlcomm.plugins import register_plugins  # deferred: it reads the entry points
+
             self._import_own()
-            self.plugins(self._classes)
+            register_plugins(self.group, self._classes)
             self._discovered = True
         return dict(self._classes)
 
@@ -172,3 +141,18 @@ class Registry(Generic[T]):
             return self.get(name)
         except UserError:
             return None
+
+
+_ONE: dict[str, Registry[Any]] = {}  # the Registry of each group, made when first asked for
+
+
+def registry_of(group: str) -> Registry[Any]:
+    """The one :class:`Registry` of config group ``group`` (a key of :data:`dlcomm.groups.GROUPS`),
+    made from its record the first time it is asked for. A group's choice modules register with
+    it (``register = registry_of("algo").register``; the packages name it with its class's type:
+    ``ALGORITHMS: Registry[type[Algorithm]] = registry_of("algo")``); a new group needs no
+    registry module of its own."""
+    found = _ONE.get(group)
+    if found is None:
+        found = _ONE[group] = Registry(GROUPS[group])
+    return found

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, Bucket, make_buckets
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, doc
 
 if TYPE_CHECKING:
     import torch
@@ -39,9 +39,12 @@ class AllreduceConfig(AlgoConfig):
 
     name: str = "allreduce"
     bucket_mb: float = field(
-        default=25.0, metadata=BUCKET_MB
-    )  # gradient bucket size in MiB; 0: one bucket per parameter tensor (layer-wise)
-    overlap: bool = False  # true: launch each bucket's allreduce during backward, as DDP does
+        default=25.0,
+        metadata=doc("gradient buckets; 0 is layer-wise", BUCKET_MB),
+    )
+    overlap: bool = field(
+        default=False, metadata=doc("true: launch each bucket's allreduce during backward, as DDP does")
+    )
 
 
 @register

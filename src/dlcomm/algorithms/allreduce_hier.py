@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, Bucket, make_buckets
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, doc
 
 if TYPE_CHECKING:
     import torch
@@ -34,9 +34,7 @@ class AllreduceHierConfig(AlgoConfig):
     leaders cross the inter-node network."""
 
     name: str = "allreduce_hier"
-    bucket_mb: float = field(
-        default=25.0, metadata=BUCKET_MB
-    )  # gradient bucket size in MiB; 0: one bucket per parameter tensor
+    bucket_mb: float = field(default=25.0, metadata=doc("gradient buckets", BUCKET_MB))
 
 
 @register

@@ -45,7 +45,7 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig, domain
+from dlcomm.config.schema import AlgoConfig, doc, domain
 from dlcomm.config.validate import require
 from dlcomm.topology.graphs import fair_random_sources, random_sources, receivers_of
 
@@ -62,13 +62,29 @@ class CrossoverConfig(AlgoConfig):
 
     name: str = "crossover"
     segments: int = field(
-        default=0, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
-    )  # 0: the model's top-level blocks (ResNet: stem, stages, FC); k: k balanced runs of layers
-    segmentwise: bool = True  # false: the whole model is one segment (the paper's ablation)
-    fair: bool = True  # false: each rank pulls from an independent uniform source (the authors' unfair ablation)
+        default=0,
+        metadata=domain(
+            low=0,
+            means="the number of segments (0: the model's top-level blocks)",
+            doc="ResNet's: stem, stages, FC; k: k balanced runs of layers",
+        ),
+    )
+    segmentwise: bool = field(
+        default=True, metadata=doc("false: the whole model is one segment (the paper's ablation)")
+    )
+    fair: bool = field(
+        default=True,
+        metadata=doc("false: each rank pulls from an independent uniform source (the authors' unfair ablation)"),
+    )
     gamma: float = field(
-        default=1.0, metadata=domain(above=0, high=1, means="CHOCO's consensus step")
-    )  # compress=<name>: CHOCO-Gossip's consensus step size towards the per-pair copies (docs/compression.md; unused uncompressed)
+        default=1.0,
+        metadata=domain(
+            above=0,
+            high=1,
+            means="CHOCO's consensus step",
+            doc="compress=<name>: CHOCO-Gossip's step towards the per-pair copies (docs/compression.md; unused uncompressed)",
+        ),
+    )
 
 
 class CrossoverGossip:

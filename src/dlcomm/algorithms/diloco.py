@@ -43,7 +43,7 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
 from dlcomm.algorithms.outer import OuterSGD
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig, domain
+from dlcomm.config.schema import AlgoConfig, doc, domain
 
 if TYPE_CHECKING:
     import torch
@@ -58,18 +58,32 @@ class DiLoCoConfig(AlgoConfig):
 
     name: str = "diloco"
     period: int = field(
-        default=20, metadata=domain(low=1, means="H, the number of inner steps between outer steps,")
-    )  # the paper's H is 500 (over ~88k steps); 20 fits dlcomm's runs of a few hundred steps
+        default=20,
+        metadata=domain(
+            low=1,
+            means="H, the number of inner steps between outer steps,",
+            doc="the paper's H is 500 (over ~88k steps); 20 fits dlcomm's runs of a few hundred steps",
+        ),
+    )
     outer_lr: float = field(
-        default=0.7, metadata=domain(above=0, means="the outer SGD's learning rate")
-    )  # the outer SGD's learning rate (the paper's 0.7)
+        default=0.7,
+        metadata=domain(above=0, means="the outer SGD's learning rate", doc="the paper's 0.7"),
+    )
     outer_momentum: float = field(
-        default=0.9, metadata=domain(low=0, below=1, means="the outer SGD's momentum")
-    )  # the paper's 0.9; 0: plain outer SGD (nesterov then changes nothing; with outer_lr=1 it is Local-SGD)
-    nesterov: bool = True  # Nesterov momentum on the outer step (the paper's); false: heavy ball
+        default=0.9,
+        metadata=domain(
+            low=0,
+            below=1,
+            means="the outer SGD's momentum",
+            doc="Nesterov's, the paper's 0.9; 0: plain outer SGD (nesterov then changes nothing; with outer_lr=1 it is Local-SGD)",
+        ),
+    )
+    nesterov: bool = field(
+        default=True, metadata=doc("Nesterov momentum on the outer step (the paper's); false: heavy ball")
+    )
     bucket_mb: float = field(
-        default=25.0, metadata=BUCKET_MB
-    )  # size in MiB of the flat buffers used for the outer gradient's allreduce
+        default=25.0, metadata=doc("the flat buffers of the outer gradient's allreduce", BUCKET_MB)
+    )
 
 
 @register

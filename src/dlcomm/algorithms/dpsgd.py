@@ -43,11 +43,22 @@ class DPSGDConfig(AlgoConfig):
 
     name: str = "dpsgd"
     segments: int = field(
-        default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
-    )  # messages per neighbour: 1: the whole model, 0: the model's top-level blocks, k: k runs of layers
+        default=1,
+        metadata=domain(
+            low=0,
+            means="the number of segments (0: the model's top-level blocks)",
+            doc="messages per neighbour: 1: the whole model; k: k runs of layers",
+        ),
+    )
     gamma: float = field(
-        default=1.0, metadata=domain(above=0, high=1, means="CHOCO's consensus step")
-    )  # compress=<name>: CHOCO-Gossip's consensus step size (docs/compression.md; unused uncompressed)
+        default=1.0,
+        metadata=domain(
+            above=0,
+            high=1,
+            means="CHOCO's consensus step",
+            doc="compress=<name>: CHOCO-Gossip's step size (docs/compression.md; unused uncompressed)",
+        ),
+    )
 
 
 @register

@@ -73,18 +73,38 @@ class GossipPullConfig(AlgoConfig):
 
     name: str = "gossip_pull"
     period: int = field(
-        default=16, metadata=domain(low=1, means="T, the number of local steps per window,")
-    )  # T: local steps per window, one pull and one averaging each (the paper: 16)
+        default=16,
+        metadata=domain(
+            low=1,
+            means="T, the number of local steps per window,",
+            doc="one pull and one averaging each window (the paper: 16)",
+        ),
+    )
     overlap: str = field(
         default="scheduled",
-        metadata=domain(one_of=("none", "naive", "scheduled"), means="the overlap of a pull with the window"),
-    )  # none: blocking pull at the window's end | naive: pull from the window's start | scheduled: start at end - c_ij
+        metadata=domain(
+            one_of=("none", "naive", "scheduled"),
+            means="the overlap of a pull with the window",
+            doc="none: blocking pull at the window's end | naive: pull from the window's start | scheduled: start at end - c_ij",
+        ),
+    )
     scheduler: str = field(
-        default="managed", metadata=domain(one_of=("managed", "autonomous"), means="the pull scheduler")
-    )  # managed: a manager process hands out free peers and learns c_ij | autonomous: peers reserve themselves, no manager (no single point of failure)
+        default="managed",
+        metadata=domain(
+            one_of=("managed", "autonomous"),
+            means="the pull scheduler",
+            doc="managed: a manager process hands out free peers and learns c_ij | autonomous: peers reserve themselves, no manager (no single point of failure)",
+        ),
+    )
     theta: float = field(
-        default=0.1, metadata=domain(low=0, below=1, means="the UPDATE_TIME threshold")
-    )  # UPDATE_TIME threshold: a measurement within +-theta of the estimate is averaged in (the paper gives no value)
+        default=0.1,
+        metadata=domain(
+            low=0,
+            below=1,
+            means="the UPDATE_TIME threshold",
+            doc="a measurement within +-theta of the estimate is averaged in (the paper gives no value)",
+        ),
+    )
 
 
 @dataclass

@@ -26,7 +26,7 @@ from dlcomm.algorithms.anchored import ChangeAverage
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig, domain
+from dlcomm.config.schema import AlgoConfig, doc, domain
 
 if TYPE_CHECKING:
     import torch
@@ -39,11 +39,10 @@ class LocalSGDConfig(AlgoConfig):
 
     name: str = "local_sgd"
     period: int = field(
-        default=2, metadata=domain(low=1, means="H, the number of local steps between averagings,")
-    )  # H: average after every H local steps (the SESGD paper uses 2)
-    bucket_mb: float = field(
-        default=25.0, metadata=BUCKET_MB
-    )  # size in MiB of the flat buffers used for the averaging allreduce
+        default=2,
+        metadata=domain(low=1, means="H, the number of local steps between averagings,", doc="the SESGD paper uses 2"),
+    )
+    bucket_mb: float = field(default=25.0, metadata=doc("the flat buffers of the averaging allreduce", BUCKET_MB))
 
 
 @register

@@ -29,7 +29,7 @@ from dlcomm.algorithms.anchored import ChangeAverage
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, Bucket, make_buckets
 from dlcomm.algorithms.registry import register
-from dlcomm.config.schema import AlgoConfig, domain
+from dlcomm.config.schema import AlgoConfig, doc, domain
 from dlcomm.config.validate import require
 from dlcomm.errors import UserError
 
@@ -45,9 +45,14 @@ class NodeBasedConfig(AlgoConfig):
 
     name: str = "node_based"
     k_prime: int = field(
-        default=-1, metadata=domain(low=-1, means="K', the iterations between consensus points (-1: once per epoch),")
-    )  # K': iterations between inter-node consensus points within an epoch; -1: once per epoch
-    bucket_mb: float = field(default=25.0, metadata=BUCKET_MB)  # gradient and parameter buckets, MiB
+        default=-1,
+        metadata=domain(
+            low=-1,
+            means="K', the iterations between consensus points (-1: once per epoch),",
+            doc="inter-node consensus, within an epoch",
+        ),
+    )
+    bucket_mb: float = field(default=25.0, metadata=doc("gradient and parameter buckets", BUCKET_MB))
 
 
 @register

@@ -16,7 +16,7 @@ from dlcomm.algorithms.ps import ParameterServer
 from dlcomm.algorithms.registry import register
 from dlcomm.compress import LayerDrop, ResidualMemory
 from dlcomm.compress.layerdrop import DROP_RATIO, RECOMPUTE_EVERY
-from dlcomm.config.schema import AlgoConfig
+from dlcomm.config.schema import AlgoConfig, doc
 
 if TYPE_CHECKING:
     import torch
@@ -30,11 +30,13 @@ class PSLayerDropConfig(AlgoConfig):
 
     name: str = "ps_layerdrop"
     ratio: float = field(
-        default=0.9, metadata=DROP_RATIO
-    )  # R: fraction of all gradient entries dropped when the threshold is recomputed (0: plain ps)
+        default=0.9,
+        metadata=doc("counted over all gradient entries, when the threshold is recomputed (0: plain ps)", DROP_RATIO),
+    )
     recompute_every: int = field(
-        default=100, metadata=RECOMPUTE_EVERY
-    )  # steps between threshold recomputations (the paper: 100), first at step 0
+        default=100,
+        metadata=doc("the paper: 100; the first at step 0", RECOMPUTE_EVERY),
+    )
 
 
 @register

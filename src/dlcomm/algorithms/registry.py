@@ -17,18 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     from dlcomm.algorithms.base import Algorithm
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("algo", classes)  # installed packages' algorithms (entry points dlcomm.algorithms)
-
-
-ALGORITHMS: Registry[type["Algorithm"]] = Registry(GROUPS["algo"], _plugins)
+ALGORITHMS: Registry[type["Algorithm"]] = registry_of("algo")
 register = ALGORITHMS.register

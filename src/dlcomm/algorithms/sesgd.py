@@ -40,7 +40,7 @@ from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
 from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.comm.ring import ring_allreduce
-from dlcomm.config.schema import AlgoConfig, domain
+from dlcomm.config.schema import AlgoConfig, doc, domain
 from dlcomm.config.validate import require
 from dlcomm.topology.graphs import group_of, shuffled_groups
 
@@ -58,15 +58,22 @@ class SESGDConfig(AlgoConfig):
 
     name: str = "sesgd"
     groups: int = field(
-        default=4, metadata=domain(low=1, means="k, the number of groups per iteration,")
-    )  # k: groups per iteration; must divide the world size
-    bucket_mb: float = field(
-        default=0.0, metadata=BUCKET_MB
-    )  # 0: one message per parameter tensor (layer-wise, as the paper)
-    period: int = field(default=1, metadata=PERIOD)  # average after every period-th step (local_sesgd; 1 = SESGD)
+        default=4,
+        metadata=domain(low=1, means="k, the number of groups per iteration,", doc="it must divide the world size"),
+    )
+    bucket_mb: float = field(default=0.0, metadata=doc("0 is layer-wise, as the paper", BUCKET_MB))
+    period: int = field(
+        default=1, metadata=doc("averaging after every period-th step (local_sesgd; 1 = SESGD)", PERIOD)
+    )
     gamma: float = field(
-        default=1.0, metadata=domain(above=0, high=1, means="the consensus step")
-    )  # compress=<name>: the consensus step towards the group's per-pair copies (docs/compression.md; unused uncompressed)
+        default=1.0,
+        metadata=domain(
+            above=0,
+            high=1,
+            means="the consensus step",
+            doc="compress=<name>: towards the group's per-pair copies (docs/compression.md; unused uncompressed)",
+        ),
+    )
 
 
 @dataclass
@@ -75,7 +82,7 @@ class LocalSESGDConfig(SESGDConfig):
     ``period`` (H) steps (section 9)."""
 
     name: str = "local_sesgd"
-    period: int = field(default=2, metadata=PERIOD)  # H: the paper uses 2
+    period: int = field(default=2, metadata=doc("H (the paper uses 2)", PERIOD))
 
 
 @register

@@ -46,7 +46,7 @@ from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.pair_copies import PairCopies
 from dlcomm.algorithms.registry import register
 from dlcomm.algorithms.segments import bind_segments, split_segments
-from dlcomm.config.schema import AlgoConfig, domain
+from dlcomm.config.schema import AlgoConfig, doc, domain
 from dlcomm.topology.graphs import EXPONENTIAL_CYCLES, exponential_hop
 
 if TYPE_CHECKING:
@@ -59,14 +59,15 @@ class SGPConfig(AlgoConfig):
     exponential graph (section 4)."""
 
     name: str = "sgp"
-    overlap: bool = False  # consume messages one iteration late (staleness 1)
+    overlap: bool = field(default=False, metadata=doc("consume messages one iteration late (staleness 1)"))
     cycle: str = field(
         default="sgp",
         metadata=domain(
             one_of=EXPONENTIAL_CYCLES,
             means="the cycle of peers (sgp: the reference code's schedule, unique: its hops once each)",
+            doc="sgp: SGP's phone book +1 -1 +2 -2 ... as its code runs it (duplicates kept); unique; power2",
         ),
-    )  # sgp: SGP's phone book +1 -1 +2 -2 ... as its code runs it (duplicates kept); unique; power2
+    )
 
 
 @register

@@ -59,23 +59,46 @@ class StreamingDiLoCoConfig(DiLoCoConfig):
 
     name: str = "streaming_diloco"
     fragments: int = field(
-        default=2, metadata=domain(low=1, means="P, the number of fragments synchronised in turn,")
-    )  # P: the groups of layers synchronised in turn (how they are grouped: pattern)
-    # strided: fragment p holds layers p, p + P, p + 2P, ... (the paper's default, "interleaved");
-    # sequential: P contiguous runs of layers of about equal parameter counts
+        default=2,
+        metadata=domain(
+            low=1,
+            means="P, the number of fragments synchronised in turn,",
+            doc="groups of layers (how they are grouped: pattern)",
+        ),
+    )
     pattern: str = field(
         default="strided",
-        metadata=domain(one_of=("strided", "sequential"), means="how the layers are grouped into fragments"),
+        metadata=domain(
+            one_of=("strided", "sequential"),
+            means="how the layers are grouped into fragments",
+            doc='strided: fragment p holds layers p, p + P, p + 2P, ... (the paper\'s default, "interleaved"); sequential: P contiguous runs of layers of about equal parameter counts',
+        ),
     )
     overlap_steps: int = field(
-        default=1, metadata=domain(low=0, means="tau, the inner steps a fragment's exchange overlaps,")
-    )  # tau: the inner steps an exchange overlaps (overlap_steps * fragments < period); 0: each fragment's exchange blocks, as DiLoCo's
+        default=1,
+        metadata=domain(
+            low=0,
+            means="tau, the inner steps a fragment's exchange overlaps,",
+            doc="overlap_steps * fragments < period; 0: each fragment's exchange blocks, as DiLoCo's",
+        ),
+    )
     outer_lr: float = field(
-        default=0.4, metadata=domain(above=0, means="the outer SGD's learning rate")
-    )  # the Streaming DiLoCo paper's, tuned once and kept for DiLoCo and Streaming DiLoCo at every scale
+        default=0.4,
+        metadata=domain(
+            above=0,
+            means="the outer SGD's learning rate",
+            doc="the Streaming DiLoCo paper's, tuned once and kept for DiLoCo and Streaming DiLoCo at every scale",
+        ),
+    )
     alpha: float = field(
-        default=0.5, metadata=domain(low=0, high=1, means="the mixing factor of the local parameters")
-    )  # x <- alpha x + (1 - alpha) theta; the paper states no default (its Figs. 8 and 10: 0.5); 0 replaces the fragment by theta (DiLoCo's restart)
+        default=0.5,
+        metadata=domain(
+            low=0,
+            high=1,
+            means="the mixing factor of the local parameters",
+            doc="x <- alpha x + (1 - alpha) theta; the paper states no default (its Figs. 8 and 10: 0.5); 0 replaces the fragment by theta (DiLoCo's restart)",
+        ),
+    )
 
 
 def fragment_offsets(period: int, fragments: int) -> list[int]:

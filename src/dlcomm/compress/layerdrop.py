@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig, domain
+from dlcomm.config.schema import CompressConfig, doc, domain
 
 if TYPE_CHECKING:
     import torch
@@ -101,11 +101,13 @@ class LayerDropConfig(CompressConfig):
 
     name: str = "layerdrop"
     ratio: float = field(
-        default=0.9, metadata=DROP_RATIO
-    )  # R: fraction of all gradient entries dropped when the threshold is recomputed
+        default=0.9,
+        metadata=doc("counted over all gradient entries, when the threshold is recomputed", DROP_RATIO),
+    )
     recompute_every: int = field(
-        default=100, metadata=RECOMPUTE_EVERY
-    )  # steps between threshold recomputations (the paper: 100), first at step 0
+        default=100,
+        metadata=doc("the paper: 100; the first at step 0", RECOMPUTE_EVERY),
+    )
 
 
 @register

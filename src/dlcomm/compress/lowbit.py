@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from dlcomm.compress.base import Compressor, check_block
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig, domain
+from dlcomm.config.schema import CompressConfig, doc, domain
 from dlcomm.config.validate import require
 
 #: bits -> (exponent bits, mantissa bits, whether the top code is NaN and left out)
@@ -45,12 +45,24 @@ class LowBitConfig(CompressConfig):
 
     name: str = "lowbit"
     bits: int = field(
-        default=4, metadata=domain(one_of=tuple(FORMATS), means="the bits per entry (4: E3M0, 8: E4M3),")
-    )  # 4: E3M0 (0, 0.25, ..., 16), Streaming DiLoCo's; 8: E4M3 (torch.float8_e4m3fn)
+        default=4,
+        metadata=domain(
+            one_of=tuple(FORMATS),
+            means="the bits per entry (4: E3M0, 8: E4M3),",
+            doc="E3M0: 0, 0.25, ..., 16, Streaming DiLoCo's; E4M3: torch.float8_e4m3fn",
+        ),
+    )
     block_size: int = field(
-        default=128, metadata=domain(low=1, means="B, the number of entries sharing one scale,")
-    )  # entries sharing one float32 scale (the largest magnitude of the block maps to the format's largest)
-    error_feedback: bool = False  # memory of the rounding error; off: the paper's rule names none
+        default=128,
+        metadata=domain(
+            low=1,
+            means="B, the number of entries sharing one scale,",
+            doc="one float32 scale: the largest magnitude of the block maps to the format's largest",
+        ),
+    )
+    error_feedback: bool = field(
+        default=False, metadata=doc("memory of the rounding error; off: the paper's rule names none")
+    )
 
 
 def magnitudes(bits: int):

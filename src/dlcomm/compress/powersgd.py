@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Sequence, cast
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import SEED_MAX, CompressConfig, domain
+from dlcomm.config.schema import SEED_MAX, CompressConfig, doc, domain
 
 if TYPE_CHECKING:
     import torch
@@ -47,19 +47,39 @@ class PowerSGDConfig(CompressConfig):
 
     name: str = "powersgd"
     rank: int = field(
-        default=1, metadata=domain(low=1, means="r, the rank of each approximation,")
-    )  # matrix_approximation_rank: the rank r of each approximation P Q^T
+        default=1,
+        metadata=domain(
+            low=1, means="r, the rank of each approximation,", doc="torch's matrix_approximation_rank, of P Q^T"
+        ),
+    )
     start_iter: int = field(
-        default=10, metadata=domain(low=0, means="the number of plain steps before compression begins")
-    )  # start_powerSGD_iter: steps of plain mean before compression begins (> 1 with warm start or error feedback)
+        default=10,
+        metadata=domain(
+            low=0,
+            means="the number of plain steps before compression begins",
+            doc="start_powerSGD_iter: steps of the plain mean (> 1 with warm start or error feedback)",
+        ),
+    )
     min_compression_rate: float = field(
-        default=2.0, metadata=domain(above=0, means="the minimum compression rate")
-    )  # compress a matrix only when n m > (n + m) r times this
-    error_feedback: bool = True  # use_error_feedback: add the last step's compression error to the tensor
-    warm_start: bool = True  # reuse the last step's Q (orthogonalised again) instead of drawing a new one
+        default=2.0,
+        metadata=domain(
+            above=0, means="the minimum compression rate", doc="compress a matrix only when n m > (n + m) r times this"
+        ),
+    )
+    error_feedback: bool = field(
+        default=True, metadata=doc("use_error_feedback: add the last step's compression error to the tensor")
+    )
+    warm_start: bool = field(
+        default=True, metadata=doc("reuse the last step's Q (orthogonalised again) instead of drawing a new one")
+    )
     random_seed: int = field(
-        default=0, metadata=domain(low=0, high=SEED_MAX)
-    )  # seeds the numpy generator whose draws seed each new Q (the same on every rank; numpy takes 0 to 2**32 - 1)
+        default=0,
+        metadata=domain(
+            low=0,
+            high=SEED_MAX,
+            doc="seeds the numpy generator whose draws seed each new Q (the same on every rank; numpy takes 0 to 2**32 - 1)",
+        ),
+    )
 
 
 def should_compress(n: int, m: int, rank: int, min_rate: float) -> bool:

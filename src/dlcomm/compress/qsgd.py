@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from dlcomm.compress.base import Compressor, check_block
 from dlcomm.compress.randomk import draw_seed
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig, domain
+from dlcomm.config.schema import CompressConfig, doc, domain
 
 
 @dataclass
@@ -30,12 +30,21 @@ class QSGDConfig(CompressConfig):
 
     name: str = "qsgd"
     levels: int = field(
-        default=127, metadata=domain(low=1, high=32767, means="s, the quantisation levels per sign,")
-    )  # s: quantisation levels per sign (GRACE's quantum_num); < 128 sends int8, more float16
+        default=127,
+        metadata=domain(
+            low=1,
+            high=32767,
+            means="s, the quantisation levels per sign,",
+            doc="GRACE's quantum_num; < 128 sends int8, more float16",
+        ),
+    )
     bucket_size: int = field(
-        default=128, metadata=domain(low=1, means="B, the number of entries sharing one norm,")
-    )  # B: entries sharing one norm
-    error_feedback: bool = False  # memory of the rounding error; QSGD is unbiased: none unless asked for
+        default=128,
+        metadata=domain(low=1, means="B, the number of entries sharing one norm,"),
+    )
+    error_feedback: bool = field(
+        default=False, metadata=doc("memory of the rounding error; QSGD is unbiased: none unless asked for")
+    )
 
 
 @register

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
 from dlcomm.compress.topk import SENT_RATIO, kept
-from dlcomm.config.schema import CompressConfig
+from dlcomm.config.schema import CompressConfig, doc
 
 
 @dataclass
@@ -29,9 +29,12 @@ class RandomKConfig(CompressConfig):
 
     name: str = "randomk"
     ratio: float = field(
-        default=0.01, metadata=SENT_RATIO
-    )  # fraction of the entries sent (k = max(1, floor(d * ratio)) per bucket, drawn with replacement)
-    error_feedback: bool = True  # add what was not sent to the next step's tensor (GRACE's ResidualMemory)
+        default=0.01,
+        metadata=doc("k = max(1, floor(d * ratio)) per bucket, drawn with replacement", SENT_RATIO),
+    )
+    error_feedback: bool = field(
+        default=True, metadata=doc("add what was not sent to the next step's tensor (GRACE's ResidualMemory)")
+    )
 
 
 def draw_seed(seed: int, key: object, step: int) -> int:

@@ -9,18 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     from dlcomm.compress.base import Compressor
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("compress", classes)  # installed packages' compressors (entry points dlcomm.compressors)
-
-
-COMPRESSORS: Registry[type["Compressor"]] = Registry(GROUPS["compress"], _plugins)
+COMPRESSORS: Registry[type["Compressor"]] = registry_of("compress")
 register = COMPRESSORS.register

@@ -24,7 +24,7 @@ from typing import Hashable
 
 from dlcomm.compress.base import Compressor, ErrorFeedback
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig, domain
+from dlcomm.config.schema import CompressConfig, doc, domain
 
 
 @dataclass
@@ -33,10 +33,17 @@ class SignConfig(CompressConfig):
     error_feedback=true, as GRACE implements them."""
 
     name: str = "sign"
-    error_feedback: bool = False  # false: signSGD with majority vote; true: EF-SignSGD (scaled sign + memory)
+    error_feedback: bool = field(
+        default=False, metadata=doc("false: signSGD with majority vote; true: EF-SignSGD (scaled sign + memory)")
+    )
     lr: float = field(
-        default=0.1, metadata=domain(above=0, means="EF-SignSGD's step")
-    )  # EF-SignSGD's step folded into its memory, p = lr * x + e (the result is the sum of scaled signs / lr; GRACE's default 0.1)
+        default=0.1,
+        metadata=domain(
+            above=0,
+            means="EF-SignSGD's step",
+            doc="folded into its memory, p = lr * x + e (the result is the sum of scaled signs / lr; GRACE's default 0.1)",
+        ),
+    )
 
 
 def pack_bits(positive):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from dlcomm.compress.base import Compressor
 from dlcomm.compress.registry import register
-from dlcomm.config.schema import CompressConfig, domain
+from dlcomm.config.schema import CompressConfig, doc, domain
 
 # ``compress.ratio`` of topk and randomk: (0, 1].
 SENT_RATIO = domain(above=0, high=1, means="the fraction of entries sent")
@@ -28,10 +28,10 @@ class TopKConfig(CompressConfig):
     each bucket, values + int32 indices, all-gathered."""
 
     name: str = "topk"
-    ratio: float = field(
-        default=0.01, metadata=SENT_RATIO
-    )  # fraction of the entries sent (k = max(1, floor(d * ratio)) per bucket)
-    error_feedback: bool = True  # add what was not sent to the next step's tensor (GRACE's ResidualMemory)
+    ratio: float = field(default=0.01, metadata=doc("k = max(1, floor(d * ratio)) per bucket", SENT_RATIO))
+    error_feedback: bool = field(
+        default=True, metadata=doc("add what was not sent to the next step's tensor (GRACE's ResidualMemory)")
+    )
 
 
 def kept(numel: int, ratio: float) -> int:

@@ -1,70 +1,42 @@
 """``dlcomm config --explain <group>``: every knob of a configuration group with its type, its
 value in the composed configuration, its default and what it means.
 
-The meaning is written once, beside the field in its schema (a dataclass of
-:mod:`dlcomm.config.schema`, an algorithm's or a launcher's ``Config``): the field's trailing
-``# comment``, or the comment lines right above it. This module reads them from the source with
-:mod:`tokenize`, so a knob's documentation lives where its default does. Nested sections
-(``network.intra``) are listed under their parent, indented. Imports nothing heavy (no torch).
+The meaning is written once, in the field's own metadata (a dataclass of
+:mod:`dlcomm.config.schema`, an algorithm's or a launcher's ``Config``): its ``means`` (the
+phrase a refusal of a bad value puts before its rule: :func:`~dlcomm.config.schema.domain`) and
+its ``doc`` (what else it is: :func:`~dlcomm.config.schema.doc`), read here from the dataclass,
+nothing from the source. Nested sections (``network.intra``) are listed under their parent,
+indented. Imports nothing heavy (no torch).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
-import io
 import textwrap
-import tokenize
 from enum import Enum
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from dlcomm.config.schema import meaning
 from dlcomm.errors import UserError
 
 if TYPE_CHECKING:
     from dlcomm.config.schema import RunConfig
 
 
-@lru_cache(maxsize=None)
-def field_docs(cls: type) -> dict[str, str]:
-    """``field name -> its comment`` for the fields ``cls`` itself declares (not its bases')."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    comments: dict[int, str] = {}  # line -> the comment on it
-    code_lines: set[int] = set()
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = token.string.lstrip("#").strip()
-        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
-            code_lines.add(token.start[0])
-    body = ast.parse(source).body[0]
-    docs: dict[str, str] = {}
-    for node in getattr(body, "body", []):
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        trailing = [
-            comments[line] for line in range(node.lineno, (node.end_lineno or node.lineno) + 1) if line in comments
-        ]
-        above: list[str] = []
-        line = node.lineno - 1
-        while line in comments and line not in code_lines:  # a block of comment lines right above the field
-            above.insert(0, comments[line])
-            line -= 1
-        docs[node.target.id] = " ".join(above + trailing)
-    return docs
-
-
 def doc_of(cls: type, name: str) -> str:
-    """The comment of field ``name`` where it is declared: ``cls`` or the nearest base that has it."""
+    """What field ``name`` of the dataclass ``cls`` is: its ``means`` and its ``doc``
+    (:func:`~dlcomm.config.schema.meaning`), each from the nearest class of ``cls``'s MRO that
+    declares the field with one (a subclass that redeclares ``lr`` for its default keeps its base's
+    words), joined by ``; ``."""
+    means = words = ""
     for klass in cls.__mro__:
-        if dataclasses.is_dataclass(klass) and name in field_docs(klass):
-            text = field_docs(klass)[name]
-            if text:
-                return text
-    return ""
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is None or name not in vars(klass).get("__annotations__", {}):
+            continue
+        own_means, own_words = meaning(declared)
+        means, words = means or own_means, words or own_words
+    return "; ".join(text for text in (means.rstrip(","), words) if text)
 
 
 def _default(field: dataclasses.Field) -> Any:

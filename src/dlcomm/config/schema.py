@@ -15,6 +15,7 @@ mapping field declares the values it takes with :func:`domain` (checked while co
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional, Tuple
@@ -36,6 +37,7 @@ def domain(
     max_chars: Optional[int] = None,
     anything: Optional[str] = None,
     means: str = "",
+    doc: str = "",
 ) -> Dict[str, Any]:
     """Metadata declaring the values a field takes, checked for every run and every element of a
     sweep while composing (:func:`dlcomm.config.validate.check_values`), before anything runs or
@@ -46,7 +48,8 @@ def domain(
     matching ``pattern`` whole (:func:`re.fullmatch`) and at most ``max_chars`` characters.
     ``anything`` says why every value of the type is fine (a free label, or checked where it is
     used, naming where). ``means`` is the field's own words, put before the rule in the refusal
-    (``train.batch_size=0 is invalid: the per-worker batch must be 1 or more, e.g. 64``). Every float
+    (``train.batch_size=0 is invalid: the per-worker batch must be 1 or more, e.g. 64``) and first
+    in ``dlcomm config --explain``'s line, ``doc`` what else the knob is (:func:`doc`). Every float
     is also checked finite and every integer to fit 64 bits, declared or not; ``tests/test_domains.py``
     walks every schema and fails for a number, string, list or mapping field with no domain."""
     declared = {
@@ -62,7 +65,22 @@ def domain(
     }
     if all(value is None for value in declared.values()):
         raise ValueError("domain() needs a rule or anything='why every value is fine'")
-    return {"limits": {**declared, "means": means}}
+    return {"limits": {**declared, "means": means}, **({"doc": doc} if doc else {})}
+
+
+def doc(text: str, metadata: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``metadata`` (a :func:`domain`'s, a :func:`computes`' or none) with the knob's own words,
+    written once, in its field: what ``dlcomm config --explain`` prints for it after its
+    ``means`` (the phrase a refusal puts before its rule, :func:`domain`), or alone for a knob
+    without one (:func:`meaning`). Say what ``means`` does not. Nothing reads a comment beside a
+    field, so none describes a knob (``tests/test_config_defaults.py`` refuses one)."""
+    return {**(metadata or {}), "doc": text}
+
+
+def meaning(item: "dataclasses.Field[Any]") -> Tuple[str, str]:
+    """``(means, doc)`` of a schema field, from its metadata alone (:func:`domain`, :func:`doc`)."""
+    limits = item.metadata.get("limits") or {}
+    return str(limits.get("means") or ""), str(item.metadata.get("doc") or "")
 
 
 #: Field metadata key of a launcher knob that changes the run's numbers (:func:`computes`).
@@ -169,45 +187,104 @@ EPS = domain(low=0.0, means="the denominator's epsilon")  # torch checks it too
 class TrainConfig:
     epochs: int = field(default=2, metadata=domain(low=1, means="the number of epochs"))
     max_steps: int = field(
-        default=-1, metadata=domain(low=-1, means="the cap on optimizer steps (-1: no cap)")
-    )  # total optimizer steps after which training stops; -1: no cap
+        default=-1,
+        metadata=domain(
+            low=-1,
+            means="the cap on optimizer steps (-1: no cap)",
+            doc="training stops after this many optimizer steps",
+        ),
+    )
     batch_size: int = field(
-        default=64, metadata=domain(low=1, means="the per-worker batch")
-    )  # per worker and micro-batch
+        default=64,
+        metadata=domain(
+            low=1, means="the per-worker batch", doc="each micro-batch's (train.comm_interval of them make one step)"
+        ),
+    )
     comm_interval: int = field(
-        default=1, metadata=domain(low=1, means="the micro-batches accumulated per step")
-    )  # micro-batches accumulated per optimizer step and communication round
+        default=1,
+        metadata=domain(
+            low=1,
+            means="the micro-batches accumulated per step",
+            doc="each step is one optimizer step and one communication round",
+        ),
+    )
     timing_warmup: int = field(
-        default=1, metadata=domain(low=0, means="the first iterations left out of the timing means")
-    )  # first iterations logged but left out of the timing means (start-up skew); not optim.warmup_epochs
+        default=1,
+        metadata=domain(
+            low=0,
+            means="the first iterations left out of the timing means",
+            doc="logged, but start-up skews them; not optim.warmup_epochs",
+        ),
+    )
     eval_every: int = field(
-        default=1, metadata=domain(low=0, means="the epochs between evaluations (0: only at the end)")
-    )  # evaluate every N epochs; the last epoch is always evaluated
+        default=1,
+        metadata=domain(
+            low=0, means="the epochs between evaluations (0: only at the end)", doc="the last epoch is always evaluated"
+        ),
+    )
     eval_batch_size: int = field(default=256, metadata=domain(low=1, means="the evaluation batch"))
     eval_size: int = field(
-        default=0, metadata=domain(low=0, means="the test images evaluated (0: the whole test set)")
-    )  # evaluate on the first N test images; 0: the whole test set
+        default=0,
+        metadata=domain(
+            low=0, means="the test images evaluated (0: the whole test set)", doc="the first ones of the test set"
+        ),
+    )
     eval_replicas: int = field(
-        default=16, metadata=domain(low=0, means="the replicas test_acc_mean samples (0: every replica)")
-    )  # test_acc_mean over at most N evenly spaced replicas (exact when workers <= N); 0: every replica
+        default=16,
+        metadata=domain(
+            low=0,
+            means="the replicas test_acc_mean samples (0: every replica)",
+            doc="at most N evenly spaced replicas (exact when workers <= N)",
+        ),
+    )
     label_smoothing: float = field(default=0.0, metadata=domain(low=0.0, below=1.0, means="the label smoothing"))
-    amp: bool = False  # mixed precision: autocast forward, see dlcomm.train.precision
-    amp_dtype: AmpDtype = AmpDtype.auto  # auto: bf16 on CPU, fp16 with loss scaling on CUDA
-    device: Device = Device.cpu  # auto: cuda when every process of the machine finds a GPU of its own
-    deterministic: bool = False  # torch's deterministic algorithms, cuDNN without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8 (dlcomm.train.determinism; what repeats bit for bit: docs/metrics.md)
+    amp: bool = field(default=False, metadata=doc("mixed precision: autocast forward, see dlcomm.train.precision"))
+    amp_dtype: AmpDtype = field(
+        default=AmpDtype.auto, metadata=doc("auto: bf16 on CPU, fp16 with loss scaling on CUDA")
+    )
+    device: Device = field(
+        default=Device.cpu, metadata=doc("auto: cuda when every process of the machine finds a GPU of its own")
+    )
+    deterministic: bool = field(
+        default=False,
+        metadata=doc(
+            "torch's deterministic algorithms, cuDNN without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8 (dlcomm.train.determinism; what repeats bit for bit: docs/metrics.md)"
+        ),
+    )
     threads_per_rank: int = field(
-        default=0, metadata=domain(low=0, means="the torch threads per rank (0: automatic)")
-    )  # torch intra-op threads per rank; 0: cores // local ranks
+        default=0,
+        metadata=domain(
+            low=0,
+            means="the torch threads per rank (0: automatic)",
+            doc="torch's intra-op threads; automatic: cores // local ranks",
+        ),
+    )
     time_budget_s: float = field(
-        default=0.0, metadata=domain(low=0.0, means="the training time budget in seconds (0: none)")
-    )  # train until any worker's training clock (simulated under network.mode=simulate, else wall) reaches it (epochs then do not end the run; max_steps still does); 0: off
+        default=0.0,
+        metadata=domain(
+            low=0.0,
+            means="the training time budget in seconds (0: none)",
+            doc="train until any worker's training clock (simulated under network.mode=simulate, else wall) reaches it (epochs then do not end the run; max_steps still does)",
+        ),
+    )
     eval_every_s: float = field(
-        default=0.0, metadata=domain(low=0.0, means="the seconds between evaluations (0: off)")
-    )  # also evaluate every this many seconds of that clock (accuracy against time); 0: off
+        default=0.0,
+        metadata=domain(
+            low=0.0,
+            means="the seconds between evaluations (0: off)",
+            doc="also evaluate every this many seconds of that clock (accuracy against time)",
+        ),
+    )
     target_acc: float = field(
-        default=0.0, metadata=domain(low=0.0, high=1.0, means="the target accuracy, a fraction (0: off)")
-    )  # time to accuracy: first evaluation whose mean test accuracy reaches this (0-1); 0: off
-    save_model: bool = False  # write each rank's final state_dict into the run directory
+        default=0.0,
+        metadata=domain(
+            low=0.0,
+            high=1.0,
+            means="the target accuracy, a fraction (0: off)",
+            doc="time to accuracy: the first evaluation whose mean test accuracy reaches it",
+        ),
+    )
+    save_model: bool = field(default=False, metadata=doc("write each rank's final state_dict into the run directory"))
 
 
 @dataclass
@@ -239,15 +316,18 @@ class OptimConfig:
     learning-rate schedule (dlcomm.train.optim), which every optimizer shares."""
 
     name: str = MISSING
-    lr: float = field(default=MISSING, metadata=LR)  # the rate of the global (all-worker) mean gradient
-    weight_decay: float = field(default=0.0, metadata=WEIGHT_DECAY)  # L2 weight decay (adamw: decoupled)
-    schedule: Schedule = Schedule.constant  # the learning rate over the run (dlcomm.train.optim)
-    milestones: List[int] = field(default_factory=list, metadata=domain(low=0))  # epochs, for multistep
+    lr: float = field(default=MISSING, metadata=doc("applied to the global (all-worker) mean gradient", LR))
+    weight_decay: float = field(default=0.0, metadata=doc("L2 (adamw: decoupled)", WEIGHT_DECAY))
+    schedule: Schedule = field(
+        default=Schedule.constant, metadata=doc("the learning rate over the run (dlcomm.train.optim)")
+    )
+    milestones: List[int] = field(default_factory=list, metadata=domain(low=0, doc="epochs, for multistep"))
     gamma: float = field(
-        default=0.1, metadata=domain(above=0.0, means="the multistep decay factor")
-    )  # multistep decay factor (torch does not check it)
-    warmup_epochs: float = field(default=0.0, metadata=WARMUP_EPOCHS)  # linear warm-up from 0 to lr over these epochs
-    min_lr: float = field(default=0.0, metadata=domain(low=0.0))  # cosine floor
+        default=0.1,
+        metadata=domain(above=0.0, means="the multistep decay factor", doc="torch does not check it"),
+    )
+    warmup_epochs: float = field(default=0.0, metadata=doc("linear, from 0 to lr", WARMUP_EPOCHS))
+    min_lr: float = field(default=0.0, metadata=domain(low=0.0, doc="cosine floor"))
 
 
 @dataclass
@@ -287,9 +367,10 @@ class LinkConfig:
     """One link class: ``latency_ms`` per message, ``bandwidth_gbps`` in Gb/s (10^9 bit/s)."""
 
     latency_ms: float = field(
-        default=0.05, metadata=domain(low=0.0, means="a link's latency in milliseconds")
-    )  # one-way latency per message, milliseconds; 0: none
-    bandwidth_gbps: float = field(default=10.0, metadata=BANDWIDTH)  # link bandwidth, Gb/s (10^9 bit/s)
+        default=0.05,
+        metadata=domain(low=0.0, means="a link's latency in milliseconds", doc="one-way, per message; 0: none"),
+    )
+    bandwidth_gbps: float = field(default=10.0, metadata=doc("the link's; 1 Gb/s is 10^9 bit/s", BANDWIDTH))
 
 
 @dataclass
@@ -297,45 +378,79 @@ class NetworkConfig:
     """A modelled network (see dlcomm.comm.network): link classes, per-worker bandwidth, mode."""
 
     name: str = "off"
-    mode: NetworkMode = (
-        NetworkMode.off
-    )  # off (real time) | emulate (sleep to the modelled time) | simulate (virtual clocks)
-    # between ranks of one node: shared memory / NVLink class
-    intra: LinkConfig = field(default_factory=lambda: LinkConfig(latency_ms=0.002, bandwidth_gbps=800.0))
-    inter: LinkConfig = field(default_factory=LinkConfig)  # between nodes; each worker's own link
+    mode: NetworkMode = field(
+        default=NetworkMode.off,
+        metadata=doc("off (real time) | emulate (sleep to the modelled time) | simulate (virtual clocks)"),
+    )
+    intra: LinkConfig = field(
+        default_factory=lambda: LinkConfig(latency_ms=0.002, bandwidth_gbps=800.0),
+        metadata=doc("between ranks of one node: shared memory / NVLink class"),
+    )
+    inter: LinkConfig = field(default_factory=LinkConfig, metadata=doc("between nodes; each worker's own link"))
     wide_workers: int = field(
-        default=0, metadata=domain(low=0)
-    )  # ranks 0 .. wide_workers-1 have wide_bandwidth_gbps on their inter-node link (at most the world: validate_network)
+        default=0,
+        metadata=domain(
+            low=0,
+            doc="ranks 0 .. wide_workers-1 have wide_bandwidth_gbps on their inter-node link (at most the world: validate_network)",
+        ),
+    )
     wide_bandwidth_gbps: float = field(
-        default=10.0, metadata=BANDWIDTH
-    )  # inter-node bandwidth of the wide_workers, Gb/s (unused while wide_workers is 0)
-    # one Gb/s value per rank for its inter-node link (wins over the above); [] = no per-rank values
-    worker_bandwidth_gbps: List[float] = field(default_factory=list, metadata=BANDWIDTH)
-    # simulate: the modelled devices' compute time per rank = the profiled (or measured) one x compute_scale
-    # (0.05: devices 20x faster than what runs the job; 1: as profiled)
-    compute_scale: float = field(default=1.0, metadata=domain(above=0.0, means="the factor on compute time"))
-    # simulate: where a rank's compute time comes from (docs/network.md, "Compute on the simulated clock").
-    # profile: one replica stepped alone before training, the same charge for every rank and run
-    # (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)
-    compute: ComputeSource = ComputeSource.profile
+        default=10.0,
+        metadata=doc("the wide_workers' inter-node link's (unused while wide_workers is 0)", BANDWIDTH),
+    )
+    worker_bandwidth_gbps: List[float] = field(
+        default_factory=list,
+        metadata=doc("one per rank, for its inter-node link (wins over the above); []: no per-rank values", BANDWIDTH),
+    )
+    compute_scale: float = field(
+        default=1.0,
+        metadata=domain(
+            above=0.0,
+            means="the factor on compute time",
+            doc="simulate: the modelled devices' compute time per rank is the profiled (or measured) one times this (0.05: devices 20x faster than what runs the job; 1: as profiled)",
+        ),
+    )
+    compute: ComputeSource = field(
+        default=ComputeSource.profile,
+        metadata=doc(
+            "simulate: where a rank's compute time comes from (docs/network.md, \"Compute on the simulated clock\"). profile: one replica stepped alone before training, the same charge for every rank and run (deterministic); measured: each rank's own time as it runs (load, launcher and rank count show)"
+        ),
+    )
     compute_profile: str = field(
-        default="", metadata=domain(anything="a file or a shipped profile's name, which validate_network checks exists")
-    )  # a profile file (`dlcomm profile --out F`) or a shipped one (<device>/<workload>, listed below); "": profiled before training, cached
+        default="",
+        metadata=domain(
+            anything="a file or a shipped profile's name, which validate_network checks exists",
+            doc='a profile file (`dlcomm profile --out F`) or a shipped one (<device>/<workload>, listed below); "": profiled before training, cached',
+        ),
+    )
     compute_ms: float = field(
-        default=0.0, metadata=domain(low=0.0)
-    )  # > 0: a step's compute outright (e.g. a paper's GPU step)
-    # stragglers (simulate): a lognormal factor of mean 1 and this coefficient of variation on every
-    # rank's step, drawn from (seed, rank, step); 0: every rank computes for the same time
-    compute_jitter: float = field(default=0.0, metadata=domain(low=0.0, high=4.0))
+        default=0.0, metadata=domain(low=0.0, doc="> 0: a step's compute outright (e.g. a paper's GPU step)")
+    )
+    compute_jitter: float = field(
+        default=0.0,
+        metadata=domain(
+            low=0.0,
+            high=4.0,
+            doc="stragglers (simulate): a lognormal factor of mean 1 and this coefficient of variation on every rank's step, drawn from (seed, rank, step); 0: every rank computes for the same time",
+        ),
+    )
     rank_compute_scale: List[float] = field(
-        default_factory=list, metadata=domain(above=0.0, means="a rank's factor on compute time")
-    )  # one factor per rank; []: all 1
-    straggler_prob: float = field(default=0.0, metadata=domain(low=0.0, high=1.0))  # chance a rank's step is slowed ...
-    straggler_slowdown: float = field(default=1.0, metadata=domain(low=1.0))  # ... by this factor
-    # how collectives are charged: nccl (the algorithm NCCL picks for the size: ring or tree allreduce,
-    # pipelined chain for reduce and broadcast, plus a launch overhead) | textbook (closed forms, docs/network.md)
-    collectives: Collectives = Collectives.nccl
-    launch_us: float = field(default=0.0, metadata=domain(low=0.0))  # per collective under collectives=nccl; see docs
+        default_factory=list,
+        metadata=domain(above=0.0, means="a rank's factor on compute time", doc="one per rank; []: all 1"),
+    )
+    straggler_prob: float = field(
+        default=0.0, metadata=domain(low=0.0, high=1.0, doc="chance a rank's step is slowed ...")
+    )
+    straggler_slowdown: float = field(default=1.0, metadata=domain(low=1.0, doc="... by this factor"))
+    collectives: Collectives = field(
+        default=Collectives.nccl,
+        metadata=doc(
+            "how collectives are charged: nccl (the algorithm NCCL picks for the size: ring or tree allreduce, pipelined chain for reduce and broadcast, plus a launch overhead) | textbook (closed forms, docs/network.md)"
+        ),
+    )
+    launch_us: float = field(
+        default=0.0, metadata=domain(low=0.0, doc="per collective under collectives=nccl; see docs")
+    )
 
 
 @dataclass
@@ -345,11 +460,17 @@ class LauncherConfig:
 
     name: str = "local"
     backend: Backend = field(
-        default=Backend.auto, metadata=computes()
-    )  # process group: auto (nccl when train.device resolves to cuda, else gloo) | gloo | nccl
+        default=Backend.auto,
+        metadata=doc(
+            "process group: auto (nccl when train.device resolves to cuda, else gloo) | gloo | nccl", computes()
+        ),
+    )
     teardown_grace_s: float = field(
-        default=5.0, metadata=domain(low=0.0)
-    )  # after a rank fails: seconds the others get to stop (processes: SIGTERM, SIGKILL)
+        default=5.0,
+        metadata=domain(
+            low=0.0, doc="after a rank fails: seconds the others get to stop (processes: SIGTERM, SIGKILL)"
+        ),
+    )
 
 
 @dataclass
@@ -359,8 +480,11 @@ class ProcessLauncherConfig(LauncherConfig):
     per rank)."""
 
     comm_timeout_s: float = field(
-        default=300.0, metadata=domain(low=1.0)
-    )  # seconds a collective or message may wait before the run fails (a lost host or link)
+        default=300.0,
+        metadata=domain(
+            low=1.0, doc="seconds a collective or message may wait before the run fails (a lost host or link)"
+        ),
+    )
 
 
 @dataclass
@@ -373,61 +497,102 @@ class SlurmLauncherConfig(ProcessLauncherConfig):
 
     name: str = "slurm"
     partition: str = field(
-        default="", metadata=domain(pattern=ONE_LINE, means="the partition (one #SBATCH line, no control character)")
-    )  # SLURM partition (--partition); empty: the cluster's default partition
+        default="",
+        metadata=domain(
+            pattern=ONE_LINE,
+            means="the partition (one #SBATCH line, no control character)",
+            doc="sbatch's --partition; empty: the cluster's default partition",
+        ),
+    )
     account: str = field(
-        default="", metadata=domain(pattern=ONE_LINE, means="the account (one #SBATCH line, no control character)")
-    )  # account the job is charged to (--account); empty: your default account
+        default="",
+        metadata=domain(
+            pattern=ONE_LINE,
+            means="the account (one #SBATCH line, no control character)",
+            doc="sbatch's --account, charged for the job; empty: your default account",
+        ),
+    )
     qos: str = field(
         default="",
-        metadata=domain(pattern=ONE_LINE, means="the quality of service (one #SBATCH line, no control character)"),
-    )  # quality of service (--qos); empty: the account's or partition's default
+        metadata=domain(
+            pattern=ONE_LINE,
+            means="the quality of service (one #SBATCH line, no control character)",
+            doc="sbatch's --qos; empty: the account's or partition's default",
+        ),
+    )
     time_min: int = field(
-        default=60, metadata=domain(low=1, means="the job's time limit in minutes")
-    )  # the job's wall-clock limit (--time), minutes
+        default=60,
+        metadata=domain(low=1, means="the job's time limit in minutes", doc="sbatch's --time, wall clock"),
+    )
     gpus_per_node: int = field(
-        default=0, metadata=computes(domain(low=0))
-    )  # GPUs per node (--gpus-per-node); 0: none (gloo); >0 with train.device=auto|cuda: nccl
+        default=0,
+        metadata=computes(
+            domain(low=0, doc="GPUs per node (--gpus-per-node); 0: none (gloo); >0 with train.device=auto|cuda: nccl")
+        ),
+    )
     cpus_per_task: int = field(
-        default=1, metadata=computes(domain(low=1))
-    )  # cores per rank (--cpus-per-task); its torch threads unless train.threads_per_rank is set
+        default=1,
+        metadata=computes(
+            domain(
+                low=1, doc="cores per rank (--cpus-per-task); its torch threads unless train.threads_per_rank is set"
+            )
+        ),
+    )
     mem_gb: float = field(
-        default=0.0, metadata=domain(low=0.0)
-    )  # memory per node (--mem), GiB; 0: the partition's default
+        default=0.0, metadata=domain(low=0.0, doc="memory per node (--mem), GiB; 0: the partition's default")
+    )
     constraint: str = field(
         default="",
-        metadata=domain(pattern=ONE_LINE, means="the node features (one #SBATCH line, no control character)"),
-    )  # node features the job needs (--constraint, e.g. "v100"); empty: any node
+        metadata=domain(
+            pattern=ONE_LINE,
+            means="the node features (one #SBATCH line, no control character)",
+            doc="sbatch's --constraint, what the job's nodes need, e.g. \"v100\"; empty: any node",
+        ),
+    )
     array_parallelism: int = field(
-        default=16, metadata=domain(low=1)
-    )  # sweeps: at most this many array elements running at once
+        default=16, metadata=domain(low=1, doc="sweeps: at most this many array elements running at once")
+    )
     setup: List[str] = field(
         default_factory=list,
         metadata=domain(
-            anything="the user's own shell lines, written as they are into the job script before the ranks start"
+            anything="the user's own shell lines, written as they are into the job script before the ranks start",
+            doc='shell lines the job runs first, e.g. "module load cuda"; []: none',
         ),
-    )  # shell lines the job runs first, e.g. "module load cuda"; []: none
+    )
     sbatch_args: Dict[str, str] = field(
         default_factory=dict,
         metadata=domain(
             anything="options sbatch itself checks when the job is submitted; its refusal is one line "
-            "(dlcomm.launch.slurm.SlurmLauncher.launch)"
+            "(dlcomm.launch.slurm.SlurmLauncher.launch)",
+            doc="extra #SBATCH options, e.g. {exclude: node12}; {}: none",
         ),
-    )  # extra #SBATCH options, e.g. {exclude: node12}; {}: none
-    wait: bool = False  # true: block until the job ends, showing its state; false: return once it is submitted
+    )
+    wait: bool = field(
+        default=False,
+        metadata=doc("true: block until the job ends, showing its state; false: return once it is submitted"),
+    )
     max_requeue: int = field(
-        default=3, metadata=domain(low=0)
-    )  # preempted or timed out: checkpoint and requeue up to this many times (0: never)
+        default=3,
+        metadata=domain(low=0, doc="preempted or timed out: checkpoint and requeue up to this many times (0: never)"),
+    )
     signal_delay_s: int = field(
-        default=90, metadata=domain(low=0)
-    )  # seconds before the time limit that SLURM sends its warning signal (USR2); below time_min*60: check_slurm_settings
+        default=90,
+        metadata=domain(
+            low=0,
+            doc="seconds before the time limit that SLURM sends its warning signal (USR2); below time_min*60: check_slurm_settings",
+        ),
+    )
     check_every: int = field(
-        default=10, metadata=domain(low=1)
-    )  # training iterations between the ranks' checks for SLURM's warning signal (USR2)
+        default=10,
+        metadata=domain(low=1, doc="training iterations between the ranks' checks for SLURM's warning signal (USR2)"),
+    )
     ifname: str = field(
         default="",
-        metadata=domain(anything="checked on each host against its interfaces (dlcomm.launch.netif.choose_interface)"),
-    )  # network interface between hosts for gloo/nccl (e.g. eth0); empty: the one towards rank 0's host
+        metadata=domain(
+            anything="checked on each host against its interfaces (dlcomm.launch.netif.choose_interface)",
+            doc="network interface between hosts for gloo/nccl (e.g. eth0); empty: the one towards rank 0's host",
+        ),
+    )
 
 
 @dataclass
@@ -445,8 +610,11 @@ class SrunLauncherConfig(SlurmLauncherConfig):
 class TrackingConfig:
     uri: str = field(
         default="",
-        metadata=domain(anything="checked before anything is recorded (dlcomm.tracking.store.probe)"),
-    )  # empty: sqlite:///<working directory or $DLCOMM_HOME>/results/mlflow.db
+        metadata=domain(
+            anything="checked before anything is recorded (dlcomm.tracking.store.probe)",
+            doc="empty: sqlite:///<working directory or $DLCOMM_HOME>/results/mlflow.db",
+        ),
+    )
     experiment: str = field(
         default="dlcomm",
         metadata=domain(
@@ -459,37 +627,56 @@ class TrackingConfig:
     run_name: str = field(
         default="",
         metadata=domain(
-            pattern=ONE_LINE, max_chars=RUN_NAME_CHARS_MAX, means="the run's name (one line, no control character)"
+            pattern=ONE_LINE,
+            max_chars=RUN_NAME_CHARS_MAX,
+            means="the run's name (one line, no control character)",
+            doc="empty: named from the algorithm, the world, the network and the overrides (dlcomm.spec.RunSpec.run_name)",
         ),
-    )  # empty: named from the algorithm, the world, the network and the overrides (dlcomm.spec.RunSpec.run_name)
+    )
     connect_timeout_s: float = field(
-        default=5.0, metadata=domain(above=0.0, means="the store's answer timeout in seconds")
-    )  # how long an http(s) store may take to answer before the run is refused
+        default=5.0,
+        metadata=domain(
+            above=0.0,
+            means="the store's answer timeout in seconds",
+            doc="how long an http(s) store may take to answer before the run is refused",
+        ),
+    )
     stream_every_s: float = field(
-        default=5.0, metadata=domain(low=0.0, means="the seconds between streamed metrics (0: off)")
-    )  # rank 0's per-iteration loss and time reach MLflow this often while training; 0: off
+        default=5.0,
+        metadata=domain(
+            low=0.0,
+            means="the seconds between streamed metrics (0: off)",
+            doc="rank 0's per-iteration loss and time reach MLflow this often while training",
+        ),
+    )
     system_metrics_every_s: float = field(
-        default=10.0, metadata=domain(low=0.0, means="the seconds between system metric samples (0: off)")
-    )  # MLflow's system metrics (CPU, memory, disk, network; GPU where present) of the driver's machine, sampled this often; 0: off
+        default=10.0,
+        metadata=domain(
+            low=0.0,
+            means="the seconds between system metric samples (0: off)",
+            doc="MLflow's system metrics (CPU, memory, disk, network; GPU where present) of the driver's machine",
+        ),
+    )
 
 
 @dataclass
 class ReportConfig:
     """How ``dlcomm report`` reads this experiment's runs (changes nothing in training)."""
 
-    # The method speedups and MA-acceleration are measured against: an algorithm name, or
-    # words that all appear in a method's label ("gossip_pull overlap=none").
     baseline: str = field(
         default="allreduce",
         metadata=domain(
             anything="words matched against each setting's methods by dlcomm report "
-            "(dlcomm.report.table.summarise); a setting where none matches has no speedup"
+            "(dlcomm.report.table.summarise); a setting where none matches has no speedup",
+            doc='The method speedups and MA-acceleration are measured against: an algorithm name, or words that all appear in a method\'s label ("gossip_pull overlap=none").',
         ),
     )
-    # Traffic columns beside the clock's: MB one worker sent over the run and in its busiest iteration
-    # (the peak a link carries at once), and the accuracy-against-MB figure. Always on when
-    # compressors are compared (a method label with "+").
-    traffic: bool = False
+    traffic: bool = field(
+        default=False,
+        metadata=doc(
+            'Traffic columns beside the clock\'s: MB one worker sent over the run and in its busiest iteration (the peak a link carries at once), and the accuracy-against-MB figure. Always on when compressors are compared (a method label with "+").'
+        ),
+    )
 
 
 @dataclass
@@ -500,8 +687,8 @@ class DebugConfig:
     fail_rank: int = field(default=-1, metadata=domain(low=-1, means="the failing rank (-1: none)"))
     fail_step: int = field(default=-1, metadata=domain(low=-1, means="the step it fails at (-1: never)"))
     fail_mode: str = field(
-        default="raise", metadata=domain(one_of=("raise", "kill"))
-    )  # raise: an exception | kill: SIGKILL to itself
+        default="raise", metadata=domain(one_of=("raise", "kill"), doc="raise: an exception | kill: SIGKILL to itself")
+    )
 
 
 @dataclass
@@ -509,7 +696,7 @@ class RunConfig:
     nodes: int = field(default=4, metadata=domain(low=1, means="the number of machines"))
     workers_per_node: int = field(default=1, metadata=domain(low=1, means="each node's number of workers"))
     seed: int = field(default=0, metadata=domain(low=0, high=SEED_MAX))
-    algo: AlgoConfig = MISSING  # the chosen algorithm's own Config (a subclass)
+    algo: AlgoConfig = field(default=MISSING, metadata=doc("the chosen algorithm's own Config (a subclass)"))
     task: TaskConfig = MISSING
     model: ModelConfig = MISSING
     dataset: DatasetConfig = MISSING

@@ -12,7 +12,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, doc, domain
 from dlcomm.data.registry import register
 from dlcomm.data.source import DataSource, root
 from dlcomm.errors import UserError
@@ -214,9 +214,10 @@ class CifarConfig(DatasetConfig):
     """cifar10, cifar100: torchvision's python-pickle folder under ``root`` (nothing is downloaded)."""
 
     root: str = field(
-        default="", metadata=domain(anything=DATA_ROOT)
-    )  # the folder holding the pickle folder; set per data set, in its file
-    augment: bool = True  # random crop 32 (padding 4) + horizontal flip
+        default="",
+        metadata=domain(anything=DATA_ROOT, doc="the folder holding the pickle folder; set per data set, in its file"),
+    )
+    augment: bool = field(default=True, metadata=doc("random crop 32 (padding 4) + horizontal flip"))
 
 
 class CifarData(DataSource[CifarConfig]):

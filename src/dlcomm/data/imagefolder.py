@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Tuple
 
-from dlcomm.config.schema import DATA_ROOT, DatasetConfig, domain
+from dlcomm.config.schema import DATA_ROOT, DatasetConfig, doc, domain
 from dlcomm.data import folder
 from dlcomm.data.registry import register
 from dlcomm.data.source import DataSource, root
@@ -24,15 +24,18 @@ class ImageFolderConfig(DatasetConfig):
     by a DataLoader with ``loader_workers``."""
 
     root: str = field(
-        default="${oc.env:DLCOMM_DATA,/data}/imagenet", metadata=domain(anything=DATA_ROOT)
-    )  # the folder holding train_dir/ and val_dir/
+        default="${oc.env:DLCOMM_DATA,/data}/imagenet",
+        metadata=domain(anything=DATA_ROOT, doc="the folder holding train_dir/ and val_dir/"),
+    )
     train_dir: str = field(
-        default="train", metadata=domain(anything=DATA_ROOT)
-    )  # class sub-folders of the training split
-    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT))  # class sub-folders of the test split
-    image_size: int = field(default=224, metadata=domain(low=1))  # side of the square crops
-    augment: bool = True  # random resized crop + horizontal flip (else resize + center crop)
-    loader_workers: int = field(default=2, metadata=domain(low=0))  # DataLoader processes decoding images
+        default="train", metadata=domain(anything=DATA_ROOT, doc="class sub-folders of the training split")
+    )
+    val_dir: str = field(default="val", metadata=domain(anything=DATA_ROOT, doc="class sub-folders of the test split"))
+    image_size: int = field(default=224, metadata=domain(low=1, doc="side of the square crops"))
+    augment: bool = field(
+        default=True, metadata=doc("random resized crop + horizontal flip (else resize + center crop)")
+    )
+    loader_workers: int = field(default=2, metadata=domain(low=0, doc="DataLoader processes decoding images"))
 
 
 @register

@@ -308,8 +308,8 @@ class IdxDatasetConfig(DatasetConfig):
     """mnist, fashion_mnist: the four idx files."""
 
     root: str = field(
-        default="", metadata=domain(anything=DATA_ROOT)
-    )  # folder of the idx files (or root/raw, root/<Folder>/raw)
+        default="", metadata=domain(anything=DATA_ROOT, doc="folder of the idx files (or root/raw, root/<Folder>/raw)")
+    )
 
 
 class IdxData(DataSource[IdxDatasetConfig]):

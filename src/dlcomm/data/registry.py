@@ -14,18 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     from dlcomm.data.source import DataSource
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("dataset", classes)  # installed packages' data sets (entry points dlcomm.datasets)
-
-
-SOURCES: Registry[type["DataSource"]] = Registry(GROUPS["dataset"], _plugins)
+SOURCES: Registry[type["DataSource"]] = registry_of("dataset")
 register = SOURCES.register

@@ -56,11 +56,13 @@ class SyntheticConfig(DatasetConfig):
     and timing; nothing is read from disk."""
 
     shape: List[int] = field(
-        default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3)
-    )  # C, H, W of the images
-    num_classes: int = field(default=10, metadata=domain(low=2))  # labels
-    train_size: int = field(default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the training split
-    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX))  # samples in the test split
+        default_factory=lambda: [1, 28, 28], metadata=domain(low=1, length=3, doc="C, H, W of the images")
+    )
+    num_classes: int = field(default=10, metadata=domain(low=2, doc="labels"))
+    train_size: int = field(
+        default=4096, metadata=domain(low=1, high=SYNTHETIC_MAX, doc="samples in the training split")
+    )
+    test_size: int = field(default=1024, metadata=domain(low=1, high=SYNTHETIC_MAX, doc="samples in the test split"))
 
 
 def _args(cfg: SyntheticConfig) -> Tuple[Tuple[int, int, int], int, int, int]:

@@ -13,18 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     from dlcomm.launch.base import Launcher
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("launcher", classes)  # installed packages' launchers (entry points dlcomm.launchers)
-
-
-LAUNCHERS: Registry[type["Launcher"]] = Registry(GROUPS["launcher"], _plugins)
+LAUNCHERS: Registry[type["Launcher"]] = registry_of("launcher")
 register = LAUNCHERS.register

@@ -72,17 +72,33 @@ class ThreadsLauncherConfig(LauncherConfig):
 
     name: str = "threads"
     compute: str = field(
-        default="auto", metadata=computes(domain(one_of=COMPUTE_MODES, means="the compute mode"))
-    )  # parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | auto: parallel unless network.mode=simulate or training draws random numbers
+        default="auto",
+        metadata=computes(
+            domain(
+                one_of=COMPUTE_MODES,
+                means="the compute mode",
+                doc="parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | auto: parallel unless network.mode=simulate or training draws random numbers",
+            )
+        ),
+    )
     semantics: str = field(
         default="gloo",
         metadata=computes(
-            domain(one_of=SEMANTICS, means="the message semantics (gloo: gloo's delivery, nccl: NCCL's ordering rules)")
+            domain(
+                one_of=SEMANTICS,
+                means="the message semantics (gloo: gloo's delivery, nccl: NCCL's ordering rules)",
+                doc="NCCL's: no buffering, one queue per group and rank, batches as one unit, so what hangs on a GPU cluster hangs here",
+            )
         ),
-    )  # gloo: messages delivered as gloo does | nccl: NCCL's rules (no buffering, one queue per group and rank, batches as one unit), so what hangs on a GPU cluster hangs here
+    )
     hang_timeout_s: float = field(
-        default=10.0, metadata=domain(above=0, means="the seconds of all ranks waiting before the run fails")
-    )  # seconds of all ranks waiting with nothing moving: a deadlock, the run FAILED
+        default=10.0,
+        metadata=domain(
+            above=0,
+            means="the seconds of all ranks waiting before the run fails",
+            doc="with nothing moving: a deadlock, the run FAILED",
+        ),
+    )
 
 
 @register

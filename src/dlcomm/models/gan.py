@@ -23,7 +23,7 @@ class ACGANConfig(ModelConfig):
     (which selects this model): generator (latent 128, FC + BN, 2x [upsample, 3x3 conv 128/64], 3x3
     conv 32, image) and discriminator (3x3 stride-2 convs 16/32/64/128; validity and label heads)."""
 
-    latent_dim: int = field(default=128, metadata=domain(low=1))  # the generator's noise dimension
+    latent_dim: int = field(default=128, metadata=domain(low=1, doc="the generator's noise dimension"))
 
 
 def build_acgan(

@@ -21,7 +21,7 @@ class RecurrentConfig(ModelConfig):
     """rnn (simple, tanh), lstm, gru over image rows (H steps of C*W features), then BN + DP(0.25) +
     FC(32) + DP(0.5) + FC(classes), as in the node-based paper's Table II."""
 
-    hidden_size: int = field(default=128, metadata=domain(low=1))  # units of the recurrent layer
+    hidden_size: int = field(default=128, metadata=domain(low=1, doc="units of the recurrent layer"))
 
 
 def build_rnn(cfg: RecurrentConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:

@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, Tuple, TypeVar
 
 from dlcomm.config.schema import ModelConfig
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     from torch import nn
@@ -41,13 +40,7 @@ class Model(Generic[C]):
         raise NotImplementedError(f"model {cls.name} has no build()")
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("model", classes)  # installed packages' models (entry points dlcomm.models)
-
-
-MODELS: Registry[type[Model[Any]]] = Registry(GROUPS["model"], _plugins)
+MODELS: Registry[type[Model[Any]]] = registry_of("model")
 register = MODELS.register
 
 

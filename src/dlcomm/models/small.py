@@ -23,22 +23,32 @@ class MLPConfig(ModelConfig):
     """mlp: a multi-layer perceptron over the flattened input: hidden widths with ReLU, logits."""
 
     hidden: List[int] = field(
-        default_factory=lambda: [512, 256], metadata=domain(low=1)
-    )  # hidden widths, input to output
+        default_factory=lambda: [512, 256], metadata=domain(low=1, doc="hidden widths, input to output")
+    )
     dropout: float = field(
-        default=0.0, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # after each hidden ReLU; 0: none
+        default=0.0,
+        metadata=domain(low=0.0, high=1.0, means="the dropout probability", doc="after each hidden ReLU; 0: none"),
+    )
 
 
 @dataclass
 class NiNConfig(ModelConfig):
     """nin: Network-in-Network (Lin et al. 2014): three mlpconv blocks and global average pooling."""
 
-    # multiplier of every hidden width (1.0: the paper's); a width never drops below 1 (dlcomm.models.small.build_nin)
-    width: float = field(default=1.0, metadata=domain(low=0.0, means="the multiplier of every hidden width"))
+    width: float = field(
+        default=1.0,
+        metadata=domain(
+            low=0.0,
+            means="the multiplier of every hidden width",
+            doc="1.0: the paper's; a width never drops below 1 (dlcomm.models.small.build_nin)",
+        ),
+    )
     dropout: float = field(
-        default=0.5, metadata=domain(low=0.0, high=1.0, means="the dropout probability")
-    )  # between mlpconv blocks, as in the paper
+        default=0.5,
+        metadata=domain(
+            low=0.0, high=1.0, means="the dropout probability", doc="between mlpconv blocks, as in the paper"
+        ),
+    )
 
 
 def build_small_cnn(cfg: ModelConfig, input_shape: Tuple[int, int, int], num_classes: int) -> nn.Module:

@@ -13,10 +13,10 @@ importing them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Tuple, cast
 
-from dlcomm.config.schema import ModelConfig
+from dlcomm.config.schema import ModelConfig, doc
 from dlcomm.models.registry import Model, register
 
 if TYPE_CHECKING:
@@ -30,7 +30,9 @@ class ResNetConfig(ModelConfig):
     """resnet18, resnet34, resnet50, resnet101 (torchvision, randomly initialised); cifar_stem=true
     for 32x32 inputs."""
 
-    cifar_stem: bool = False  # true: 3x3 stride-1 first conv (conv1) and no max-pool (32x32 inputs)
+    cifar_stem: bool = field(
+        default=False, metadata=doc("true: 3x3 stride-1 first conv (conv1) and no max-pool (32x32 inputs)")
+    )
 
 
 def _kaiming_fan_out(conv: nn.Conv2d) -> None:

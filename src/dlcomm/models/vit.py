@@ -44,14 +44,15 @@ class ViTConfig(ModelConfig):
     parameters at 224x224); the paper's is narrower. Sides not a multiple of the patch are
     zero-padded (28x28 with patch 16 -> a 2x2 grid)."""
 
-    embed_dim: int = field(default=384, metadata=domain(low=1))  # token width D
-    depth: int = field(default=12, metadata=domain(low=1))  # transformer blocks
-    num_heads: int = field(default=12, metadata=domain(low=1))  # attention heads (embed_dim must be a multiple)
+    embed_dim: int = field(default=384, metadata=domain(low=1, doc="token width D"))
+    depth: int = field(default=12, metadata=domain(low=1, doc="transformer blocks"))
+    num_heads: int = field(default=12, metadata=domain(low=1, doc="attention heads (embed_dim must be a multiple)"))
     patch_size: int = field(
-        default=16, metadata=domain(low=1)
-    )  # p x p patches; sides not a multiple of p are zero-padded up to one
-    # block MLP hidden width = int(embed_dim * mlp_ratio)
-    mlp_ratio: float = field(default=4.0, metadata=domain(above=0.0))
+        default=16, metadata=domain(low=1, doc="p x p patches; sides not a multiple of p are zero-padded up to one")
+    )
+    mlp_ratio: float = field(
+        default=4.0, metadata=domain(above=0.0, doc="block MLP hidden width = int(embed_dim * mlp_ratio)")
+    )
 
 
 def _padded(side: int, patch: int) -> int:

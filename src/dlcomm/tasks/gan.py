@@ -39,14 +39,19 @@ class GanTaskConfig(TaskConfig):
 
     name: str = "gan"
     generator_lr: float = field(
-        default=0.0, metadata=domain(low=0, means="the generator's learning rate (0: optim.lr)")
-    )  # the generator's learning rate; 0: optim.lr
+        default=0.0,
+        metadata=domain(low=0, means="the generator's learning rate (0: optim.lr)"),
+    )
     discriminator_lr: float = field(
-        default=0.0, metadata=domain(low=0, means="the discriminator's learning rate (0: optim.lr)")
-    )  # the discriminator's; 0: optim.lr
+        default=0.0,
+        metadata=domain(low=0, means="the discriminator's learning rate (0: optim.lr)"),
+    )
     samples_per_class: int = field(
-        default=10, metadata=domain(low=1, means="the columns of the grid of generated images")
-    )  # columns of the logged grid of generated images (one row per class)
+        default=10,
+        metadata=domain(
+            low=1, means="the columns of the grid of generated images", doc="one row per class in the logged grid"
+        ),
+    )
 
 
 @register

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     from dlcomm.tasks.base import Task
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("task", classes)  # installed packages' tasks (entry points dlcomm.tasks)
-
-
-TASKS: Registry[type["Task"]] = Registry(GROUPS["task"], _plugins)
+TASKS: Registry[type["Task"]] = registry_of("task")
 register = TASKS.register

@@ -34,10 +34,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, List, TypeVar
 
-from dlcomm.config.schema import EPS, LR, WARMUP_EPOCHS, WEIGHT_DECAY, OptimConfig, Schedule, domain
+from dlcomm.config.schema import EPS, LR, WARMUP_EPOCHS, WEIGHT_DECAY, OptimConfig, Schedule, doc, domain
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS
-from dlcomm.registry import Registry
+from dlcomm.registry import Registry, registry_of
 
 if TYPE_CHECKING:
     import torch
@@ -63,19 +62,13 @@ class Optimizer(Generic[C]):
         raise NotImplementedError(f"optimizer {cls.name} lacks build()")
 
 
-def _plugins(classes: dict) -> None:
-    from dlcomm.plugins import register_plugins
-
-    register_plugins("optim", classes)  # installed packages' optimizers (entry points dlcomm.optimizers)
-
-
 def _betas(betas: list[float]) -> tuple[float, float]:
     """``optim.betas`` as the pair torch takes (its domain declares length 2)."""
     first, second = betas
     return first, second
 
 
-OPTIMIZERS: Registry[type[Optimizer]] = Registry(GROUPS["optim"], _plugins)  # all in this module
+OPTIMIZERS: Registry[type[Optimizer]] = registry_of("optim")  # all in this module
 register = OPTIMIZERS.register
 
 
@@ -85,8 +78,10 @@ class SGDConfig(OptimConfig):
     Every optimizer's schedule: constant | cosine | multistep (dlcomm.train.optim)."""
 
     lr: float = field(default=0.05, metadata=LR)
-    momentum: float = field(default=0.9, metadata=domain(below=1.0))  # heavy-ball momentum (torch refuses < 0 itself)
-    nesterov: bool = False  # true: Nesterov's momentum
+    momentum: float = field(
+        default=0.9, metadata=domain(below=1.0, doc="heavy-ball momentum (torch refuses < 0 itself)")
+    )
+    nesterov: bool = field(default=False, metadata=doc("true: Nesterov's momentum"))
 
 
 @register
@@ -113,10 +108,18 @@ class LarsConfig(SGDConfig):
     weight_decay: float = field(default=0.00005, metadata=WEIGHT_DECAY)
     schedule: Schedule = Schedule.cosine
     warmup_epochs: float = field(default=1.0, metadata=WARMUP_EPOCHS)
-    # the layer-wise trust coefficient (the Crossover paper: 0.0025); timm's Lars does not check it
-    trust_coefficient: float = field(default=0.001, metadata=domain(above=0.0, means="the trust coefficient"))
-    exclude_bias_and_norm: bool = True  # 1-d tensors (biases, norm scales) neither adapted nor decayed
-    eps: float = field(default=1e-8, metadata=domain(low=0.0))  # added to the trust ratio's denominator
+    trust_coefficient: float = field(
+        default=0.001,
+        metadata=domain(
+            above=0.0,
+            means="the trust coefficient",
+            doc="layer-wise (the Crossover paper: 0.0025); timm's Lars does not check it",
+        ),
+    )
+    exclude_bias_and_norm: bool = field(
+        default=True, metadata=doc("1-d tensors (biases, norm scales) neither adapted nor decayed")
+    )
+    eps: float = field(default=1e-8, metadata=domain(low=0.0, doc="added to the trust ratio's denominator"))
 
 
 @register
@@ -152,9 +155,10 @@ class AdamConfig(OptimConfig):
 
     lr: float = field(default=0.001, metadata=LR)
     betas: List[float] = field(
-        default_factory=lambda: [0.9, 0.999], metadata=domain(low=0.0, below=1.0, length=2)
-    )  # the moments' decay rates
-    eps: float = field(default=1e-8, metadata=EPS)  # the denominator's epsilon
+        default_factory=lambda: [0.9, 0.999],
+        metadata=domain(low=0.0, below=1.0, length=2, doc="the moments' decay rates"),
+    )
+    eps: float = field(default=1e-8, metadata=EPS)
 
 
 @register
@@ -188,10 +192,16 @@ class AdaBeliefConfig(AdamConfig):
     no rectification); for ImageNet they use decoupled_weight_decay=true weight_decay=1e-2."""
 
     weight_decay: float = field(
-        default=0.0005, metadata=domain(low=0.0)
-    )  # L2 weight decay (decoupled with decoupled_weight_decay=true); timm's AdaBelief does not check it
-    decoupled_weight_decay: bool = False  # AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient
-    rectify: bool = False  # RAdam's variance rectification
+        default=0.0005,
+        metadata=domain(
+            low=0.0,
+            doc="L2 weight decay (decoupled with decoupled_weight_decay=true); timm's AdaBelief does not check it",
+        ),
+    )
+    decoupled_weight_decay: bool = field(
+        default=False, metadata=doc("AdamW-style decay (x <- x - lr * wd * x) instead of L2 in the gradient")
+    )
+    rectify: bool = field(default=False, metadata=doc("RAdam's variance rectification"))
 
 
 @register
@@ -222,8 +232,9 @@ class AngularGradConfig(AdamConfig):
     between consecutive gradients. Defaults: the authors' (lr 1e-3, Adam's betas and eps)."""
 
     method: str = field(
-        default="cos", metadata=domain(one_of=("cos", "tan"), means="angulargrad's coefficient")
-    )  # cos | tan (the angular coefficient's function)
+        default="cos",
+        metadata=domain(one_of=("cos", "tan"), means="angulargrad's coefficient", doc="its function: cos | tan"),
+    )
 
 
 @register

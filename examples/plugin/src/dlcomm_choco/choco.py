@@ -65,14 +65,31 @@ class ChocoConfig(AlgoConfig):
 
     name: str = "choco"
     gamma: float = field(
-        default=0.04, metadata=domain(above=0, high=1, means="the consensus step size")
-    )  # consensus step size in (0, 1]; shrink it with ratio (the paper tuned 0.04 for top-1% on a ring of 9); 1 with ratio 1 is D-PSGD
+        default=0.04,
+        metadata=domain(
+            above=0,
+            high=1,
+            means="the consensus step size",
+            doc="in (0, 1]; shrink it with ratio (the paper tuned 0.04 for top-1% on a ring of 9); 1 with ratio 1 is D-PSGD",
+        ),
+    )
     ratio: float = field(
-        default=0.01, metadata=domain(above=0, high=1, means="the fraction of entries a message keeps")
-    )  # fraction of each segment's entries a message keeps (top-k by magnitude); 1: no compression
+        default=0.01,
+        metadata=domain(
+            above=0,
+            high=1,
+            means="the fraction of entries a message keeps",
+            doc="of each segment, the largest by magnitude (top-k); 1: no compression",
+        ),
+    )
     segments: int = field(
-        default=1, metadata=domain(low=0, means="the number of segments (0: the model's top-level blocks)")
-    )  # messages per neighbour: 1: the whole model; 0: the model's top-level blocks; k: k runs of layers
+        default=1,
+        metadata=domain(
+            low=0,
+            means="the number of segments (0: the model's top-level blocks)",
+            doc="messages per neighbour: 1: the whole model; k: k runs of layers",
+        ),
+    )
 
 
 def kept_entries(n: int, ratio: float) -> int:
