@@ -450,7 +450,7 @@ class Channel:
         launch: Callable[[], Any],
         result: Any = None,
         divisor: int = 1,
-        alone: Callable[[], None] | None = None,
+        alone: Callable[[], object] | None = None,
     ) -> Handle:
         """Record, model and post one collective; on a group of one (:meth:`sole_member`) the
         transport is not called: ``alone()`` (if given) makes the result in place and the
