@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dlcomm.algorithms.buckets import BUCKET_MB
 from dlcomm.algorithms.chunks import Chunks, check_knobs, scatter_mean, top_k
 from dlcomm.algorithms.diloco import DiLoCo, DiLoCoConfig
 from dlcomm.algorithms.registry import register
@@ -55,6 +56,9 @@ class SparseLoCoConfig(DiLoCoConfig):
     all-gathered and averaged entry by entry, then an outer SGD step (no momentum by default)."""
 
     name: str = "sparseloco"
+    period: int = field(
+        default=20, metadata=domain(low=1, means="H, the number of inner steps between outer steps,")
+    )  # the reference's sweeps use H = 15 (of ~160 outer steps); 20 as algo=diloco's, for dlcomm's short runs
     outer_lr: float = field(
         default=1.0, metadata=domain(above=0, means="the outer SGD's learning rate")
     )  # the reference's sweeps use 1 (it also scales what enters the error buffer)
@@ -62,6 +66,9 @@ class SparseLoCoConfig(DiLoCoConfig):
         default=0.0, metadata=domain(low=0, below=1, means="the outer SGD's momentum")
     )  # the reference's default 0: the error feedback takes momentum's place
     nesterov: bool = False  # the reference's outer SGD is torch's without Nesterov
+    bucket_mb: float = field(
+        default=25.0, metadata=BUCKET_MB
+    )  # size in MiB of the flat buffers whose tensors' payloads travel in one all-gather
     error_decay: float = field(
         default=0.95, metadata=domain(low=0, high=1, means="beta, the error buffer's decay,")
     )  # the reference's sweeps use 0.95 (its default is 0.999)
