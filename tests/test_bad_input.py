@@ -122,6 +122,27 @@ TRAIN = [
     ),
     (["tracking.stream_every_s=-1"], "tracking.stream_every_s=-1.0 is invalid"),
     (["algo=local_sgd", "algo.period=0"], "algo.period=0 is invalid"),
+    # issue 61: DeMo's and SparseLoCo's knobs, at composition or on the model the pre-launch check builds
+    (["algo=sparseloco", "algo.bits=3"], "algo.bits=3 is invalid: the bits per value must be 2, 4 or 8, e.g. 2"),
+    (["algo=sparseloco", "algo.error_decay=1.5"], "algo.error_decay=1.5 is invalid: beta, the error buffer's decay,"),
+    (["algo=demo", "algo.decay=1"], "algo.decay=1.0 is invalid: beta, the momentum's decay (compression_decay),"),
+    (
+        ["algo=demo", "algo.topk=0"],
+        "algo.topk=0 is invalid: the entries sent per chunk (compression_topk) must be 1 or more",
+    ),
+    (["algo=demo", "optim=adamw"], "optim=adamw cannot train algo=demo: DeMo takes its own signed step"),
+    (
+        ["algo=demo", *J, "algo.chunk=100000"],
+        "algo.chunk=100000 is invalid: the model's largest dimension is 784, and a chunk edge beyond it cuts nothing",
+    ),
+    (
+        ["algo=sparseloco", *J, "algo.topk=100000"],
+        "algo.topk=100000 is invalid: the largest chunk of this model (algo.chunk=64) holds 4096 entries",
+    ),
+    (
+        ["algo=demo", *J, "train.amp=true", "train.amp_dtype=fp16"],
+        "train.amp with fp16 loss scaling is invalid for algo=demo: it steps with the gradients before",
+    ),
     (
         ["algo=sesgd", "algo.groups=0"],
         "algo.groups=0 is invalid: k, the number of groups per iteration, must be 1 or more",

@@ -43,6 +43,8 @@ ALGORITHMS = {
     "local_sgd": ["algo.period=2"],
     "diloco": ["algo.period=2"],
     "streaming_diloco": ["algo.period=4", "algo.fragments=2", "algo.overlap_steps=1", "algo.alpha=0.5"],
+    "sparseloco": ["algo.period=2", "algo.chunk=16", "algo.topk=8"],
+    "demo": ["algo.chunk=16", "algo.topk=8", "optim.lr=0.001"],
     "node_based": [],
     "dpsgd": [],
     "sgp": [],

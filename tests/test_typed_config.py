@@ -30,7 +30,9 @@ from conftest import FAST
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS.all()))
 def test_each_section_is_the_dataclass_it_was_composed_with(name: str) -> None:
-    overrides = [f"algo={name}", "network=eth_1g", "optim=lars"]
+    # lars (its schedule cosine); demo takes its own step and refuses every optimizer but sgd
+    optim = ["optim=sgd", "optim.schedule=cosine"] if name == "demo" else ["optim=lars"]
+    overrides = [f"algo={name}", "network=eth_1g", *optim]
     run = compose(overrides)  # converted once, right after Hydra
     cfg = _hydra_compose(overrides)  # what Hydra composed
     OmegaConf.resolve(cfg)

@@ -304,6 +304,7 @@ def check_algorithm(cfg: "RunConfig") -> None:
     algorithm.check_config(cfg.algo)
     algorithm.check_world(cfg.algo, cfg.nodes, cfg.workers_per_node)
     check_optimizer(cfg.optim)  # its own knobs (angulargrad's method)
+    algorithm.check_optimizer(cfg.algo, cfg.optim)
     check_task(cfg)  # its knobs, and the model it trains
     compressor = COMPRESSORS.get(cfg.compress.name)
     compressor.check(cfg.compress)

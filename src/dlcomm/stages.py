@@ -130,6 +130,11 @@ def processes(run: Checking) -> None:
     """What the processes the launcher starts need of this machine and of the run."""
     cfg = run.cfg
     roles = _algorithm(cfg).roles(cfg.algo)
+    if _algorithm(cfg).takes_own_step and _scales_loss_here(cfg.train):
+        raise UserError(
+            f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: it steps with the gradients before "
+            "the loss scaler could unscale them; pass train.amp_dtype=bf16 (no scaling)"
+        )
     if roles and _scales_loss_here(cfg.train):
         raise UserError(
             f"train.amp with fp16 loss scaling is invalid for algo={cfg.algo.name}: its {', '.join(roles)} would apply the "

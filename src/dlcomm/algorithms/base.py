@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar, Generic, Iterator, TypeVar
 
-from dlcomm.config.schema import AlgoConfig, CompressConfig
+from dlcomm.config.schema import AlgoConfig, CompressConfig, OptimConfig
 from dlcomm.metrics.stats import Stat
 
 if TYPE_CHECKING:  # an algorithm's module loads without torch: composing a config (dlcomm config) imports them all
@@ -48,6 +48,10 @@ class Algorithm(Generic[C]):
     False for collective-only algorithms. torch's gloo cannot send CUDA tensors point to point,
     so ``launcher.backend=gloo`` with ``train.device=cuda`` is refused for those that do
     (:mod:`dlcomm.launch.gpus`)."""
+    takes_own_step: ClassVar[bool] = False
+    """Whether it applies the gradients itself in :meth:`reduce_gradients` (DeMo), before fp16 loss
+    scaling could unscale them or skip the step: such a run with fp16 loss scaling is refused
+    before launch (:mod:`dlcomm.stages`), as one whose service roles apply the gradients."""
     compression: ClassVar[tuple[str, ...]] = ()
     """The kinds of compressor (``Compressor.kinds``, :mod:`dlcomm.compress`) it uses through
     ``self.compressor`` (``compress=<name>``): ``"tensor"`` (a flat tensor averaged over a group),
@@ -78,6 +82,11 @@ class Algorithm(Generic[C]):
     def check_compressor(cls, cfg: C, compressor: type[Compressor]) -> None:
         """Raise ``UserError`` for a compressor (``compress=<name>``, of a kind in
         :attr:`compression`) that these knobs cannot carry. None refused by default."""
+
+    @classmethod
+    def check_optimizer(cls, cfg: C, optim: OptimConfig) -> None:
+        """Raise ``UserError`` for an optimizer (``optim=<name>``, its knobs) these knobs cannot
+        train with (DeMo steps itself at the optimizer's learning rate). None refused by default."""
 
     @classmethod
     def roles(cls, cfg: C) -> tuple[str, ...]:
