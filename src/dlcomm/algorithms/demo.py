@@ -44,14 +44,30 @@ class DeMoConfig(AlgoConfig):
 
     name: str = "demo"
     decay: float = field(
-        default=0.999, metadata=domain(low=0, below=1, means="beta, the momentum's decay (compression_decay),")
-    )  # the reference's compression_decay (default 0.999)
+        default=0.999,
+        metadata=domain(
+            low=0,
+            below=1,
+            means="beta, the momentum's decay (compression_decay),",
+            doc="the reference's compression_decay (default 0.999)",
+        ),
+    )
     topk: int = field(
-        default=32, metadata=domain(low=1, means="the entries sent per chunk (compression_topk)")
-    )  # the reference's compression_topk (default 32); clamped to a chunk's entries, as there
+        default=32,
+        metadata=domain(
+            low=1,
+            means="the entries sent per chunk (compression_topk)",
+            doc="the reference's compression_topk (default 32); clamped to a chunk's entries, as there",
+        ),
+    )
     chunk: int = field(
-        default=64, metadata=domain(low=1, means="the target chunk edge (compression_chunk)")
-    )  # a dimension n is cut into its largest divisor <= chunk (the reference's compression_chunk, 64)
+        default=64,
+        metadata=domain(
+            low=1,
+            means="the target chunk edge (compression_chunk)",
+            doc="a dimension n is cut into its largest divisor <= chunk (the reference's compression_chunk, 64)",
+        ),
+    )
 
 
 @register

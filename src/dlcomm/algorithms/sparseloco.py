@@ -41,7 +41,7 @@ from dlcomm.algorithms.chunks import Chunks, check_knobs, scatter_mean, top_k
 from dlcomm.algorithms.diloco import DiLoCo, DiLoCoConfig
 from dlcomm.algorithms.registry import register
 from dlcomm.compress.base import pack, unpack
-from dlcomm.config.schema import domain
+from dlcomm.config.schema import doc, domain
 
 if TYPE_CHECKING:
     import torch
@@ -57,31 +57,65 @@ class SparseLoCoConfig(DiLoCoConfig):
 
     name: str = "sparseloco"
     period: int = field(
-        default=20, metadata=domain(low=1, means="H, the number of inner steps between outer steps,")
-    )  # the reference's sweeps use H = 15 (of ~160 outer steps); 20 as algo=diloco's, for dlcomm's short runs
+        default=20,
+        metadata=domain(
+            low=1,
+            means="H, the number of inner steps between outer steps,",
+            doc="the reference's sweeps use H = 15 (of ~160 outer steps); 20 as algo=diloco's, for dlcomm's short runs",
+        ),
+    )
     outer_lr: float = field(
-        default=1.0, metadata=domain(above=0, means="the outer SGD's learning rate")
-    )  # the reference's sweeps use 1 (it also scales what enters the error buffer)
+        default=1.0,
+        metadata=domain(
+            above=0,
+            means="the outer SGD's learning rate",
+            doc="the reference's sweeps use 1 (it also scales what enters the error buffer)",
+        ),
+    )
     outer_momentum: float = field(
-        default=0.0, metadata=domain(low=0, below=1, means="the outer SGD's momentum")
-    )  # the reference's default 0: the error feedback takes momentum's place
-    nesterov: bool = False  # the reference's outer SGD is torch's without Nesterov
+        default=0.0,
+        metadata=domain(
+            low=0,
+            below=1,
+            means="the outer SGD's momentum",
+            doc="the reference's default 0: the error feedback takes momentum's place",
+        ),
+    )
+    nesterov: bool = field(default=False, metadata=doc("the reference's outer SGD is torch's without Nesterov"))
     bucket_mb: float = field(
-        default=25.0, metadata=BUCKET_MB
-    )  # size in MiB of the flat buffers whose tensors' payloads travel in one all-gather
+        default=25.0,
+        metadata=doc("size in MiB of the flat buffers whose tensors' payloads travel in one all-gather", BUCKET_MB),
+    )
     error_decay: float = field(
-        default=0.95, metadata=domain(low=0, high=1, means="beta, the error buffer's decay,")
-    )  # the reference's sweeps use 0.95 (its default is 0.999)
-    topk: int = field(default=32, metadata=domain(low=1, means="the entries sent per chunk"))  # the reference's 32
+        default=0.95,
+        metadata=domain(
+            low=0,
+            high=1,
+            means="beta, the error buffer's decay,",
+            doc="the reference's sweeps use 0.95 (its default is 0.999)",
+        ),
+    )
+    topk: int = field(default=32, metadata=domain(low=1, means="the entries sent per chunk", doc="the reference's 32"))
     chunk: int = field(
-        default=64, metadata=domain(low=1, means="the target chunk edge")
-    )  # a dimension n is cut into its largest divisor <= chunk (the reference's 64: 64 x 64 blocks)
+        default=64,
+        metadata=domain(
+            low=1,
+            means="the target chunk edge",
+            doc="a dimension n is cut into its largest divisor <= chunk (the reference's 64: 64 x 64 blocks)",
+        ),
+    )
     bits: int = field(
-        default=2, metadata=domain(one_of=BITS, means="the bits per value")
-    )  # 2: SparseLoCo's 4 levels; 4 and 8 (CCLoco's 256 bins) as well
+        default=2,
+        metadata=domain(
+            one_of=BITS, means="the bits per value", doc="2: SparseLoCo's 4 levels; 4 and 8 (CCLoco's 256 bins) as well"
+        ),
+    )
     quant_range: float = field(
-        default=6.0, metadata=domain(above=0, means="the quantiser's range in standard deviations")
-    )  # the reference's quantization_range (6)
+        default=6.0,
+        metadata=domain(
+            above=0, means="the quantiser's range in standard deviations", doc="the reference's quantization_range (6)"
+        ),
+    )
 
 
 def quantise(values: torch.Tensor, bits: int, sigmas: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
