@@ -72,13 +72,9 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class DiLoCoConfig(AlgoConfig):
-    """``algo=diloco``, DiLoCo (Douillard et al. 2023, arXiv 2311.08105, Algorithm 1): ``period``
-    inner steps of the configured optimizer (the paper's AdamW: optim=adamw), then the replicas' mean
-    change theta - x_i drives an outer SGD with Nesterov momentum on the global parameters, which
-    every replica restarts from."""
+class OuterLoopConfig(AlgoConfig):
+    """The knobs of the outer loop DiLoCo and Streaming DiLoCo share (:mod:`dlcomm.algorithms.outer`)."""
 
-    name: str = "diloco"
     period: int = field(
         default=20,
         metadata=domain(
@@ -106,6 +102,17 @@ class DiLoCoConfig(AlgoConfig):
     bucket_mb: float = field(
         default=25.0, metadata=doc("the flat buffers of the outer gradient's allreduce", BUCKET_MB)
     )
+
+
+@dataclass
+class DiLoCoConfig(OuterLoopConfig):
+    """``algo=diloco``, DiLoCo (Douillard et al. 2023, arXiv 2311.08105, Algorithm 1): ``period``
+    inner steps of the configured optimizer (the paper's AdamW: optim=adamw), then the replicas' mean
+    change theta - x_i drives an outer SGD with Nesterov momentum on the global parameters, which
+    every replica restarts from. overlap=delayed|eager lets that average travel during the next
+    period's inner steps (prime's one-step-delayed outer step; eager updates, arXiv 2502.12996)."""
+
+    name: str = "diloco"
     overlap: str = field(
         default="none",
         metadata=domain(
