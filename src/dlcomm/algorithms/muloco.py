@@ -26,14 +26,21 @@ class MuLoCoConfig(DiLoCoConfig):
 
     name: str = "muloco"
     period: int = field(
-        default=30, metadata=domain(low=1, means="H, the number of inner steps between outer steps,")
-    )  # the reference config's sync_steps
+        default=30,
+        metadata=domain(
+            low=1, means="H, the number of inner steps between outer steps,", doc="the reference config's sync_steps"
+        ),
+    )
     outer_lr: float = field(
-        default=0.9, metadata=domain(above=0, means="the outer SGD's learning rate")
-    )  # the reference config's outer_optimizer lr
+        default=0.9,
+        metadata=domain(above=0, means="the outer SGD's learning rate", doc="the reference config's outer lr"),
+    )
     outer_momentum: float = field(
-        default=0.8, metadata=domain(low=0, below=1, means="the outer SGD's momentum")
-    )  # the reference config's outer_optimizer momentum (Nesterov)
+        default=0.8,
+        metadata=domain(
+            low=0, below=1, means="the outer SGD's momentum", doc="the reference config's outer momentum (Nesterov)"
+        ),
+    )
 
 
 @register

@@ -267,33 +267,55 @@ class MuonConfig(OptimConfig):
     spectral-norm lr scaling, weight decay 0.00125, AdamW betas (0.9, 0.99); the AdamW part's lr is
     dlcomm's DiLoCo AdamW lr 1e-3 (the reference's 0.044 diverged at this scale)."""
 
-    lr: float = field(default=0.044, metadata=LR)  # Muon's learning rate (before adjust_lr_fn's scaling)
-    weight_decay: float = field(default=0.00125, metadata=WEIGHT_DECAY)  # Muon's decoupled weight decay
+    lr: float = field(default=0.044, metadata=doc("Muon's learning rate, before adjust_lr_fn's scaling", LR))
+    weight_decay: float = field(default=0.00125, metadata=doc("Muon's decoupled weight decay", WEIGHT_DECAY))
     momentum: float = field(
-        default=0.9, metadata=domain(low=0.0, below=1.0, means="Muon's momentum")
-    )  # torch keeps an EMA of the gradients; the reference's sum differs by a factor Newton-Schulz removes
-    nesterov: bool = False  # Nesterov momentum in Muon (the MuLoCo reference: false; torch's default: true)
+        default=0.9,
+        metadata=domain(
+            low=0.0,
+            below=1.0,
+            means="Muon's momentum",
+            doc="torch keeps an EMA of the gradients, the reference a sum: a factor Newton-Schulz removes",
+        ),
+    )
+    nesterov: bool = field(
+        default=False, metadata=doc("Nesterov momentum in Muon (the MuLoCo reference: false; torch's default: true)")
+    )
     ns_steps: int = field(
-        default=5, metadata=domain(low=1, below=100, means="the Newton-Schulz iterations")
-    )  # torch refuses 100 or more
-    # how the lr scales with a matrix's shape (A, B) = (fan_out, fan_in): original sqrt(max(1, A/B))
-    # (Keller Jordan's), match_rms_adamw 0.2 sqrt(max(A, B)) (Moonshot's), spectral_unclamped sqrt(A/B)
-    # (the MuLoCo reference's "spectral_norm")
+        default=5,
+        metadata=domain(low=1, below=100, means="the Newton-Schulz iterations", doc="torch refuses 100 or more"),
+    )
     adjust_lr_fn: str = field(
         default="spectral_unclamped",
         metadata=domain(
-            one_of=("original", "match_rms_adamw", "spectral_unclamped"), means="Muon's learning-rate scaling"
+            one_of=("original", "match_rms_adamw", "spectral_unclamped"),
+            means="Muon's learning-rate scaling",
+            doc="for a matrix of shape (A, B) = (fan_out, fan_in): original sqrt(max(1, A/B)) (Keller Jordan's), "
+            "match_rms_adamw 0.2 sqrt(max(A, B)) (Moonshot's), spectral_unclamped sqrt(A/B) (the MuLoCo "
+            "reference's spectral_norm)",
         ),
     )
-    io_layers: bool = False  # true: the first and last weight matrices (input layer, head) on Muon too
-    # the reference runs AdamW at Muon's lr (its lr factors are 1) after a 500-step warm-up on a 180M
-    # model; here that diverged (docs/algorithms.md, muloco): 1e-3, DiLoCo's inner AdamW lr in dlcomm
-    adamw_lr: float = field(default=0.001, metadata=domain(above=0.0, means="the AdamW part's learning rate"))
+    io_layers: bool = field(
+        default=False,
+        metadata=doc("true: the first and last weight matrices (the input layer, the head) on Muon too"),
+    )
+    adamw_lr: float = field(
+        default=0.001,
+        metadata=domain(
+            above=0.0,
+            means="the AdamW part's learning rate",
+            doc="the reference runs AdamW at Muon's lr after a 500-step warm-up on a 180M model; here that "
+            "diverged (docs/algorithms.md, muloco): 1e-3, DiLoCo's inner AdamW lr in dlcomm",
+        ),
+    )
     adamw_betas: List[float] = field(
-        default_factory=lambda: [0.9, 0.99], metadata=domain(low=0.0, below=1.0, length=2)
-    )  # the AdamW part's moments' decay rates
-    adamw_eps: float = field(default=1e-8, metadata=EPS)  # the AdamW part's denominator epsilon
-    adamw_weight_decay: float = field(default=0.00125, metadata=WEIGHT_DECAY)  # the AdamW part's decoupled decay
+        default_factory=lambda: [0.9, 0.99],
+        metadata=domain(low=0.0, below=1.0, length=2, doc="the AdamW part's moments' decay rates"),
+    )
+    adamw_eps: float = field(default=1e-8, metadata=doc("the AdamW part's denominator epsilon", EPS))
+    adamw_weight_decay: float = field(
+        default=0.00125, metadata=doc("the AdamW part's decoupled weight decay", WEIGHT_DECAY)
+    )
 
 
 @register
