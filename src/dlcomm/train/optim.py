@@ -312,10 +312,8 @@ class MuonConfig(OptimConfig):
         default_factory=lambda: [0.9, 0.99],
         metadata=domain(low=0.0, below=1.0, length=2, doc="the AdamW part's moments' decay rates"),
     )
-    adamw_eps: float = field(default=1e-8, metadata=doc("the AdamW part's denominator epsilon", EPS))
-    adamw_weight_decay: float = field(
-        default=0.00125, metadata=doc("the AdamW part's decoupled weight decay", WEIGHT_DECAY)
-    )
+    adamw_eps: float = field(default=1e-8, metadata=doc("the AdamW part's", EPS))
+    adamw_weight_decay: float = field(default=0.00125, metadata=doc("the AdamW part's, decoupled", WEIGHT_DECAY))
 
 
 @register
