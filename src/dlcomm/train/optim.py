@@ -272,10 +272,9 @@ class MuonConfig(OptimConfig):
     momentum: float = field(
         default=0.9,
         metadata=domain(
-            low=0.0,
             below=1.0,
-            means="Muon's momentum",
-            doc="torch keeps an EMA of the gradients, the reference a sum: a factor Newton-Schulz removes",
+            doc="Muon's (0 or more: Muon.check); torch keeps an EMA of the gradients, the reference a sum: "
+            "a factor Newton-Schulz removes",
         ),
     )
     nesterov: bool = field(
@@ -320,6 +319,13 @@ class MuonConfig(OptimConfig):
 class Muon(Optimizer[MuonConfig]):
     name = "muon"
     Config = MuonConfig
+
+    @classmethod
+    def check(cls, cfg: MuonConfig) -> None:
+        # torch.optim.Muon refuses a negative momentum only when built over a hidden matrix, which the
+        # pre-launch stand-in model may not have: refused here, before anything is recorded
+        if cfg.momentum < 0:
+            raise UserError(f"optim.momentum={cfg.momentum} is invalid: Muon's momentum must be 0 or more, e.g. 0.9")
 
     @classmethod
     def build(cls, cfg: MuonConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
