@@ -9,7 +9,9 @@
    the correction (the fresh local share kept beside the delayed mean of all), or with the whole local
    outer gradient instead of its 1/n share, does not.
 3. Both under NCCL's rules (``launcher.semantics=nccl``) at 2, 3, 4 workers and 2 nodes x 2.
-4. A run through the train loop preempted mid-period with an average in flight, resumed from its
+4. Through the train loop (``TrainLoop.run`` as a rank runs it: its data, model, optimizer and
+   ``finish``), the transcription fed the same batches gives the loop's parameters. A run through
+   the train loop preempted mid-period with an average in flight, resumed from its
    checkpoint, ends with the uninterrupted run's parameters (the in-flight average in the checkpoint).
 5. ``overlap`` outside its set is refused while composing.
 
@@ -79,6 +81,7 @@ def _rule(
     at_once: bool = False,
     uncorrected: bool = False,
     whole_local: bool = False,
+    replicas=None,
 ) -> list[np.ndarray]:
     """The rule of ``knobs["overlap"]`` in float64 over ``world`` replicas (plain torch, each its own
     AdamW). At the end of period k, each worker i, with D the average sent at the end of period k-1:
@@ -92,10 +95,14 @@ def _rule(
     flight after the last step is applied (eager: less the local share already applied). The wrong
     rules: ``gradient_after_step`` forms g_i against the updated theta; ``keep_first_period`` lets
     the replicas go on from x_i at k = 1; ``at_once`` applies the fresh average at once (DiLoCo);
-    ``uncorrected`` uses D + g_i / n; ``whole_local`` uses D + g_i - g_i^{k-1}."""
+    ``uncorrected`` uses D + g_i / n; ``whole_local`` uses D + g_i - g_i^{k-1}. ``replicas``:
+    ``(models, optimizers, batch(rank, step), loss(model, inputs, labels))`` (default: this file's MLP,
+    AdamW, batches and cross-entropy)."""
     lr, mu, nesterov, overlap = knobs["outer_lr"], knobs["outer_momentum"], knobs["nesterov"], knobs["overlap"]
-    models = [_mlp() for _ in range(world)]
-    optimizers = [_inner(model) for model in models]
+    if replicas is None:
+        models = [_mlp() for _ in range(world)]
+        replicas = (models, [_inner(model) for model in models], _batch, cross_entropy_loss)
+    models, optimizers, batch, loss = replicas
     start = _flat(models[0]).astype(np.float64)
     theta = [start.copy() for _ in range(world)]
     velocity = [np.zeros_like(start) for _ in range(world)]
@@ -112,9 +119,9 @@ def _rule(
 
     for step in range(steps):
         for rank, (model, optimizer) in enumerate(zip(models, optimizers)):
-            inputs, labels = _batch(rank, step)
+            inputs, labels = batch(rank, step)
             optimizer.zero_grad(set_to_none=True)
-            cross_entropy_loss(model, inputs, labels).backward()
+            loss(model, inputs, labels).backward()
             optimizer.step()
         if (step + 1) % PERIOD:
             continue
@@ -190,6 +197,59 @@ def test_the_rule_under_nccls_rules(nodes: int, per_node: int, knobs: dict) -> N
     world = nodes * per_node
     ours = run_ranks(_run, world, knobs, STEPS, True, nodes=nodes, semantics="nccl")
     assert _agree(ours, _rule(world, knobs, STEPS, finish=True)) <= 1e-6
+
+
+# ---- through the train loop ---------------------------------------------------------------------------
+
+LOOP_JOB = [f"algo.period={PERIOD}", "optim=adamw", *rank_programs.SMALL_JOB, "seed=5"]  # 12 steps: 3 periods
+
+
+def _loop_params(cluster, channel, spec) -> np.ndarray:
+    _, _, model, _, _ = rank_programs.train_until_warned(cluster, channel, spec, None, None, DiLoCo)
+    return _flat(model)
+
+
+def _loop_replicas(spec, world: int):
+    """The replicas, optimizers, batches and loss of the train loop for ``spec``, built as
+    :func:`rank_programs.train_until_warned` and ``TrainLoop.run`` build them, with plain torch."""
+    from dlcomm.data import build_dataset
+    from dlcomm.data.partition import epoch_partition
+    from dlcomm.tasks import build_task
+    from dlcomm.train.optim import build_optimizer
+    from dlcomm.train.plan import plan_steps, step_batch
+
+    cfg = spec.cfg()
+    data, task = build_dataset(cfg.dataset), build_task(cfg)
+    models, optimizers = [], []
+    for _ in range(world):
+        torch.manual_seed(cfg.seed)
+        models.append(task.build_model(cfg.model, data))
+        optimizers.append(build_optimizer(cfg.optim, task.param_groups(models[-1], cfg.optim)))
+    per_epoch, _ = plan_steps(cfg.train, data.train_size, world)
+    batches: dict[tuple[int, int], list] = {}
+
+    def batch(rank: int, step: int):
+        epoch = step // per_epoch
+        if (rank, epoch) not in batches:
+            indices = epoch_partition(data.train_size, world, rank, cfg.seed, epoch)
+            augment = (cfg.seed * 1_000_003 + epoch * 10_007 + rank) % 2**31
+            batches[rank, epoch] = list(data.train_batches(indices, step_batch(cfg.train), augment))
+        return batches[rank, epoch][step % per_epoch]
+
+    return models, optimizers, batch, task.loss
+
+
+@pytest.mark.parametrize("overlap", ["delayed", "eager"])
+def test_the_rule_transcribed_gives_the_train_loops_parameters(overlap: str) -> None:
+    """``dlcomm train`` as a rank runs it (the train loop, its data, model and optimizer) against the
+    transcription fed the same batches: 3 periods, the last average applied by the loop's finish."""
+    spec = rank_programs.run_spec(["algo=diloco", f"algo.overlap={overlap}", *LOOP_JOB])
+    knobs = {**PAPER, "overlap": overlap}
+    ours = run_ranks(_loop_params, 2, spec, nodes=2)
+    reference = _rule(2, knobs, STEPS, finish=True, replicas=_loop_replicas(spec, 2))
+    assert _agree(ours, reference) <= 1e-6
+    slip = {"delayed": {"gradient_after_step": True}, "eager": {"uncorrected": True}}[overlap]
+    assert _agree(ours, _rule(2, knobs, STEPS, finish=True, replicas=_loop_replicas(spec, 2), **slip)) > 1e-3
 
 
 # ---- 4. resumed mid-period with an average in flight --------------------------------------------
