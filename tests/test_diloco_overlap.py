@@ -186,6 +186,9 @@ def test_the_eager_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: 
 
 @pytest.mark.parametrize("knobs", [DELAYED, EAGER], ids=["delayed", "eager"])
 def test_an_average_in_flight_at_the_end_is_applied_by_finish(knobs: dict) -> None:
+    [note] = DiLoCo.plan_notes(DiLoCoConfig(period=PERIOD, **knobs), STEPS, STEPS)  # said before launch
+    assert "still in flight after the last iteration" in note and "dropped" not in note
+    assert "are dropped" in DiLoCo.plan_notes(DiLoCoConfig(period=PERIOD, **knobs), STEPS + 1, STEPS + 1)[0]
     ours = run_ranks(_run, 2, knobs, STEPS, True)
     assert _agree(ours, _rule(2, knobs, STEPS, finish=True)) <= 1e-6
     assert _agree(ours, _rule(2, knobs, STEPS)) > 1e-3

@@ -136,17 +136,21 @@ class DiLoCo(Algorithm[DiLoCoConfig]):
     def plan_notes(cls, cfg: DiLoCoConfig, steps_per_epoch: int, total_steps: int) -> list[str]:
         notes = []
         left = total_steps % cfg.period
-        if left:
+        if cfg.overlap != "none" and total_steps >= cfg.period:
+            dropped = (
+                f" (the last {left} iterations' inner steps, after the last boundary, are dropped)" if left else ""
+            )
+            notes.append(
+                f"algo.overlap={cfg.overlap}: the average of the last period's outer gradients is still in flight "
+                "after the last iteration; it is applied then, before the final evaluation, and the replicas "
+                f"restart from the outer parameters{dropped}"
+            )
+        elif left:
             notes.append(
                 f"the run's last {left} of {total_steps} iterations take no outer step ({total_steps} is not a "
                 f"multiple of algo.period={cfg.period}): the replicas end apart, their communication share leaves "
                 "that outer step out, and test_acc_mean is over the replicas as they are (test_acc_avg_model: "
                 "their average)"
-            )
-        if cfg.overlap != "none" and total_steps >= cfg.period:
-            notes.append(
-                f"algo.overlap={cfg.overlap}: the average of the last period's outer gradients is still in flight "
-                "after the last iteration; it is applied then, before the final evaluation"
             )
         return notes
 
