@@ -57,7 +57,7 @@ TRAIN = [
     (["algo=nope"], f"Available options in 'algo': {', '.join(ALGORITHMS)}"),
     (["model=nope"], "Available options in 'model'"),
     (["dataset=nope"], "Available options in 'dataset'"),
-    (["optim=nope"], "Available options in 'optim': adabelief, adam, adamw, angulargrad, lars, sgd"),
+    (["optim=nope"], "Available options in 'optim': adabelief, adam, adamw, angulargrad, lars, muon, sgd"),
     (
         ["network=nope"],
         "Available options in 'network': eth_10g, eth_1g, eth_56g, ib_100g, lat_0.1ms, lat_5ms, off, wan_hetero",
@@ -78,7 +78,10 @@ TRAIN = [
         ["optim.betas=[0.5,0.9]"],
         "optim.betas is not a knob of optim=sgd; it belongs to optim=adabelief, adam, adamw, angulargrad",
     ),
-    (["optim=adam", "optim.momentum=0.5"], "optim.momentum is not a knob of optim=adam; it belongs to optim=lars, sgd"),
+    (
+        ["optim=adam", "optim.momentum=0.5"],
+        "optim.momentum is not a knob of optim=adam; it belongs to optim=lars, muon, sgd",
+    ),
     (
         ["dataset.shape=[1,8,8]"],
         "dataset.shape is not a knob of dataset=fashion_mnist; it belongs to dataset=synthetic",

@@ -95,6 +95,7 @@ TENSOR_PAIRS = [
 KNOBS = {
     "local_sgd": {"period": 1},
     "diloco": {"period": 1},
+    "muloco": {"period": 1},
     "streaming_diloco": {"period": 1, "fragments": 1, "overlap_steps": 0, "alpha": 0.0},  # DiLoCo's restart
     "node_based": {"k_prime": 1},
     "sesgd": {"groups": 2},

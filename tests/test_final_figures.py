@@ -21,11 +21,14 @@ KNOBS = {
     # P=4, 2 fragments, overlap 1: at step 12 a fragment's exchange is still in flight (the issue's probe)
     "streaming_diloco": ["algo.period=4", "algo.fragments=2", "algo.overlap_steps=1"],
     "gossip_pull": ["train.time_budget_s=0"],
+    # period 4 of 12 steps, overlapped: the last period's average is in flight when the steps end
+    "diloco": ["algo.period=4", "algo.overlap=delayed"],
+    "muloco": ["algo.period=4", "algo.overlap=eager"],
 }
 
 
 def test_the_finishing_algorithms_are_found() -> None:
-    assert {"streaming_diloco", "gossip_pull", "ps"} <= set(FINISHING)
+    assert {"streaming_diloco", "diloco", "muloco", "gossip_pull", "ps"} <= set(FINISHING)
 
 
 @pytest.mark.parametrize("name", FINISHING)
@@ -59,5 +62,5 @@ def test_the_last_evaluation_comes_after_finish_on_every_rank(name, home, monkey
         assert [event for event, _ in mine].count("finish") == 1, mine
         assert mine[-1][0] == "evaluate", f"{name}: the last evaluation came before finish: {mine}"
         assert not mine[-1][1], f"{name}: evaluated with an exchange in flight: {mine}"
-    if name == "streaming_diloco":  # the case the issue found: something was in flight when the steps ended
+    if name in ("streaming_diloco", "diloco", "muloco"):  # the case the issue found: something was in flight when the steps ended
         assert any(flying for _, event, flying in events if event == "finish")

@@ -33,6 +33,7 @@ HALVED = {
     "crossover_hier": {0, 1},
     "local_sgd": {1},
     "diloco": {1},
+    "muloco": {1},
     "streaming_diloco": {1},
     "sparseloco": {1},
     "dpsgd": {1},

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from dlcomm.algorithms.buckets import BUCKET_MB
 from dlcomm.algorithms.chunks import Chunks, check_knobs, scatter_mean, top_k
-from dlcomm.algorithms.diloco import DiLoCo, DiLoCoConfig
+from dlcomm.algorithms.diloco import DiLoCo, OuterLoopConfig
 from dlcomm.algorithms.registry import register
 from dlcomm.compress.base import pack, unpack
 from dlcomm.config.schema import doc, domain
@@ -50,12 +50,15 @@ BITS = (2, 4, 8)
 
 
 @dataclass
-class SparseLoCoConfig(DiLoCoConfig):
+class SparseLoCoConfig(OuterLoopConfig):
     """``algo=sparseloco``, SparseLoCo (Sarfi et al. 2025, arXiv 2508.15706; Templar's CCLoco code):
     DiLoCo's outer gradient with decaying error feedback, top-k per chunk, values quantised to 2 bits,
     all-gathered and averaged entry by entry, then an outer SGD step (no momentum by default)."""
 
     name: str = "sparseloco"
+    # not a knob: SparseLoCo's outer step waits for its all-gather (DiLoCo's overlap=delayed|eager is
+    # DiLoCo's all-reduce; the reference code does not overlap)
+    overlap: ClassVar[str] = "none"
     period: int = field(
         default=20,
         metadata=domain(

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import Bucket, make_buckets
-from dlcomm.algorithms.diloco import DiLoCoConfig
+from dlcomm.algorithms.diloco import OuterLoopConfig
 from dlcomm.algorithms.outer import Averaging, OuterSGD
 from dlcomm.algorithms.registry import register
 from dlcomm.config.schema import domain
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class StreamingDiLoCoConfig(DiLoCoConfig):
+class StreamingDiLoCoConfig(OuterLoopConfig):
     """``algo=streaming_diloco``, Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): DiLoCo
     whose parameters are split into ``fragments`` (strided over the layers by default), each synchronised every
     ``period`` inner steps at its own offset floor(p period / fragments); a fragment's averaged outer

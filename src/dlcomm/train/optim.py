@@ -1,7 +1,8 @@
 """Optimizers and learning-rate schedules.
 
 Where a maintained package has the optimizer it is used: ``sgd``, ``adam``, ``adamw`` from torch;
-``adabelief`` (Zhuang et al., NeurIPS 2020: Adam whose second moment tracks ``(g - m)^2``, the
+``muon`` from torch (``torch.optim.Muon`` on the hidden matrices, ``torch.optim.AdamW`` on
+the rest, one optimizer: :mod:`dlcomm.train.muon`); ``adabelief`` (Zhuang et al., NeurIPS 2020: Adam whose second moment tracks ``(g - m)^2``, the
 "belief" in the gradient, instead of ``g^2``) and ``lars`` from timm. ``angulargrad`` (Roy et al.,
 2021) is in no maintained package and lives in :mod:`dlcomm.train.angulargrad`.
 
@@ -254,6 +255,102 @@ class AngularGrad(Optimizer[AngularGradConfig]):
         return AngularGrad(
             groups, lr=cfg.lr, betas=_betas(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay, method=cfg.method
         )
+
+
+@dataclass
+class MuonConfig(OptimConfig):
+    """muon (torch.optim.Muon with torch.optim.AdamW, dlcomm.train.muon): Muon (momentum, then
+    Newton-Schulz orthogonalisation) on the hidden 2-D weight matrices, AdamW on the rest (biases,
+    norms, convolution filters, the first and last weight: the input layer and the output head).
+    Defaults: the MuLoCo reference's inner optimizer (facebookresearch/MuLoCo,
+    torchtitan/config/diloco/2x_4gpu_muloco.py): lr 0.044, momentum 0.9 without Nesterov, the
+    spectral-norm lr scaling, weight decay 0.00125, AdamW betas (0.9, 0.99); the AdamW part's lr is
+    dlcomm's DiLoCo AdamW lr 1e-3 (the reference's 0.044 diverged at this scale)."""
+
+    lr: float = field(default=0.044, metadata=doc("Muon's learning rate, before adjust_lr_fn's scaling", LR))
+    weight_decay: float = field(default=0.00125, metadata=doc("Muon's decoupled weight decay", WEIGHT_DECAY))
+    momentum: float = field(
+        default=0.9,
+        metadata=domain(
+            below=1.0,
+            doc="Muon's (0 or more: Muon.check); torch keeps an EMA of the gradients, the reference a sum: "
+            "a factor Newton-Schulz removes",
+        ),
+    )
+    nesterov: bool = field(
+        default=False, metadata=doc("Nesterov momentum in Muon (the MuLoCo reference: false; torch's default: true)")
+    )
+    ns_steps: int = field(
+        default=5,
+        metadata=domain(low=1, below=100, means="the Newton-Schulz iterations", doc="torch refuses 100 or more"),
+    )
+    adjust_lr_fn: str = field(
+        default="spectral_unclamped",
+        metadata=domain(
+            one_of=("original", "match_rms_adamw", "spectral_unclamped"),
+            means="Muon's learning-rate scaling",
+            doc="for a matrix of shape (A, B) = (fan_out, fan_in): original sqrt(max(1, A/B)) (Keller Jordan's), "
+            "match_rms_adamw 0.2 sqrt(max(A, B)) (Moonshot's), spectral_unclamped sqrt(A/B) (the MuLoCo "
+            "reference's spectral_norm)",
+        ),
+    )
+    io_layers: bool = field(
+        default=False,
+        metadata=doc("true: the first and last weight matrices (the input layer, the head) on Muon too"),
+    )
+    adamw_lr: float = field(
+        default=0.001,
+        metadata=domain(
+            above=0.0,
+            means="the AdamW part's learning rate",
+            doc="the reference runs AdamW at Muon's lr after a 500-step warm-up on a 180M model; here that "
+            "diverged (docs/algorithms.md, muloco): 1e-3, DiLoCo's inner AdamW lr in dlcomm",
+        ),
+    )
+    adamw_betas: List[float] = field(
+        default_factory=lambda: [0.9, 0.99],
+        metadata=domain(low=0.0, below=1.0, length=2, doc="the AdamW part's moments' decay rates"),
+    )
+    adamw_eps: float = field(default=1e-8, metadata=doc("the AdamW part's", EPS))
+    adamw_weight_decay: float = field(default=0.00125, metadata=doc("the AdamW part's, decoupled", WEIGHT_DECAY))
+
+
+@register
+class Muon(Optimizer[MuonConfig]):
+    name = "muon"
+    Config = MuonConfig
+
+    @classmethod
+    def check(cls, cfg: MuonConfig) -> None:
+        # torch.optim.Muon refuses a negative momentum only when built over a hidden matrix, which the
+        # pre-launch stand-in model may not have: refused here, before anything is recorded
+        if cfg.momentum < 0:
+            raise UserError(f"optim.momentum={cfg.momentum} is invalid: Muon's momentum must be 0 or more, e.g. 0.9")
+
+    @classmethod
+    def build(cls, cfg: MuonConfig, groups: list[dict[str, Any]]) -> "torch.optim.Optimizer":
+        from dlcomm.train.muon import MuonWithAdamW, split_for_muon
+
+        muon_groups, adamw_groups = [], []
+        for group in groups:
+            matrices, others = split_for_muon(group["params"], cfg.io_layers)
+            muon_groups.append({**group, "params": matrices})
+            adamw_groups.append({**group, "params": others})
+        muon = {
+            "lr": cfg.lr,
+            "weight_decay": cfg.weight_decay,
+            "momentum": cfg.momentum,
+            "nesterov": cfg.nesterov,
+            "ns_steps": cfg.ns_steps,
+            "adjust_lr_fn": cfg.adjust_lr_fn,
+        }
+        adamw = {
+            "lr": cfg.adamw_lr,
+            "betas": _betas(cfg.adamw_betas),
+            "eps": cfg.adamw_eps,
+            "weight_decay": cfg.adamw_weight_decay,
+        }
+        return MuonWithAdamW(muon_groups, adamw_groups, muon, adamw)
 
 
 def check_optimizer(cfg: OptimConfig) -> None:
