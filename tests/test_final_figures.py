@@ -62,5 +62,9 @@ def test_the_last_evaluation_comes_after_finish_on_every_rank(name, home, monkey
         assert [event for event, _ in mine].count("finish") == 1, mine
         assert mine[-1][0] == "evaluate", f"{name}: the last evaluation came before finish: {mine}"
         assert not mine[-1][1], f"{name}: evaluated with an exchange in flight: {mine}"
-    if name in ("streaming_diloco", "diloco", "muloco"):  # the case the issue found: something was in flight when the steps ended
+    if name in (
+        "streaming_diloco",
+        "diloco",
+        "muloco",
+    ):  # the case the issue found: something was in flight when the steps ended
         assert any(flying for _, event, flying in events if event == "finish")

@@ -59,7 +59,7 @@ docs/algorithms.md has the references read and the choices made.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from dlcomm.algorithms.base import Algorithm
 from dlcomm.algorithms.buckets import BUCKET_MB, make_buckets
@@ -130,7 +130,9 @@ class DiLoCo(Algorithm[DiLoCoConfig]):
     display_name = "DiLoCo"
     Config = DiLoCoConfig
     point_to_point = False  # collectives only (launch/gpus.py: gloo carries them on CUDA)
-    compression = ("tensor",)  # the outer gradient, averaged through the compressor (compress=<name>)
+    compression: ClassVar[tuple[str, ...]] = (
+        "tensor",
+    )  # the outer gradient, averaged through the compressor (compress=<name>)
 
     @classmethod
     def plan_notes(cls, cfg: DiLoCoConfig, steps_per_epoch: int, total_steps: int) -> list[str]:

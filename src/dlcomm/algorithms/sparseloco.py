@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, cast
 
 from dlcomm.algorithms.buckets import BUCKET_MB
 from dlcomm.algorithms.chunks import Chunks, check_knobs, scatter_mean, top_k
-from dlcomm.algorithms.diloco import DiLoCo, OuterLoopConfig
+from dlcomm.algorithms.diloco import DiLoCo, DiLoCoConfig
 from dlcomm.algorithms.registry import register
 from dlcomm.compress.base import pack, unpack
 from dlcomm.config.schema import doc, domain
@@ -50,15 +50,21 @@ BITS = (2, 4, 8)
 
 
 @dataclass
-class SparseLoCoConfig(OuterLoopConfig):
+class SparseLoCoConfig(DiLoCoConfig):
     """``algo=sparseloco``, SparseLoCo (Sarfi et al. 2025, arXiv 2508.15706; Templar's CCLoco code):
     DiLoCo's outer gradient with decaying error feedback, top-k per chunk, values quantised to 2 bits,
     all-gathered and averaged entry by entry, then an outer SGD step (no momentum by default)."""
 
     name: str = "sparseloco"
-    # not a knob: SparseLoCo's outer step waits for its all-gather (DiLoCo's overlap=delayed|eager is
-    # DiLoCo's all-reduce; the reference code does not overlap)
-    overlap: ClassVar[str] = "none"
+    overlap: str = field(
+        default="none",
+        metadata=domain(
+            one_of=("none",),
+            means="how the outer step overlaps the averaging",
+            doc="none only: SparseLoCo's outer step waits for its all-gather, as the reference code does "
+            "(DiLoCo's delayed and eager overlap its all-reduce)",
+        ),
+    )
     period: int = field(
         default=20,
         metadata=domain(
@@ -173,11 +179,13 @@ def unpack_codes(packed: torch.Tensor, bits: int, shape) -> torch.Tensor:
 class SparseLoCo(DiLoCo):
     display_name = "SparseLoCo"
     Config = SparseLoCoConfig
+    cfg: SparseLoCoConfig
     compression = ()  # its own codec (chunked top-k, 2-bit values)
 
     @classmethod
-    def check_model(cls, cfg: SparseLoCoConfig, model: torch.nn.Module) -> None:
-        check_knobs(cfg.chunk, cfg.topk, model)
+    def check_model(cls, cfg: DiLoCoConfig, model: torch.nn.Module) -> None:
+        own = cast(SparseLoCoConfig, cfg)  # this class's Config (above)
+        check_knobs(own.chunk, own.topk, model)
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         import torch
@@ -228,12 +236,13 @@ class SparseLoCo(DiLoCo):
                     zip(self.layout[index], sent)
                 ):
                     parts = [message[4 * number : 4 * number + 4] for message in messages]
-                    indices = [part[1] for part in parts]
-                    values = [
+                    every_indices = [part[1] for part in parts]
+                    every_values = [
                         lookup.to(encoded.dtype)[unpack_codes(packed, cfg.bits, code_shape).long()] + shift
                         for packed, _, shift, lookup in parts
                     ]
-                    self._view(delta, offset, shape).copy_(chunks.decode(scatter_mean(encoded, indices, values)))
+                    mean = scatter_mean(encoded, every_indices, every_values)
+                    self._view(delta, offset, shape).copy_(chunks.decode(mean))
                 delta.copy_(self.outer.step(index, delta))  # x_i <- theta
 
     def state_dict(self) -> dict:
