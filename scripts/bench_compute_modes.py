@@ -1,0 +1,192 @@
+"""How fast N simulated workers step under each ``launcher.compute`` (issue 60, item 5).
+
+For each model and rank count, one iteration of N replicas (forward, backward, SGD with momentum,
+batch B each) four ways, interleaved round by round so that the machine's load falls on all alike:
+
+* ``serial``: the N replicas stepped one after the other, every torch thread (``compute=serial``);
+* ``parallel``: N threads, each stepping its replica with ``cores / N`` torch threads
+  (``compute=parallel``), a barrier per iteration;
+* ``batched``: N threads through dlcomm's own batched compute (:mod:`dlcomm.train.batched`: the
+  last to arrive runs one ``vmap`` forward and backward for all), then each its optimizer step
+  (``compute=batched``);
+* ``one batch``: one replica stepping one batch of N x B (the ceiling: the device's own cost of
+  the arithmetic, no per-replica overhead).
+
+Printed: the median ms per iteration over the rounds, and serial / batched and batched / one
+batch. CPU always; CUDA too when a GPU is visible (``--device``). The models are dlcomm's
+(``model=mlp``, ``small_cnn`` on 1x28x28, ``resnet18`` with the CIFAR stem on 3x32x32).
+
+    python scripts/bench_compute_modes.py --quick            # mlp and small_cnn at 4 and 16 ranks
+    python scripts/bench_compute_modes.py                    # mlp, small_cnn, resnet18 at 4, 16, 64
+    python scripts/bench_compute_modes.py --device cuda --models resnet18 --ranks 4 16 --batch 64
+    python scripts/bench_compute_modes.py --json out.json    # the figures as JSON too
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+from time import perf_counter
+from typing import Any, Callable
+
+import torch
+
+MODES = ("serial", "parallel", "batched", "one batch")
+SHAPES = {"mlp": (1, 28, 28), "small_cnn": (1, 28, 28), "resnet18": (3, 32, 32)}
+
+
+def build(name: str) -> torch.nn.Module:
+    """dlcomm's model ``name`` as ``dlcomm train model=<name>`` builds it (10 classes)."""
+    from dlcomm.compose import compose
+    from dlcomm.models import build_model
+
+    overrides = [f"model={name}"] + (["model.cifar_stem=true"] if name == "resnet18" else [])
+    return build_model(compose(overrides).model, SHAPES[name], 10)
+
+
+def loss_fn(model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(model(inputs), labels)
+
+
+def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+class Job:
+    """N replicas of one model on one device, their optimizers and batches, stepped each way."""
+
+    def __init__(self, name: str, ranks: int, batch: int, device: torch.device) -> None:
+        torch.manual_seed(0)
+        self.device, self.ranks = device, ranks
+        self.models = [build(name).to(device) for _ in range(ranks)]
+        self.optimizers = [sgd(model) for model in self.models]
+        shape = SHAPES[name]
+        self.inputs = [torch.randn(batch, *shape, device=device) for _ in range(ranks)]
+        self.labels = [torch.randint(0, 10, (batch,), device=device) for _ in range(ranks)]
+        self.big = build(name).to(device)
+        self.big_optimizer = sgd(self.big)
+        self.big_inputs, self.big_labels = torch.cat(self.inputs), torch.cat(self.labels)
+        self._batched: Any = None
+
+    def _step(self, r: int) -> None:
+        self.optimizers[r].zero_grad(set_to_none=True)
+        loss_fn(self.models[r], self.inputs[r], self.labels[r]).backward()
+        self.optimizers[r].step()
+
+    def serial(self) -> None:
+        for r in range(self.ranks):
+            self._step(r)
+
+    def one_batch(self) -> None:
+        self.big_optimizer.zero_grad(set_to_none=True)
+        loss_fn(self.big, self.big_inputs, self.big_labels).backward()
+        self.big_optimizer.step()
+
+    def parallel(self) -> None:
+        self._threads(self._step)
+
+    def batched(self) -> None:
+        if self._batched is None:
+            from dlcomm.comm.inprocess import Fabric
+            from dlcomm.train.batched import BatchedCompute
+
+            fabric = Fabric(batched=BatchedCompute(self.ranks), ranks=self.ranks, hang_timeout_s=0)
+            self._batched = [fabric.batched.for_rank(fabric, r) for r in range(self.ranks)]
+            self._step_count = 0
+        step = self._step_count
+        self._step_count += 1
+
+        def rank(r: int) -> None:
+            self.optimizers[r].zero_grad(set_to_none=True)
+            self._batched[r].forward_backward(self.models[r], loss_fn, self.inputs[r], self.labels[r], step, seed=0)
+            self.optimizers[r].step()
+
+        self._threads(rank)
+
+    def _threads(self, body: Callable[[int], None]) -> None:
+        stream = torch.cuda.Stream if self.device.type == "cuda" else None
+
+        def run(r: int) -> None:
+            if stream is not None:
+                with torch.cuda.stream(stream(self.device)):
+                    body(r)
+            else:
+                body(r)
+
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(self.ranks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+
+def measure(job: Job, rounds: int, warmup: int, cores: int) -> dict[str, float]:
+    """The median ms per iteration of each mode over ``rounds`` rounds (modes interleaved)."""
+    calls = {"serial": job.serial, "parallel": job.parallel, "batched": job.batched, "one batch": job.one_batch}
+    threads = {"serial": cores, "parallel": max(1, cores // job.ranks), "batched": cores, "one batch": cores}
+    seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cuda = job.device.type == "cuda"
+    for index in range(warmup + rounds):
+        for mode in MODES:
+            torch.set_num_threads(threads[mode])
+            if cuda:
+                torch.cuda.synchronize()
+            began = perf_counter()
+            calls[mode]()
+            if cuda:
+                torch.cuda.synchronize()
+            if index >= warmup:
+                seconds[mode].append(perf_counter() - began)
+    torch.set_num_threads(cores)
+    return {mode: 1e3 * statistics.median(values) for mode, values in seconds.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--ranks", nargs="+", type=int, default=[4, 16, 64])
+    parser.add_argument("--batch", type=int, default=32, help="per replica (default 32)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads of serial, batched and one batch (default: every core, as dlcomm)"
+    )
+    parser.add_argument("--device", nargs="+", default=None, help="cpu and/or cuda (default: cpu, and cuda if visible)")
+    parser.add_argument("--quick", action="store_true", help="mlp and small_cnn at 4 and 16 ranks, 3 rounds")
+    parser.add_argument("--json", default="", help="also write the figures here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.ranks, args.rounds = ["mlp", "small_cnn"], [4, 16], 3
+    devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+    if "cuda" in devices and not torch.cuda.is_available():
+        sys.exit("bench_compute_modes: --device cuda: no CUDA device is visible")
+    cores = args.threads or os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"bench_compute_modes: {os.cpu_count()} cores, {cores} torch thread(s), load {load:.1f}, torch {torch.__version__}, batch {args.batch} per replica")
+    print(f"{'device':6} {'model':10} {'ranks':>5} " + " ".join(f"{m + ' ms':>13}" for m in MODES) + "  serial/batched  batched/one")
+    rows = []
+    for device in devices:
+        for model in args.models:
+            for ranks in args.ranks:
+                job = Job(model, ranks, args.batch, torch.device(device))
+                ms = measure(job, args.rounds, args.warmup, cores)
+                del job
+                rows.append({"device": device, "model": model, "ranks": ranks, "batch": args.batch, **ms})
+                print(
+                    f"{device:6} {model:10} {ranks:>5} "
+                    + " ".join(f"{ms[m]:>13,.1f}" for m in MODES)
+                    + f"  {ms['serial'] / ms['batched']:>14.2f}x  {ms['batched'] / ms['one batch']:>10.2f}x",
+                    flush=True,
+                )
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"cores": cores, "load": load, "torch": torch.__version__, "rows": rows}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
