@@ -39,13 +39,21 @@ MODES = ("serial", "parallel", "batched", "one batch")
 SHAPES = {"mlp": (1, 28, 28), "small_cnn": (1, 28, 28), "resnet18": (3, 32, 32)}
 
 
-def build(name: str) -> torch.nn.Module:
-    """dlcomm's model ``name`` as ``dlcomm train model=<name>`` builds it (10 classes)."""
-    from dlcomm.compose import compose
-    from dlcomm.models import build_model
+MLP_HIDDEN: list[int] = []  # --mlp-hidden: model.hidden of model=mlp (empty: dlcomm's default)
 
-    overrides = [f"model={name}"] + (["model.cifar_stem=true"] if name == "resnet18" else [])
-    return build_model(compose(overrides).model, SHAPES[name], 10)
+
+def build(name: str) -> torch.nn.Module:
+    """dlcomm's model ``name`` as ``dlcomm train model=<name>`` builds it (10 classes; resnet18
+    with ``model.cifar_stem=true``, mlp with ``--mlp-hidden``)."""
+    from dlcomm.models import build_model
+    from dlcomm.models.registry import MODELS
+
+    cfg = MODELS.get(name).Config(name=name)
+    if name == "resnet18":
+        cfg.cifar_stem = True
+    if name == "mlp" and MLP_HIDDEN:
+        cfg.hidden = list(MLP_HIDDEN)
+    return build_model(cfg, SHAPES[name], 10)
 
 
 def loss_fn(model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -71,6 +79,7 @@ class Job:
         self.big_optimizer = sgd(self.big)
         self.big_inputs, self.big_labels = torch.cat(self.inputs), torch.cat(self.labels)
         self._batched: Any = None
+        self._pool: _Pool | None = None
 
     def _step(self, r: int) -> None:
         self.optimizers[r].zero_grad(set_to_none=True)
@@ -108,20 +117,50 @@ class Job:
         self._threads(rank)
 
     def _threads(self, body: Callable[[int], None]) -> None:
-        stream = torch.cuda.Stream if self.device.type == "cuda" else None
+        """``body(r)`` on rank ``r``'s thread for every rank at once; the threads live as long as
+        the job (as a run's rank threads do), one CUDA stream each on a GPU."""
+        if self._pool is None:
+            self._pool = _Pool(self.ranks, self.device)
+        self._pool.run(body)
 
-        def run(r: int) -> None:
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+
+class _Pool:
+    """One long-lived thread per rank, released together for each call (two barriers)."""
+
+    def __init__(self, ranks: int, device: torch.device) -> None:
+        self._start, self._done = threading.Barrier(ranks + 1), threading.Barrier(ranks + 1)
+        self._body: Callable[[int], None] | None = None
+        self._device = device
+        self._threads = [threading.Thread(target=self._loop, args=(r,), daemon=True) for r in range(ranks)]
+        for thread in self._threads:
+            thread.start()
+
+    def _loop(self, r: int) -> None:
+        stream = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
+        while True:
+            self._start.wait()
+            body = self._body
+            if body is None:
+                return
             if stream is not None:
-                with torch.cuda.stream(stream(self.device)):
+                with torch.cuda.stream(stream):
                     body(r)
             else:
                 body(r)
+            self._done.wait()
 
-        threads = [threading.Thread(target=run, args=(r,)) for r in range(self.ranks)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    def run(self, body: Callable[[int], None]) -> None:
+        self._body = body
+        self._start.wait()
+        self._done.wait()
+
+    def close(self) -> None:
+        self._body = None
+        self._start.wait()
 
 
 def measure(job: Job, rounds: int, warmup: int, cores: int) -> dict[str, float]:
@@ -153,12 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument(
-        "--threads", type=int, default=0, help="torch threads of serial, batched and one batch (default: every core, as dlcomm)"
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads of serial, batched and one batch (default: every core, as dlcomm)",
     )
     parser.add_argument("--device", nargs="+", default=None, help="cpu and/or cuda (default: cpu, and cuda if visible)")
     parser.add_argument("--quick", action="store_true", help="mlp and small_cnn at 4 and 16 ranks, 3 rounds")
+    parser.add_argument("--mlp-hidden", nargs="+", type=int, default=[], help="model.hidden of mlp (default dlcomm's)")
     parser.add_argument("--json", default="", help="also write the figures here")
     args = parser.parse_args(argv)
+    MLP_HIDDEN[:] = args.mlp_hidden
     if args.quick:
         args.models, args.ranks, args.rounds = ["mlp", "small_cnn"], [4, 16], 3
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
@@ -166,15 +210,21 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("bench_compute_modes: --device cuda: no CUDA device is visible")
     cores = args.threads or os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"bench_compute_modes: {os.cpu_count()} cores, {cores} torch thread(s), load {load:.1f}, torch {torch.__version__}, batch {args.batch} per replica")
-    print(f"{'device':6} {'model':10} {'ranks':>5} " + " ".join(f"{m + ' ms':>13}" for m in MODES) + "  serial/batched  batched/one")
+    print(
+        f"bench_compute_modes: {os.cpu_count()} cores, {cores} torch thread(s), load {load:.1f}, torch {torch.__version__}, batch {args.batch} per replica"
+    )
+    print(
+        f"{'device':6} {'model':10} {'ranks':>5} "
+        + " ".join(f"{m + ' ms':>13}" for m in MODES)
+        + "  serial/batched  batched/one"
+    )
     rows = []
     for device in devices:
         for model in args.models:
             for ranks in args.ranks:
                 job = Job(model, ranks, args.batch, torch.device(device))
                 ms = measure(job, args.rounds, args.warmup, cores)
-                del job
+                job.close()
                 rows.append({"device": device, "model": model, "ranks": ranks, "batch": args.batch, **ms})
                 print(
                     f"{device:6} {model:10} {ranks:>5} "

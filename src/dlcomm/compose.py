@@ -338,7 +338,7 @@ def _foreign_knob(error: Exception, overrides: list[str]) -> Optional[str]:
     choice has (``launcher.compute`` under ``launcher=local``: a knob of ``launcher=threads``)."""
     key = str(getattr(error.__cause__, "full_key", None) or getattr(error, "full_key", None) or "")
     group, _, knob = key.partition(".")
-    if group not in SCHEMA_GROUPS or not knob or "." in knob:
+    if group not in GROUPS or not knob or "." in knob:
         return None
     # The choice in force: compose again without the overrides of that key.
     rest = [item for item in overrides if item.lstrip("+~").split("=")[0] != key]

@@ -136,7 +136,7 @@ class BatchedCompute:
         grads: dict[str, torch.Tensor] = {}
         losses: list[torch.Tensor] = []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed((first.seed * 1_000_003 + first.step * 7_919 + 17) % 2**63)
+            _seed((first.seed * 1_000_003 + first.step * 7_919 + 17) % 2**63, devices)
             parts = zip(inputs.chunk(chunks, dim=1), labels.chunk(chunks, dim=1)) if chunks > 1 else [(inputs, labels)]
             for part, part_labels in parts:
                 part_grads, loss = step_grad(params, rest, part, part_labels)
@@ -195,6 +195,15 @@ class BatchedCompute:
             return (value / chunks if chunks > 1 else value), value.detach()
 
         return vmap(grad(loss, has_aux=True), randomness="different")
+
+
+def _seed(seed: int, devices: list[torch.device]) -> None:
+    """Seed the CPU generator and those of ``devices`` (not ``torch.manual_seed``: before CUDA is
+    initialised it queues a seeding of every GPU, recording the caller's stack, at every step)."""
+    torch.default_generator.manual_seed(seed)
+    for device in devices:
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
 
 
 class RankBatch:
