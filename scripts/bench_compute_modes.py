@@ -6,7 +6,7 @@ batch B each) four ways, interleaved round by round so that the machine's load f
 * ``serial``: the N replicas stepped one after the other, every torch thread (``compute=serial``);
 * ``parallel``: N threads, each stepping its replica with ``cores / N`` torch threads
   (``compute=parallel``), a barrier per iteration;
-* ``batched``: N threads through dlcomm's own batched compute (:mod:`dlcomm.train.batched`: the
+* ``batched``: N threads (``cores / N`` torch threads, as dlcomm) through dlcomm's own batched compute (:mod:`dlcomm.train.batched`: the
   last to arrive runs one ``vmap`` forward and backward for all), then each its optimizer step
   (``compute=batched``);
 * ``one batch``: one replica stepping one batch of N x B (the ceiling: the device's own cost of
@@ -19,7 +19,7 @@ batch. CPU always; CUDA too when a GPU is visible (``--device``). The models are
     python scripts/bench_compute_modes.py --quick            # mlp and small_cnn at 4 and 16 ranks
     python scripts/bench_compute_modes.py                    # mlp, small_cnn, resnet18 at 4, 16, 64
     python scripts/bench_compute_modes.py --device cuda --models resnet18 --ranks 4 16 --batch 64
-    python scripts/bench_compute_modes.py --json out.json    # the figures as JSON too
+    python scripts/bench_compute_modes.py --json src/dlcomm/launch/compute_modes.json  # what auto reads (rows replaced)
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import sys
 import threading
+import time
 from time import perf_counter
 from typing import Any, Callable
 
@@ -161,14 +163,25 @@ class _Pool:
     def close(self) -> None:
         self._body = None
         self._start.wait()
+        for thread in self._threads:
+            thread.join()
 
 
 def measure(job: Job, rounds: int, warmup: int, cores: int) -> dict[str, float]:
     """The median ms per iteration of each mode over ``rounds`` rounds (modes interleaved)."""
     calls = {"serial": job.serial, "parallel": job.parallel, "batched": job.batched, "one batch": job.one_batch}
-    threads = {"serial": cores, "parallel": max(1, cores // job.ranks), "batched": cores, "one batch": cores}
+    shared = max(1, cores // job.ranks)  # as dlcomm shares them (dlcomm.launch.threads.torch_threads)
+    threads = {"serial": cores, "parallel": shared, "batched": shared, "one batch": cores}
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     cuda = job.device.type == "cuda"
+    # the vmapped call runs on whichever rank thread arrives last, and a thread's first call costs
+    # ~20 ms here (torch.func's per-thread set-up): warm the threads first, as a run's first steps do
+    torch.set_num_threads(threads["batched"])
+    began = perf_counter()
+    for _ in range(2 * job.ranks):
+        job.batched()
+        if perf_counter() - began > 20:
+            break
     for index in range(warmup + rounds):
         for mode in MODES:
             torch.set_num_threads(threads[mode])
@@ -225,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
                 job = Job(model, ranks, args.batch, torch.device(device))
                 ms = measure(job, args.rounds, args.warmup, cores)
                 job.close()
-                rows.append({"device": device, "model": model, "ranks": ranks, "batch": args.batch, **ms})
+                row = {"device": device, "model": model, "ranks": ranks, "batch": args.batch, **ms}
+                if model == "mlp" and MLP_HIDDEN:
+                    row["knobs"] = f"model.hidden={list(MLP_HIDDEN)}"
+                rows.append(row)
                 print(
                     f"{device:6} {model:10} {ranks:>5} "
                     + " ".join(f"{ms[m]:>13,.1f}" for m in MODES)
@@ -233,9 +249,28 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"cores": cores, "load": load, "torch": torch.__version__, "rows": rows}, out, indent=1)
+        update(args.json, rows, load)
     return 0
+
+
+def update(path: str, rows: list[dict[str, Any]], load: float) -> None:
+    """Write ``rows`` into the JSON file ``path`` (src/dlcomm/launch/compute_modes.json is what
+    ``launcher.compute=auto`` reads): a row of the same device, model, ranks and batch is replaced,
+    the others kept; ``measured`` gains this run's machine, time and load."""
+    key = ("device", "model", "ranks", "batch")
+    old: dict[str, Any] = {"measured": [], "rows": []}
+    if os.path.exists(path):
+        with open(path) as file:
+            old = json.load(file)
+    new = {tuple(row[k] for k in key) for row in rows}
+    kept = [row for row in old["rows"] if tuple(row[k] for k in key) not in new]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    measured = f"{platform.node()}, {when}, {os.cpu_count()} cores, load {load:.1f}, torch {torch.__version__}"
+    rounded = [{k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
+    merged = sorted(kept + rounded, key=lambda row: tuple(row[k] for k in key))
+    with open(path, "w") as file:
+        json.dump({"measured": [*old["measured"], measured], "rows": merged}, file, indent=1)
+        file.write("\n")
 
 
 if __name__ == "__main__":

@@ -272,3 +272,57 @@ def test_batched_compute_under_another_launcher_is_refused_naming_threads(home) 
         "Choose one of those (launcher=<choice>) or see launcher=local's knobs with `dlcomm config launcher=local`"
     ]
     assert not (home / "results").exists()
+
+
+def test_auto_takes_batched_where_the_committed_measurement_says_it_is_faster(home, monkeypatch, tmp_path) -> None:
+    """``launcher.compute=auto`` reads the measurement file (dlcomm.launch.compute_choice): batched
+    where it beat the mode auto picks otherwise for the run's model and device (the nearest rank
+    count), and only for a run batched compute can take; the opening line says why."""
+    import json
+
+    import torch
+
+    from dlcomm.launch import compute_choice
+    from dlcomm.launch.threads import resolve_compute
+
+    def row(model: str, device: str, ranks: int, batched: float) -> dict:
+        return {"device": device, "model": model, "ranks": ranks, "batch": 32, "serial": 40.0, "parallel": 20.0} | {
+            "batched": batched,
+            "one batch": 5.0,
+        }
+
+    table = tmp_path / "compute_modes.json"
+    rows = [row("mlp", "cpu", 16, 10.0), row("mlp", "cpu", 64, 30.0), row("small_cnn", "cpu", 16, 25.0)]
+    table.write_text(json.dumps({"rows": [*rows, row("resnet18", "cuda", 16, 12.0)]}))
+    monkeypatch.setattr(compute_choice, "MEASURED", table)
+
+    def mode(*overrides: str) -> tuple[str, str]:
+        return resolve_compute(compose(["launcher=threads", *FAST, *overrides]))
+
+    compute, why = mode("model=mlp", "nodes=16")
+    assert compute == "batched", why
+    assert why == (
+        "auto: batched measured faster than parallel for model=mlp on cpu (10.0 against 20.0 ms/iter at 16 ranks "
+        "of batch 32; launch/compute_modes.json)"
+    )
+    assert mode("model=mlp", "nodes=8")[0] == "batched"  # 16 is the nearest measured rank count
+    assert mode("model=mlp", "nodes=48")[0] == "parallel"  # 64 ranks: batched measured slower
+    assert mode("model=small_cnn", "nodes=16")[0] == "parallel"  # slower there
+    assert mode("model=resnet18", "nodes=16")[0] == "parallel"  # not measured on the CPU: the rule
+    assert mode("model=mlp", "nodes=16", "algo=ps")[0] == "parallel"  # cannot be batched
+    assert mode("model=mlp", "nodes=16", "model.dropout=0.2")[0] == "serial"  # draws: serial's rule first
+    assert mode("model=mlp", "nodes=16", "launcher.compute=parallel")[0] == "parallel"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert mode("model=resnet18", "nodes=16", "train.device=cuda")[0] == "batched"  # faster than taking turns
+    assert mode("model=mlp", "nodes=16", "train.device=cuda")[0] == "serial"  # no GPU measurement of it
+
+
+def test_the_committed_measurement_names_its_machine_and_every_mode(home) -> None:
+    import json
+
+    from dlcomm.launch.compute_choice import MEASURED
+
+    measured = json.loads(MEASURED.read_text())
+    assert measured["measured"] and measured["rows"]  # where, when, under what load
+    for row in measured["rows"]:
+        assert {"device", "model", "ranks", "batch", "serial", "parallel", "batched", "one batch"} <= set(row)
