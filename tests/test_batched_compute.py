@@ -326,3 +326,13 @@ def test_the_committed_measurement_names_its_machine_and_every_mode(home) -> Non
     assert measured["measured"] and measured["rows"]  # where, when, under what load
     for row in measured["rows"]:
         assert {"device", "model", "ranks", "batch", "serial", "parallel", "batched", "one batch"} <= set(row)
+
+
+def test_micro_batches_accumulate_as_under_serial(tmp_path, monkeypatch, float64) -> None:
+    """``train.comm_interval=2``: each rank's batch cut in two micro-batches whose gradients add up
+    before one communication round, as serial's backward passes accumulate them."""
+    overrides = ["algo=allreduce", "train.comm_interval=2"]
+    serial = _train(overrides, "serial", tmp_path / "serial", monkeypatch=monkeypatch)
+    batched = _train(overrides, "batched", tmp_path / "batched", monkeypatch=monkeypatch)
+    loss, params = _max_difference(serial, batched)
+    assert loss <= 1e-10 and params <= 1e-10, (loss, params)
