@@ -336,3 +336,51 @@ def test_micro_batches_accumulate_as_under_serial(tmp_path, monkeypatch, float64
     batched = _train(overrides, "batched", tmp_path / "batched", monkeypatch=monkeypatch)
     loss, params = _max_difference(serial, batched)
     assert loss <= 1e-10 and params <= 1e-10, (loss, params)
+
+
+def test_batch_norm_keeps_each_replicas_statistics(float64) -> None:
+    """A model with batch-norm: each replica normalises by its own batch's statistics and keeps its
+    own running statistics (stacked for the call, written back to its module), as when each rank
+    steps alone: the gradients and buffers of serial steps."""
+    from dlcomm.comm.inprocess import Fabric
+    from dlcomm.train.batched import BatchedCompute
+
+    ranks, steps = 3, 2
+
+    def build(rank: int) -> torch.nn.Module:
+        torch.manual_seed(rank)
+        return torch.nn.Sequential(
+            torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(), torch.nn.Linear(5, 3)
+        )
+
+    def loss_fn(model, inputs, labels):
+        return torch.nn.functional.cross_entropy(model(inputs), labels)
+
+    generator = torch.Generator().manual_seed(1)
+    batches = [
+        [(torch.randn(4, 6, generator=generator), torch.randint(0, 3, (4,), generator=generator)) for _ in range(ranks)]
+        for _ in range(steps)
+    ]
+    alone = [build(r) for r in range(ranks)]
+    together = [build(r) for r in range(ranks)]
+    fabric = Fabric(batched=BatchedCompute(ranks), ranks=ranks)
+    for step in range(steps):
+        for r in range(ranks):
+            alone[r].zero_grad(set_to_none=True)
+            loss_fn(alone[r], *batches[step][r]).backward()
+
+        def rank(r: int, step: int = step) -> None:
+            together[r].zero_grad(set_to_none=True)
+            fabric.batched.for_rank(fabric, r).forward_backward(together[r], loss_fn, *batches[step][r], step, seed=0)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        for a, b in zip(alone, together):
+            for (name, p), q in zip(a.named_parameters(), b.parameters()):
+                assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-12), name
+            for (name, x), y in zip(a.named_buffers(), b.buffers()):
+                assert torch.allclose(x.double(), y.double(), rtol=0, atol=1e-12), name
+    assert int(together[0][1].num_batches_tracked) == steps
