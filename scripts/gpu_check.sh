@@ -30,6 +30,10 @@
 #     - the compute profile's prediction (issue 56): scripts/gpu_profiles.sh for resnet18 (cifar stem)
 #       batch 128: `dlcomm profile` on the GPU, then 4 ranks launcher.compute=serial network=off for
 #       30 steps; their median measured compute_s within 10% of the profile's step [GPU only]
+#     - compute modes (issue 60): scripts/bench_compute_modes.py, serial / parallel / batched / one
+#       batch of N x 64 for resnet18 (cifar stem) and mlp at 4 and 16 ranks, 3 rounds (--cpu: the
+#       784-200-200-10 mlp, batch 8); target on a GPU: 16 ResNet-18 ranks batched within 1.5x of
+#       one batch of 16 x 64
 #   * every algorithm (dlcomm's own registered ones, dlcomm.catalog, listed when the script runs: 15 on
 #     2026-11-27, diloco and streaming_diloco included) for STEPS steps under launcher=threads, all
 #     ranks on the one GPU, with launcher.semantics=gloo and with launcher.semantics=nccl; the nccl
@@ -93,6 +97,7 @@ if [ "$CPU" = 1 ]; then
     PERF_OVERHEAD="--batch 8 --steps 50 --warmup 5 --rounds 1"  # resnet18 at batch 64 takes ~1 s a step on 2 cores
     # the plain steps with every core, as serial compute gives the rank whose turn it is
     PERF_MODEL=small_cnn PERF_STEPS=10 PERF_PLAIN="--steps 10 --warmup 3 --threads $(nproc)"
+    PERF_MODES="--models mlp --mlp-hidden 200 200 --batch 8 --ranks 4 16 --rounds 3"
 else
     DEVICE=cuda
     STEPS=${STEPS:-20}
@@ -105,6 +110,7 @@ else
     TIMING_ATTEMPTS=${TIMING_ATTEMPTS:-3}
     PERF_OVERHEAD="--steps 200 --warmup 20 --rounds 1"
     PERF_MODEL=resnet18 PERF_STEPS=40 PERF_PLAIN="--steps 40 --warmup 10"
+    PERF_MODES="--models resnet18 mlp --batch 64 --ranks 4 16 --rounds 3"
     if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
         echo "gpu_check: no usable NVIDIA GPU here (nvidia-smi missing or failing); run this on a machine with a GPU, or scripts/gpu_check.sh --cpu" >&2
         exit 2
@@ -297,6 +303,8 @@ for ranks in 4 16; do
         model=$PERF_MODEL $PERF_STEM dataset=synthetic train.batch_size=64 train.device=$DEVICE \
         train.max_steps=$PERF_STEPS train.eval_size=256
 done
+# issue 60 item 5: serial / parallel / batched / one batch of N x B on the device (bench_compute_modes.py)
+row "perf: compute modes (serial, parallel, batched)" modes ""
 # issue 56 item 4: the profile measured here against a real 4-rank serial run's measured compute (gpu_profiles.sh)
 row "perf: profile predicts compute (resnet18 b128)" prediction "$GPU_ONLY" resnet18_b128_fp32
 FIRST_POOL=${#R_NAME[@]}  # rows before this run one at a time, those after JOBS at once
@@ -361,6 +369,14 @@ run_row() {
             else
                 rc=1 note=$(tail -n 1 "$dir/log" | head -c 200)
             fi
+            ;;
+        modes)  # shellcheck disable=SC2086  # PERF_MODES holds options without spaces
+            timeout --kill-after=15 "$limit" "$PY" scripts/bench_compute_modes.py --device "$DEVICE" $PERF_MODES \
+                >"$dir/log" 2>&1 || rc=$?
+            { echo "compute modes, launcher=threads (scripts/bench_compute_modes.py; ms per iteration, median):"
+              grep -E '^(device|cpu|cuda) ' "$dir/log"; } >"$dir/perf"
+            note="see the performance table"
+            [ "$rc" -eq 0 ] || note=$(tail -n 1 "$dir/log" | head -c 200)
             ;;
         prediction)  # ok within 10% (scripts/gpu_profiles.sh); its profile lands in the row's folder
             DEVICE=gpu-check OUT="$dir" ONLY="^${R_ARGS[$i]}\$" DLCOMM="$DLCOMM" PY="$PY" \

@@ -254,7 +254,7 @@ def owners(group: str, knob: str) -> List[str]:
 def foreign_knob(group: str, knob: str, choice: str) -> Optional[str]:
     """One line when ``<group>.<knob>`` is a knob of other choices of ``group`` but not of
     ``choice``, else None (a typo, or a knob of no choice: the caller's usual message stands)."""
-    having = owners(group, knob) if group in CHOICE_GROUPS else []
+    having = owners(group, knob) if group in GROUPS else []
     if not having or choice in having:
         return None
     return (

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from dlcomm.catalog import CHOICE_GROUPS, check_knobs, foreign_knob
+from dlcomm.catalog import check_knobs, foreign_knob
 from dlcomm.config.schema import SCHEMAS
 from dlcomm.errors import UserError
 from dlcomm.groups import GROUPS
@@ -334,10 +334,11 @@ def _closed_choice(error: Exception) -> Optional[str]:
 
 def _foreign_knob(error: Exception, overrides: list[str]) -> Optional[str]:
     """``model.embed_dim is not a knob of model=small_cnn; it belongs to model=vit_b, vit_s``
-    when ``error`` is about a key of ``model``/``dataset``/``optim`` that another choice has."""
+    when ``error`` is about a key of a group of classes (``model``, ``launcher``, ...) that another
+    choice has (``launcher.compute`` under ``launcher=local``: a knob of ``launcher=threads``)."""
     key = str(getattr(error.__cause__, "full_key", None) or getattr(error, "full_key", None) or "")
     group, _, knob = key.partition(".")
-    if group not in CHOICE_GROUPS or not knob or "." in knob:
+    if group not in GROUPS or not knob or "." in knob:
         return None
     # The choice in force: compose again without the overrides of that key.
     rest = [item for item in overrides if item.lstrip("+~").split("=")[0] != key]

@@ -52,6 +52,13 @@ class Algorithm(Generic[C]):
     """Whether it applies the gradients itself in :meth:`reduce_gradients` (DeMo), before fp16 loss
     scaling could unscale them or skip the step: such a run with fp16 loss scaling is refused
     before launch (:mod:`dlcomm.stages`), as one whose service roles apply the gradients."""
+    lockstep: ClassVar[bool] = True
+    """Whether every worker takes its steps together with the others (each rank's step ``t``
+    needs nothing a peer does after its own step ``t``): ``launcher.compute=batched`` runs the
+    workers' forward and backward passes as one call and refuses an algorithm whose workers step
+    apart (:func:`dlcomm.launch.threads.check_batched`, naming :attr:`lockstep_note`)."""
+    lockstep_note: ClassVar[str] = ""
+    """Why the workers step apart, where :attr:`lockstep` is false (one clause)."""
     compression: ClassVar[tuple[str, ...]] = ()
     """The kinds of compressor (``Compressor.kinds``, :mod:`dlcomm.compress`) it uses through
     ``self.compressor`` (``compress=<name>``): ``"tensor"`` (a flat tensor averaged over a group),

@@ -141,6 +141,8 @@ class GossipPull(Algorithm[GossipPullConfig]):
     display_name = "pull-gossip"
     Config = GossipPullConfig
     point_to_point = False  # pulls travel over the CPU control group (gloo); no device tensor point to point
+    lockstep = False
+    lockstep_note = "a worker's pulls are answered while its peers train on, asynchronously"
 
     @classmethod
     def roles(cls, cfg: GossipPullConfig) -> tuple[str, ...]:

@@ -328,10 +328,14 @@ class Fabric:
         semantics: str = "gloo",
         hang_timeout_s: float = 10.0,
         ranks: int | None = None,
+        batched: Any = None,
     ) -> None:
+        """``batched``: the job's :class:`dlcomm.train.batched.BatchedCompute` under
+        ``launcher.compute=batched`` (the ranks' forward and backward passes as one call), else None."""
         if semantics not in SEMANTICS:
             raise ValueError(f"unknown semantics {semantics!r}; use one of {', '.join(SEMANTICS)}")
         self.turns = turns
+        self.batched = batched
         self.semantics = semantics
         self.failure: str | None = None
         self.killed: int | None = None
@@ -450,9 +454,21 @@ class Fabric:
             self.turns.completed(works)
 
     # ---- collectives -------------------------------------------------------------------
-    def meet(self, key: tuple, position: int, size: int, kind: str, entry: Any, owner: int) -> _Work:
+    def meet(
+        self,
+        key: tuple,
+        position: int,
+        size: int,
+        kind: str,
+        entry: Any,
+        owner: int,
+        perform: Callable[[list[Any]], None] | None = None,
+    ) -> _Work:
         """Member ``position`` of ``size`` joins the operation ``key`` (group and sequence
-        number); the last to join performs it for all."""
+        number); the last to join performs it for all: the collective ``kind``, or ``perform``
+        (given the entries in position order) where the meeting is no transfer (the batched
+        compute of ``launcher.compute=batched``, :mod:`dlcomm.train.batched`). Waiting for it is
+        waiting as for any operation: the hang watch sees it and an abort releases it."""
         work = _Work(self, owner, f"{kind} #{key[-1]} on {key[0]}")
         with self._lock:
             self._check()
@@ -474,7 +490,7 @@ class Fabric:
                 self._pending.add(work)
         if last:
             started = perf_counter()
-            _PERFORM[kind](meeting.entries)
+            (perform or _PERFORM[kind])(meeting.entries)
             self._complete(meeting.works, started)
         return work
 
@@ -736,6 +752,11 @@ class ThreadTransport:
     def pass_turn(self) -> None:
         if self.fabric.turns is not None:
             self.fabric.turns.pass_turn()
+
+    def batched_compute(self) -> Any:
+        """This rank's part of the job's batched compute (:class:`dlcomm.train.batched.BatchedCompute`,
+        ``launcher.compute=batched``), or None when the ranks step one by one."""
+        return None if self.fabric.batched is None else self.fabric.batched.for_rank(self.fabric, self.rank)
 
     def kill_self(self) -> None:
         """``debug.fail_mode=kill``: the job learns this rank is gone, and this thread stops."""

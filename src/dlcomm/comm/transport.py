@@ -123,6 +123,11 @@ class DistTransport:
         """At an iteration's start: ranks that share compute turns let the others go first
         (:class:`dlcomm.comm.inprocess.Turns`); processes run at once, nothing to do."""
 
+    def batched_compute(self) -> Any:
+        """This rank's part of a batched compute (``launcher.compute=batched``,
+        :mod:`dlcomm.train.batched`), or None: a process steps its own replica."""
+        return None
+
     @staticmethod
     def kill_self() -> None:
         """``debug.fail_mode=kill``: this rank dies as a crashed process would."""

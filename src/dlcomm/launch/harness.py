@@ -117,8 +117,8 @@ def run_ranks(
     own process (ranks ``world ..`` play the ``services`` roles: ``cluster.role``); ``network``
     is a ``network`` config (as composed from ``configs/network/``), None for off;
     ``cluster_timeout_s`` is the process groups' timeout (gloo ends an operation that waits longer).
-    ``in_process="serial"`` or ``"parallel"``: every rank a thread of this process instead, on the
-    in-process fabric with that compute scheduling (``launcher=threads``); ``threads`` is then
+    ``in_process="serial"``, ``"parallel"`` or ``"batched"``: every rank a thread of this process
+    instead, on the in-process fabric with that compute scheduling (``launcher=threads``); ``threads`` is then
     torch's thread count for the whole process, ``semantics`` the fabric's rules (``gloo`` or
     ``nccl``: :mod:`dlcomm.comm.nccl_rules`) and ``hang_timeout_s`` its hang watch's patience; a
     deadlock raises ``RuntimeError`` with the watch's one line."""
@@ -133,7 +133,7 @@ def run_ranks(
             nodes,
             services,
             network,
-            in_process == "serial",
+            in_process,
             threads,
             timeout,
             semantics,
@@ -195,7 +195,7 @@ def _run_in_threads(
     nodes: int,
     services: tuple[str, ...],
     network: dict | None,
-    serial: bool,
+    compute: str,
     threads: int,
     timeout: float,
     semantics: str = "gloo",
@@ -207,13 +207,15 @@ def _run_in_threads(
     from dlcomm.comm.layout import ClusterLayout
     from dlcomm.config.schema import NetworkConfig
     from dlcomm.config.typed import typed_section
+    from dlcomm.train.batched import BatchedCompute
 
     layout = ClusterLayout(nodes, world // nodes, services)
     fabric = Fabric(
-        Turns(range(layout.job_size)) if serial else None,
+        Turns(range(layout.job_size)) if compute == "serial" else None,
         semantics=semantics,
         hang_timeout_s=hang_timeout_s,
         ranks=layout.job_size,
+        batched=BatchedCompute(world) if compute == "batched" else None,
     )
     results: dict[int, Any] = {}
     errors: dict[int, str] = {}

@@ -17,7 +17,17 @@ sums follow gloo's order, so the numbers are those of ``launcher=local`` on the 
   docs/benchmarks.md). Initial weights are drawn one rank at a time, but the process's random
   generator is shared while training: models that draw then (dropout, GAN noise, imagefolder
   augmentation) are not reproducible.
-* ``auto`` (default): ``parallel``, unless the run needs what only ``serial`` gives: a simulated
+* ``batched``: the ranks' forward and backward passes run as one vectorised call over their
+  stacked parameters, buffers and batches (``torch.func.vmap``, :mod:`dlcomm.train.batched`), with
+  the cores shared as under ``parallel``; the rest of a step (the algorithm, the optimizer, the Channel) stays each rank's.
+  The numbers are serial's (to rounding); dropout draws its masks from one generator seeded per
+  step, so a model with dropout differs from serial by its draws. Refused before launch where
+  the ranks do not step in lockstep (service roles, pull-gossip's asynchronous pulls), under AMP,
+  for a task whose step is no ``loss(model, inputs, labels)`` (task=gan), and for a simulated
+  clock that measures each rank's compute alone (``network.compute=measured``).
+* ``auto`` (default): ``batched`` where the committed measurement (:mod:`dlcomm.launch.compute_choice`)
+  says it is faster than the mode below for the run's model on its device and the run can be
+  batched; else ``parallel``, unless the run needs what only ``serial`` gives: a simulated
   network (compute measured alone) or draws from the random generator while training, or it
   computes on a GPU: the ranks' kernels then share one device, where taking turns was 1.7-2.1x
   faster than all at once (ResNet-18 on one H200, 4 and 16 ranks: 28.1 against 46.8-53.1 ms/iter,
@@ -52,7 +62,7 @@ from dlcomm.launch.gpus import trains_on_cuda
 from dlcomm.launch.registry import register
 from dlcomm.spec import RunSpec
 
-COMPUTE_MODES = ("auto", "serial", "parallel")
+COMPUTE_MODES = ("auto", "serial", "parallel", "batched")
 SEMANTICS = ("gloo", "nccl")  # dlcomm.comm.inprocess.SEMANTICS (that module imports torch; a test keeps the two equal)
 _POLL_S = 0.1
 # Set when ranks were stopped mid-operation (a failure or an interrupt): the `dlcomm` command then
@@ -64,10 +74,11 @@ RANKS_ABORTED = False
 class ThreadsLauncherConfig(LauncherConfig):
     """``launcher=threads``: a whole cluster in this process: every rank (and service role) a
     thread, the network in memory, the data set loaded once. Runs 64-256 workers on one machine and
-    many ranks on one GPU. ``compute``: parallel runs the ranks at once, one torch thread each (the
-    fastest measured); serial lets one rank compute at a time with every core (each rank's own
-    random stream, compute measured alone); auto: parallel unless network.mode=simulate or the job
-    draws random numbers while training (dropout, GAN, imagefolder augmentation).
+    many ranks on one GPU. ``compute``: parallel runs the ranks at once, one torch thread each;
+    serial lets one rank compute at a time with every core (each rank's own random stream, compute
+    measured alone); batched runs every rank's forward and backward as one vectorised call (ranks
+    in lockstep only); auto: parallel unless network.mode=simulate or the job draws random numbers
+    while training (dropout, GAN, imagefolder augmentation).
     docs/launchers.md."""
 
     name: str = "threads"
@@ -77,7 +88,7 @@ class ThreadsLauncherConfig(LauncherConfig):
             domain(
                 one_of=COMPUTE_MODES,
                 means="the compute mode",
-                doc="parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | auto: parallel unless network.mode=simulate or training draws random numbers",
+                doc="parallel: all ranks at once, one torch thread each | serial: one rank at a time, every core | batched: every rank's forward and backward as one vmapped call (ranks in lockstep) | auto: parallel unless network.mode=simulate or training draws random numbers",
             )
         ),
     )
@@ -125,6 +136,8 @@ class ThreadsLauncher(DriverLauncher):
         ``train.device=cuda``, and the job's memory."""
         super().check(cfg, roles)
         compute, why = resolve_compute(cfg)
+        if compute == "batched":
+            check_batched(cfg, roles, why)
         if compute == "serial" and cfg.network.mode == "emulate":
             raise UserError(
                 f"network.mode=emulate is invalid with launcher=threads and serial compute ({why}): emulation "
@@ -140,7 +153,7 @@ class ThreadsLauncher(DriverLauncher):
 
         check_fits(
             cfg,
-            estimate(cfg, cfg.nodes * cfg.workers_per_node + len(roles), compute == "serial"),
+            estimate(cfg, cfg.nodes * cfg.workers_per_node + len(roles), compute == "serial"),  # batched: all at once
             len(roles),
             cls.name,
             "ranks",
@@ -154,7 +167,7 @@ class ThreadsLauncher(DriverLauncher):
 
 
 def resolve_compute(cfg: RunConfig) -> tuple[str, str]:
-    """``(serial or parallel, why)`` for ``launcher.compute`` (``auto`` decided as the module
+    """``(serial, parallel or batched, why)`` for ``launcher.compute`` (``auto`` decided as the module
     docstring says)."""
     launcher = cast(ThreadsLauncherConfig, cfg.launcher)  # launcher=threads's schema
     if launcher.compute != "auto":
@@ -167,11 +180,70 @@ def resolve_compute(cfg: RunConfig) -> tuple[str, str]:
             "(compute=profile: launcher.compute=parallel charges the same profile)"
         )
     if trains_on_cuda(cfg.train):
+        measured = _batched_measured_faster(cfg, "cuda", "serial")
+        if measured:
+            return "batched", measured
         return "serial", "auto: the ranks share one GPU, where taking turns is faster than all at once"
     drawing = draws_while_training(cfg)
     if drawing:
         return "serial", f"auto: {drawing} draws from the random generator while training"
+    measured = _batched_measured_faster(cfg, "cpu", "parallel")
+    if measured:
+        return "batched", measured
     return "parallel", "auto"
+
+
+def _batched_measured_faster(cfg: RunConfig, device: str, otherwise: str) -> str:
+    """``auto``'s reason for ``batched`` where the committed measurement says it beats ``otherwise``
+    for this model on ``device`` (:mod:`dlcomm.launch.compute_choice`) and the run can be batched;
+    empty otherwise."""
+    from dlcomm.algorithms.registry import ALGORITHMS
+    from dlcomm.launch.compute_choice import batched_if_faster
+
+    why = batched_if_faster(device, cfg.model.name, cfg.nodes * cfg.workers_per_node, cfg.train.batch_size, otherwise)
+    if why is None:
+        return ""
+    try:
+        check_batched(cfg, ALGORITHMS.get(cfg.algo.name).roles(cfg.algo), why)
+    except UserError:
+        return ""
+    return why
+
+
+def check_batched(cfg: RunConfig, roles: tuple[str, ...], why: str) -> None:
+    """Refuse in one line what ``launcher.compute=batched`` cannot run (the module docstring), naming
+    the compute mode that can."""
+    from dlcomm.algorithms.registry import ALGORITHMS
+    from dlcomm.tasks.registry import TASKS
+
+    mode = f"launcher.compute=batched ({why})" if why != "launcher.compute=batched" else "launcher.compute=batched"
+    algorithm = ALGORITHMS.get(cfg.algo.name)
+    if roles:
+        raise UserError(
+            f"{mode} is invalid with algo={cfg.algo.name}: its {', '.join(roles)} rank(s) serve the workers out of "
+            "lockstep, and batched compute steps every rank at once; use launcher.compute=serial or parallel"
+        )
+    if not algorithm.lockstep:
+        raise UserError(
+            f"{mode} is invalid with algo={cfg.algo.name}: its workers step out of lockstep "
+            f"({algorithm.lockstep_note}), and batched compute steps every rank at once; use launcher.compute=serial "
+            "or parallel"
+        )
+    if cfg.train.amp:
+        raise UserError(
+            f"{mode} is invalid with train.amp=true: the loss scaler steps each rank alone; "
+            "pass train.amp=false or launcher.compute=serial"
+        )
+    if not TASKS.get(cfg.task.name).batchable:
+        raise UserError(
+            f"{mode} is invalid with task={cfg.task.name}: its step is more than one loss of (model, inputs, labels); "
+            "use launcher.compute=serial or parallel"
+        )
+    if cfg.network.mode == "simulate" and cfg.network.compute == "measured":
+        raise UserError(
+            f"{mode} is invalid with network.compute=measured: the simulated clock measures each rank's compute "
+            "alone; pass network.compute=profile or launcher.compute=serial"
+        )
 
 
 def draws_while_training(cfg: RunConfig) -> str:
@@ -193,7 +265,10 @@ def draws_while_training(cfg: RunConfig) -> str:
 
 def torch_threads(requested: int, compute: str, ranks: int) -> int:
     """torch's (process-wide) thread count: ``train.threads_per_rank`` if set, else every core
-    for the one rank computing at a time (serial), else the cores shared among the ranks."""
+    for the one rank computing at a time (serial), else the cores shared among the ranks (parallel,
+    and batched: its rank threads run their own work at once, the optimizer and the algorithm, and
+    every thread that runs torch's parallel kernels keeps a team of that many spinning; measured
+    on 2 cores, 16 ranks of a small MLP: 2 threads slower than 1)."""
     if requested > 0:
         return requested
     cores = os.cpu_count() or 1
@@ -207,6 +282,7 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
     from dlcomm.comm.inprocess import Fabric, Turns
     from dlcomm.data import build_dataset
     from dlcomm.launch.rank import job_layout
+    from dlcomm.train.batched import BatchedCompute
     from dlcomm.train.determinism import apply_determinism
 
     cfg = spec.cfg()
@@ -227,6 +303,7 @@ def launch_threads(spec: RunSpec) -> LaunchResult:
         semantics=cast(ThreadsLauncherConfig, cfg.launcher).semantics,  # launcher=threads's schema
         hang_timeout_s=cast(ThreadsLauncherConfig, cfg.launcher).hang_timeout_s,
         ranks=layout.job_size,
+        batched=BatchedCompute(layout.world_size) if compute == "batched" else None,
     )
     failures: list[RankFailure] = []
     threads = [

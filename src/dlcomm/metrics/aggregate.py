@@ -186,6 +186,7 @@ TIMED = {
     names.ITER_COMM_EXPOSED,
     names.ITER_COMM_BUSY,
     names.ITER_PEER_WAIT,
+    names.ITER_BATCHED_SHARE,
     names.ITER_SIM_TIME,
     names.ITER_SIM_COMPUTE,
     names.ITER_SIM_COMM_EXPOSED,

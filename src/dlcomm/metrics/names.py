@@ -6,6 +6,9 @@ ITER_TIME = "iter/time_s"  # wall time of the iteration
 ITER_COMPUTE = "iter/compute_s"  # iteration time not blocked on communication
 ITER_COMM_EXPOSED = "iter/comm_exposed_s"  # time blocked while communication moved data
 ITER_PEER_WAIT = "iter/peer_wait_s"  # time blocked before the peers reached the operation (threads)
+ITER_BATCHED_SHARE = (
+    "iter/batched_share_s"  # launcher.compute=batched: the rank's 1/N of the batched call (in compute_s)
+)
 ITER_COMM_BUSY = "iter/comm_busy_s"  # time with at least one operation in flight
 ITER_BYTES = "iter/bytes_sent"  # bytes this rank sent (logical traffic, see comm/traffic.py)
 ITER_MESSAGES = "iter/messages"  # messages this rank sent

@@ -51,6 +51,9 @@ class IterationRow:
     # for a core or the turn back after it): dlcomm.comm.waits; nan where the transport cannot tell
     # (processes), and for rows of checkpoints written before it existed
     peer_wait_s: float = field(default=math.nan, metadata=_series(names.ITER_PEER_WAIT))
+    # launcher.compute=batched: this rank's share (1/N) of the one call that ran every rank's forward
+    # and backward (dlcomm.train.batched), counted in compute_s; nan under other compute modes
+    batched_share_s: float = field(default=math.nan, metadata=_series(names.ITER_BATCHED_SHARE))
 
     @classmethod
     def restore(cls, saved: IterationRow | tuple) -> IterationRow:

@@ -52,6 +52,10 @@ class Task:
     Config: ClassVar[type] = TaskConfig
     accuracy_label: ClassVar[str] = "test acc"
     """What the evaluation's accuracy measures, as the progress lines name it."""
+    batchable: ClassVar[bool] = False
+    """Whether a step is one ``loss(model, inputs, labels)`` and its backward, which
+    ``launcher.compute=batched`` runs for every rank in one vectorised call
+    (:mod:`dlcomm.train.batched`); a task whose step does more (a GAN's two passes) is refused there."""
 
     @classmethod
     def check(cls, cfg: RunConfig) -> None:

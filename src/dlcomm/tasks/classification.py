@@ -20,6 +20,7 @@ class Classification(Task):
     """``task=classification`` (the default): its name is :class:`TaskConfig`'s ``name`` default."""
 
     Config = TaskConfig
+    batchable = True  # one loss of (model, inputs, labels): launcher.compute=batched can vectorise it
 
     @classmethod
     def check(cls, cfg: RunConfig) -> None:

@@ -43,6 +43,7 @@ from dlcomm.metrics.aggregate import epoch_metrics, iteration_series, readable, 
 from dlcomm.metrics.rows import IterationRow
 from dlcomm.saved import StateMismatch
 from dlcomm.tasks import Task
+from dlcomm.train.batched import RankBatch
 from dlcomm.train.checkpoint import AFRESH, Checkpointing, Preempted
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
@@ -121,6 +122,8 @@ def hooked_step(
     micro_batches: int = 1,
     precision: Precision = FULL,
     meter: StepMeter = NO_METER,
+    batched: RankBatch | None = None,
+    seed: int = 0,
 ) -> torch.Tensor:
     """One optimizer step with the algorithm's hooks in their documented order; the loss.
 
@@ -134,14 +137,20 @@ def hooked_step(
     backward, so an algorithm that communicates from gradient hooks waits for the last.
 
     ``meter`` is told where the step is (:class:`dlcomm.train.profile.StepMeter`): the simulated
-    clock's profiled compute moves at those instants."""
+    clock's profiled compute moves at those instants.
+
+    ``batched`` (``launcher.compute=batched``): the forward and backward passes are this rank's
+    part of one call for every rank (:mod:`dlcomm.train.batched`; ``seed`` seeds its random draws)."""
     # the common case (one micro-batch, full precision, no profiled clock) calls nothing it does not need
     metered = meter is not NO_METER
     algorithm.before_step(step)
     if metered:
         meter.step_begins(step)
     optimizer.zero_grad(set_to_none=True)
-    if micro_batches == 1:
+    if batched is not None:  # precision is full: AMP with batched compute is refused before launch
+        algorithm.accumulating = False  # the hooks fire once, after every micro-batch's pass
+        loss = batched.forward_backward(model, loss_fn, inputs, labels, step, seed, micro_batches, meter)
+    elif micro_batches == 1:
         algorithm.accumulating = False
         if precision.enabled:
             with precision.autocast():
@@ -223,6 +232,8 @@ class TrainLoop:
         self.state = TrainState()
         self.checkpointing = checkpointing
         self._algorithm_finished = False
+        # launcher.compute=batched: this rank's part of the job's one call (dlcomm.train.batched)
+        self.batched: RankBatch | None = channel.cluster.transport.batched_compute()
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -355,6 +366,7 @@ class TrainLoop:
         checkpointing = self.checkpointing
         step_args = (self.algorithm, self.model, self.optimizer, self.task.loss)
         warmup, clock_rules = self.cfg.train.timing_warmup, self._clock_rules()
+        batched, seed = self.batched, self.cfg.seed
         epoch_start = perf_counter() - state.epoch_wall_s
         fetch_start = perf_counter()
         for inputs, labels in batches:
@@ -368,10 +380,17 @@ class TrainLoop:
             step = state.step
             channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
             timer.begin_iteration()
-            loss = hooked_step(*step_args, inputs, labels, step, interval, self.precision, meter)
+            loss = hooked_step(*step_args, inputs, labels, step, interval, self.precision, meter, batched, seed)
             self.scheduler.step()
             comm = channel.end_iteration()
             split = timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
+            share_s = math.nan
+            if batched is not None:  # the batched call: 1/N of it is this rank's compute, the rest waiting
+                share_s = batched.share_s
+                split.peer_wait_s = min(
+                    split.time_s - split.exposed_s,
+                    (0.0 if math.isnan(split.peer_wait_s) else split.peer_wait_s) + batched.waited_s,
+                )
             time_s = split.time_s
             loss_value = loss.item()
             if not math.isfinite(loss_value):  # the one guard: the loss is read for the timing row anyway
@@ -397,6 +416,7 @@ class TrainLoop:
                     comm_modelled_s=comm.modelled_s,
                     overruns=comm.overruns,
                     peer_wait_s=split.peer_wait_s,
+                    batched_share_s=share_s,
                 )
             )
             taken = self.algorithm.take_metrics()
