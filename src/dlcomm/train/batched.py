@@ -167,7 +167,9 @@ class BatchedCompute:
     def _make_template(self, first: _Entry) -> _Stepper:
         """A copy of rank 0's model wrapped with the loss (its own tensors are never used: every
         call passes all of them), and the order in which backward makes the gradients."""
-        template = _Stepper(copy.deepcopy(first.batch.model), first.batch.loss_fn)
+        model, loss_fn = first.batch.model, first.batch.loss_fn
+        assert model is not None and loss_fn is not None  # bound before any step (_bind)
+        template = _Stepper(copy.deepcopy(model), loss_fn)
         # fresh leaves of the template's values: its copied parameters may carry copies of hooks
         leaves = {
             name: t.detach().clone().requires_grad_(True)
