@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# outer_fixtures' checks are the outer-loop tests' assertions: pytest shows their values as a test's own
+pytest.register_assert_rewrite("outer_fixtures")
+
 # One compute-profile cache for the whole test session (network.compute=profile measures a replica
 # for ~2 s the first time a model/batch/optimizer is seen; every test has its own DLCOMM_HOME), and
 # one dlcomm cache (the empty MLflow store each new results folder's store is copied from: 3 s of

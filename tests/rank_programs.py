@@ -16,6 +16,7 @@ from dlcomm.algorithms.local_sgd import LocalSGD, LocalSGDConfig
 from dlcomm.config.schema import ModelConfig
 from dlcomm.models import build_model
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
+from outer_fixtures import flat, flat_tensors
 
 SHAPE = (1, 16, 16)
 
@@ -1061,6 +1062,22 @@ SMALL_JOB = [
 ]
 
 
+#: A one-epoch job of a few steps (add ``train.max_steps=N``) on 512 synthetic samples: an MLP,
+#: batches of 8, one thread a rank, the model saved (the NCCL-semantics and batched-compute runs).
+FEW_STEPS_JOB = [
+    "dataset=synthetic",
+    "dataset.train_size=512",
+    "dataset.test_size=64",
+    "train.eval_batch_size=64",
+    "model=mlp",
+    "train.batch_size=8",
+    "train.epochs=1",
+    "train.save_model=true",
+    "train.threads_per_rank=1",
+    "seed=7",
+]
+
+
 def run_spec(overrides: list[str]):
     """The :class:`~dlcomm.spec.RunSpec` a launcher hands its ranks for ``overrides`` (composed and
     checked as ``dlcomm train`` composes them; recorded nowhere)."""
@@ -1078,6 +1095,24 @@ def straight_stopped_resumed(run, cluster, channel, spec, folder: str, stop_at: 
         "stopped": run(cluster, channel, spec, folder, stop_at),
         "resumed": run(cluster, channel, spec, folder, None),
     }
+
+
+def resumed_three_ways(
+    cluster, channel, spec, folder: str, stop_at: int, algorithm_class, state: tuple, in_flight=False, more=None
+) -> dict:
+    """:func:`straight_stopped_resumed` of :func:`train_until_warned` with ``algorithm_class``: a
+    finished run's flat parameters (``"params"``), each attribute in ``state`` of the algorithm
+    (its tensors flattened and concatenated) and ``more(spec, algorithm, model)``'s entries; the
+    stopped run's step (``"stopped"``) and, where ``in_flight``, whether an exchange was in flight."""
+
+    def run(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
+        _, algorithm, model, _, stopped = train_until_warned(cluster, channel, spec, folder, stop_at, algorithm_class)
+        if stopped is not None:
+            return {"stopped": stopped, **({"in_flight": algorithm.in_flight is not None} if in_flight else {})}
+        result = {"params": flat(model), **{name: flat_tensors(getattr(algorithm, name)) for name in state}}
+        return {**result, **(more(spec, algorithm, model) if more is not None else {})}
+
+    return straight_stopped_resumed(run, cluster, channel, spec, folder, stop_at)
 
 
 def train_counting_all_reduces(cluster, channel, spec, data) -> dict:

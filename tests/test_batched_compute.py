@@ -27,22 +27,7 @@ from dlcomm.train.profile import ComputeProfile
 import rank_programs
 from conftest import FAST, run_cli
 
-BASE = [
-    "dataset=synthetic",
-    "dataset.train_size=512",
-    "dataset.test_size=64",
-    "train.eval_batch_size=64",
-    "model=mlp",
-    "model.hidden=[32,16]",
-    "train.batch_size=8",
-    "train.max_steps=6",
-    "train.epochs=1",
-    "train.save_model=true",
-    "train.threads_per_rank=1",
-    "seed=7",
-    "nodes=2",
-    "workers_per_node=2",
-]
+BASE = [*rank_programs.FEW_STEPS_JOB, "model.hidden=[32,16]", "train.max_steps=6", "nodes=2", "workers_per_node=2"]
 # the algorithms of the issue, with knobs that make them communicate within 6 steps
 ALGORITHMS = {
     "allreduce": [],

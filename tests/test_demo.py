@@ -21,19 +21,16 @@ Every rank is a thread of this process on the in-process fabric (``launcher=thre
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 import pytest
 import torch
 
 from dlcomm.algorithms.demo import DeMo, DeMoConfig
-from dlcomm.launch import harness
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
+from outer_fixtures import assert_resumed_equal, blind_batch, flat, gap, run_ranks, tiny_mlp
 
 import rank_programs
-
-run_ranks = partial(harness.run_ranks, in_process="serial", timeout=120)
 
 KNOBS = {"decay": 0.9, "topk": 3, "chunk": 5}  # edges: 12 -> 4, 16 -> 4, 4 -> 4 (largest divisors <= 5)
 LR, WD = 0.01, 0.05
@@ -46,24 +43,11 @@ def _lr(step: int) -> float:
 
 
 def _mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 4))
-    return model.double()
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(10_007 * step + rank)
-    inputs = torch.randn(8, 16, generator=generator, dtype=torch.float64)
-    inputs[:, 4 * rank : 4 * rank + 4] = 0.0  # a whole chunk of the first layer's columns gets no gradient here
-    return inputs, torch.randint(0, 4, (8,), generator=generator)
+    return tiny_mlp(activation=torch.nn.ReLU, dtype=torch.float64)
 
 
 def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=LR, weight_decay=WD)
-
-
-def _flat(model: torch.nn.Module) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
 
 
 def _run(cluster, channel, knobs: dict, steps: int) -> dict:
@@ -73,13 +57,13 @@ def _run(cluster, channel, knobs: dict, steps: int) -> dict:
     algorithm.setup(model, optimizer)
     sent = []
     for step in range(steps):
-        inputs, labels = _batch(cluster.rank, step)
+        inputs, labels = blind_batch(cluster.rank, step)  # a chunk of columns without gradient
         for group in optimizer.param_groups:
             group["lr"] = _lr(step)
         channel.begin_iteration()
         hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         sent.append(channel.end_iteration().bytes_sent)
-    return {"params": _flat(model), "bytes": sent, "shapes": [tuple(p.shape) for p in model.parameters()]}
+    return {"params": flat(model), "bytes": sent, "shapes": [tuple(p.shape) for p in model.parameters()]}
 
 
 # ---- the transcription -------------------------------------------------------------------------
@@ -166,7 +150,7 @@ def _reference(world: int, steps: int, slip: type[Slip] = Slip) -> list[np.ndarr
             torch.nn.utils.vector_to_parameters(
                 torch.from_numpy(np.concatenate([p.reshape(-1) for p in params[rank]])), model.parameters()
             )
-            inputs, labels = _batch(rank, step)
+            inputs, labels = blind_batch(rank, step)
             cross_entropy_loss(model, inputs, labels).backward()
             grads.append([p.grad.numpy().copy() for p in model.parameters()])
         lr = _lr(step)
@@ -215,25 +199,21 @@ SLIPS = {
 }
 
 
-def _gap(ours: list[dict], reference: list[np.ndarray]) -> float:
-    return max(float(np.abs(mine["params"] - theirs).max()) for mine, theirs in zip(ours, reference, strict=True))
-
-
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_the_reference_step_transcribed_gives_dlcomms_parameters(world: int) -> None:
     ours = run_ranks(_run, world, KNOBS, STEPS)
     for result in ours[1:]:  # every worker steps with the same aggregate: the replicas stay equal
         assert np.array_equal(result["params"], ours[0]["params"])
-    assert _gap(ours, _reference(world, STEPS)) <= 1e-12
+    assert gap(ours, _reference(world, STEPS)) <= 1e-12
     for name, slip in SLIPS.items():  # the comparison can fail, on each slip
-        assert _gap(ours, _reference(world, STEPS, slip)) > 1e-6, name
+        assert gap(ours, _reference(world, STEPS, slip)) > 1e-6, name
 
 
 @pytest.mark.parametrize(("nodes", "per_node"), [(2, 1), (3, 1), (4, 1), (2, 2)], ids=["2", "3", "4", "2x2"])
 def test_the_reference_step_under_nccls_rules(nodes: int, per_node: int) -> None:
     world = nodes * per_node
     ours = run_ranks(_run, world, KNOBS, STEPS, nodes=nodes, semantics="nccl")
-    assert _gap(ours, _reference(world, STEPS)) <= 1e-12
+    assert gap(ours, _reference(world, STEPS)) <= 1e-12
 
 
 def test_the_bytes_counted_are_the_payloads() -> None:
@@ -255,27 +235,11 @@ def test_the_bytes_counted_are_the_payloads() -> None:
 RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: 2 into epoch 2 of 4 steps
 
 
-def _loop(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
-    _, algorithm, model, _, stopped = rank_programs.train_until_warned(cluster, channel, spec, folder, stop_at, DeMo)
-    if stopped is not None:
-        return {"stopped": stopped}
-    return {"params": _flat(model), "momenta": torch.cat([m.reshape(-1) for m in algorithm.momenta]).numpy().copy()}
-
-
-def _three_runs(cluster, channel, spec, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, spec, folder, RESUME_STOP_AT)
-
-
 def test_a_run_resumed_mid_epoch_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:
     spec = rank_programs.run_spec(
         ["algo=demo", "algo.chunk=16", "algo.topk=8", "optim.lr=0.001", *rank_programs.SMALL_JOB, "seed=5"]
     )
-    results = run_ranks(_three_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2)
-    for rank in results:
-        assert rank["stopped"] == {"stopped": RESUME_STOP_AT + 1}
-        assert np.array_equal(rank["resumed"]["params"], rank["straight"]["params"])
-        assert np.array_equal(rank["resumed"]["momenta"], rank["straight"]["momenta"])
-        assert np.abs(rank["straight"]["momenta"]).max() > 0
+    assert_resumed_equal(spec, str(tmp_path / "checkpoints"), RESUME_STOP_AT, DeMo, ("momenta",), nonzero=True)
 
 
 def test_indices_travel_at_the_narrowest_width() -> None:

@@ -20,54 +20,39 @@ Every rank is a thread of this process on the in-process fabric (``launcher=thre
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pytest
 import torch
 
 from dlcomm.algorithms.diloco import DiLoCo, DiLoCoConfig
-from dlcomm.launch import harness
-from dlcomm.train.loop import cross_entropy_loss, hooked_step
+from dlcomm.train.loop import cross_entropy_loss
+from outer_fixtures import (
+    PAPER,
+    agree,
+    assert_resumed_equal,
+    flat,
+    hooked_steps,
+    inner_optimizer,
+    rank_batch,
+    replicas_step,
+    run_ranks,
+    tiny_mlp,
+)
 
 import rank_programs
 
-run_ranks = partial(harness.run_ranks, in_process="serial", timeout=120)
-
-PAPER = {"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True}
 PERIOD = 4
 STEPS = 3 * PERIOD  # 3 outer boundaries
 
 
-def _mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.Tanh(), torch.nn.Linear(12, 4))
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(10_007 * step + rank)
-    return torch.randn(8, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator)
-
-
-def _inner(model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95))
-
-
-def _flat(model: torch.nn.Module) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
-
-
 def _run(cluster, channel, knobs: dict, steps: int, finish: bool) -> np.ndarray:
-    model = _mlp()
-    optimizer = _inner(model)
+    model = tiny_mlp()
+    optimizer = inner_optimizer(model)
     algorithm = DiLoCo(DiLoCoConfig(period=PERIOD, **knobs), cluster, channel)
-    algorithm.setup(model, optimizer)
-    for step in range(steps):
-        inputs, labels = _batch(cluster.rank, step)
-        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
+    hooked_steps(algorithm, model, optimizer, cluster.rank, steps)
     if finish:
         algorithm.finish()
-    return _flat(model)
+    return flat(model)
 
 
 def _rule(
@@ -100,10 +85,10 @@ def _rule(
     AdamW, batches and cross-entropy)."""
     lr, mu, nesterov, overlap = knobs["outer_lr"], knobs["outer_momentum"], knobs["nesterov"], knobs["overlap"]
     if replicas is None:
-        models = [_mlp() for _ in range(world)]
-        replicas = (models, [_inner(model) for model in models], _batch, cross_entropy_loss)
+        models = [tiny_mlp() for _ in range(world)]
+        replicas = (models, [inner_optimizer(model) for model in models], rank_batch, cross_entropy_loss)
     models, optimizers, batch, loss = replicas
-    start = _flat(models[0]).astype(np.float64)
+    start = flat(models[0]).astype(np.float64)
     theta = [start.copy() for _ in range(world)]
     velocity = [np.zeros_like(start) for _ in range(world)]
     in_flight: np.ndarray | None = None
@@ -118,14 +103,10 @@ def _rule(
         torch.nn.utils.vector_to_parameters(torch.from_numpy(theta[i]).float(), model.parameters())
 
     for step in range(steps):
-        for rank, (model, optimizer) in enumerate(zip(models, optimizers)):
-            inputs, labels = batch(rank, step)
-            optimizer.zero_grad(set_to_none=True)
-            loss(model, inputs, labels).backward()
-            optimizer.step()
+        replicas_step(models, optimizers, step, batch, loss)
         if (step + 1) % PERIOD:
             continue
-        local = [theta[i] - _flat(model).astype(np.float64) for i, model in enumerate(models)]
+        local = [theta[i] - flat(model).astype(np.float64) for i, model in enumerate(models)]
         for i, model in enumerate(models):
             if overlap == "eager":
                 e = share * local[i]
@@ -140,7 +121,7 @@ def _rule(
                 if in_flight is not None:
                     outer(i, in_flight)
                 if gradient_after_step:
-                    local[i] = theta[i] - _flat(model).astype(np.float64)
+                    local[i] = theta[i] - flat(model).astype(np.float64)
                 if in_flight is not None or not keep_first_period:
                     restart(i, model)
         sent, in_flight = local, np.mean(local, axis=0)
@@ -148,11 +129,7 @@ def _rule(
         for i, model in enumerate(models):
             outer(i, in_flight - (share * sent[i] if overlap == "eager" else 0.0))
             restart(i, model)
-    return [_flat(model) for model in models]
-
-
-def _agree(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
-    return max(float(np.abs(mine - theirs).max()) for mine, theirs in zip(ours, reference, strict=True))
+    return [flat(model) for model in models]
 
 
 DELAYED = {**PAPER, "overlap": "delayed"}
@@ -166,11 +143,11 @@ def test_the_delayed_rule_transcribed_gives_dlcomms_parameters(world: int, knobs
     ours = run_ranks(_run, world, knobs, STEPS, False)
     for result in ours[1:]:  # every worker applies the same outer step to the same theta
         assert np.array_equal(result, ours[0])
-    assert _agree(ours, _rule(world, knobs, STEPS)) <= 1e-6
+    assert agree(ours, _rule(world, knobs, STEPS)) <= 1e-6
     # the comparison can fail: each slip of the rule ends far from dlcomm's parameters
-    assert _agree(ours, _rule(world, knobs, STEPS, gradient_after_step=True)) > 1e-3
-    assert _agree(ours, _rule(world, knobs, STEPS, keep_first_period=True)) > 1e-3
-    assert _agree(ours, _rule(world, knobs, STEPS, at_once=True)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS, gradient_after_step=True)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS, keep_first_period=True)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS, at_once=True)) > 1e-3
 
 
 @pytest.mark.parametrize("knobs", [EAGER, {**HEAVY_BALL, "overlap": "eager"}], ids=["paper", "heavy-ball"])
@@ -178,10 +155,10 @@ def test_the_delayed_rule_transcribed_gives_dlcomms_parameters(world: int, knobs
 def test_the_eager_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict) -> None:
     ours = run_ranks(_run, world, knobs, STEPS, False)
     assert not np.array_equal(ours[0], ours[1])  # each worker's theta holds its own fresh share
-    assert _agree(ours, _rule(world, knobs, STEPS)) <= 1e-6
-    assert _agree(ours, _rule(world, knobs, STEPS, uncorrected=True)) > 1e-3
-    assert _agree(ours, _rule(world, knobs, STEPS, whole_local=True)) > 1e-3
-    assert _agree(ours, _rule(world, {**knobs, "overlap": "delayed"}, STEPS)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS)) <= 1e-6
+    assert agree(ours, _rule(world, knobs, STEPS, uncorrected=True)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS, whole_local=True)) > 1e-3
+    assert agree(ours, _rule(world, {**knobs, "overlap": "delayed"}, STEPS)) > 1e-3
 
 
 @pytest.mark.parametrize("knobs", [DELAYED, EAGER], ids=["delayed", "eager"])
@@ -190,8 +167,8 @@ def test_an_average_in_flight_at_the_end_is_applied_by_finish(knobs: dict) -> No
     assert "still in flight after the last iteration" in note and "dropped" not in note
     assert "are dropped" in DiLoCo.plan_notes(DiLoCoConfig(period=PERIOD, **knobs), STEPS + 1, STEPS + 1)[0]
     ours = run_ranks(_run, 2, knobs, STEPS, True)
-    assert _agree(ours, _rule(2, knobs, STEPS, finish=True)) <= 1e-6
-    assert _agree(ours, _rule(2, knobs, STEPS)) > 1e-3
+    assert agree(ours, _rule(2, knobs, STEPS, finish=True)) <= 1e-6
+    assert agree(ours, _rule(2, knobs, STEPS)) > 1e-3
 
 
 @pytest.mark.parametrize("knobs", [DELAYED, EAGER], ids=["delayed", "eager"])
@@ -199,7 +176,7 @@ def test_an_average_in_flight_at_the_end_is_applied_by_finish(knobs: dict) -> No
 def test_the_rule_under_nccls_rules(nodes: int, per_node: int, knobs: dict) -> None:
     world = nodes * per_node
     ours = run_ranks(_run, world, knobs, STEPS, True, nodes=nodes, semantics="nccl")
-    assert _agree(ours, _rule(world, knobs, STEPS, finish=True)) <= 1e-6
+    assert agree(ours, _rule(world, knobs, STEPS, finish=True)) <= 1e-6
 
 
 # ---- through the train loop ---------------------------------------------------------------------------
@@ -209,7 +186,7 @@ LOOP_JOB = [f"algo.period={PERIOD}", "optim=adamw", *rank_programs.SMALL_JOB, "s
 
 def _loop_params(cluster, channel, spec) -> np.ndarray:
     _, _, model, _, _ = rank_programs.train_until_warned(cluster, channel, spec, None, None, DiLoCo)
-    return _flat(model)
+    return flat(model)
 
 
 def _loop_replicas(spec, world: int):
@@ -250,25 +227,14 @@ def test_the_rule_transcribed_gives_the_train_loops_parameters(overlap: str) -> 
     knobs = {**PAPER, "overlap": overlap}
     ours = run_ranks(_loop_params, 2, spec, nodes=2)
     reference = _rule(2, knobs, STEPS, finish=True, replicas=_loop_replicas(spec, 2))
-    assert _agree(ours, reference) <= 1e-6
+    assert agree(ours, reference) <= 1e-6
     slip = {"delayed": {"gradient_after_step": True}, "eager": {"uncorrected": True}}[overlap]
-    assert _agree(ours, _rule(2, knobs, STEPS, finish=True, replicas=_loop_replicas(spec, 2), **slip)) > 1e-3
+    assert agree(ours, _rule(2, knobs, STEPS, finish=True, replicas=_loop_replicas(spec, 2), **slip)) > 1e-3
 
 
 # ---- 4. resumed mid-period with an average in flight --------------------------------------------
 
 RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: the average sent after step 5 (period 5) is in flight
-
-
-def _loop(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
-    _, algorithm, model, _, stopped = rank_programs.train_until_warned(cluster, channel, spec, folder, stop_at, DiLoCo)
-    if stopped is not None:
-        return {"stopped": stopped, "in_flight": algorithm.in_flight is not None}
-    return {"params": _flat(model), "theta": torch.cat(algorithm.theta).numpy().copy()}
-
-
-def _three_runs(cluster, channel, spec, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, spec, folder, RESUME_STOP_AT)
 
 
 @pytest.mark.parametrize("overlap", ["delayed", "eager"])
@@ -278,11 +244,7 @@ def test_a_run_resumed_with_an_average_in_flight_ends_with_the_uninterrupted_run
     spec = rank_programs.run_spec(
         ["algo=diloco", "algo.period=5", f"algo.overlap={overlap}", "optim=adamw", *rank_programs.SMALL_JOB, "seed=5"]
     )
-    results = run_ranks(_three_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2)
-    for rank in results:
-        assert rank["stopped"] == {"stopped": RESUME_STOP_AT + 1, "in_flight": True}
-        assert np.array_equal(rank["resumed"]["params"], rank["straight"]["params"])
-        assert np.array_equal(rank["resumed"]["theta"], rank["straight"]["theta"])
+    assert_resumed_equal(spec, str(tmp_path / "checkpoints"), RESUME_STOP_AT, DiLoCo, ("theta",), in_flight=True)
 
 
 def test_an_overlap_outside_its_set_is_refused() -> None:

@@ -22,19 +22,7 @@ from dlcomm.spec import RunSpec
 
 import rank_programs
 
-BASE = [
-    "dataset=synthetic",
-    "dataset.train_size=512",
-    "dataset.test_size=64",
-    "train.eval_batch_size=64",
-    "model=mlp",
-    "train.batch_size=8",
-    "train.max_steps=5",
-    "train.epochs=1",
-    "train.save_model=true",
-    "train.threads_per_rank=1",
-    "seed=7",
-]
+BASE = [*rank_programs.FEW_STEPS_JOB, "train.max_steps=5"]
 NETWORKS = {"off": ["network=off"], "simulate": ["network=eth_10g", "network.mode=simulate"]}
 # every algorithm (dlcomm's registered ones) and crossover's ablations
 ALGORITHMS = {

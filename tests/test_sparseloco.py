@@ -21,19 +21,25 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 import pytest
 import torch
 
 from dlcomm.algorithms.sparseloco import SparseLoCo, SparseLoCoConfig
-from dlcomm.launch import harness
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
+from outer_fixtures import (
+    assert_resumed_equal,
+    blind_batch,
+    flat,
+    gap,
+    inner_optimizer,
+    replicas_step,
+    run_ranks,
+    tiny_mlp,
+)
 
 import rank_programs
-
-run_ranks = partial(harness.run_ranks, in_process="serial", timeout=120)
 
 CODEC = {"topk": 3, "chunk": 5, "bits": 2}  # edges: 12 -> 4, 16 -> 4, 4 -> 4
 REFERENCE = {"outer_lr": 1.0, "outer_momentum": 0.0, "error_decay": 0.95}
@@ -43,38 +49,21 @@ STEPS = 3 * PERIOD
 
 
 def _mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 4))
-    return model.double()
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(10_007 * step + rank)
-    inputs = torch.randn(8, 16, generator=generator, dtype=torch.float64)
-    inputs[:, 4 * rank : 4 * rank + 4] = 0.0  # these columns of the first layer do not move on this worker
-    return inputs, torch.randint(0, 4, (8,), generator=generator)
-
-
-def _inner(model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-
-def _flat(model: torch.nn.Module) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+    return tiny_mlp(activation=torch.nn.ReLU, dtype=torch.float64)
 
 
 def _run(cluster, channel, knobs: dict, steps: int) -> dict:
     model = _mlp()
-    optimizer = _inner(model)
+    optimizer = inner_optimizer(model, "sgd")
     algorithm = SparseLoCo(SparseLoCoConfig(period=PERIOD, **CODEC, **knobs), cluster, channel)
     algorithm.setup(model, optimizer)
     sent = []
     for step in range(steps):
-        inputs, labels = _batch(cluster.rank, step)
+        inputs, labels = blind_batch(cluster.rank, step)  # four columns of layer 1 stay put here
         channel.begin_iteration()
         hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
         sent.append(channel.end_iteration().bytes_sent)
-    return {"params": _flat(model), "bytes": sent, "shapes": [tuple(p.shape) for p in model.parameters()]}
+    return {"params": flat(model), "bytes": sent, "shapes": [tuple(p.shape) for p in model.parameters()]}
 
 
 # ---- the transcription -------------------------------------------------------------------------
@@ -144,16 +133,12 @@ def _pick(chunks: np.ndarray, k: int, ties: str) -> np.ndarray:
 def _reference(world: int, knobs: dict, steps: int, slip: type[Slip] = Slip) -> list[np.ndarray]:
     lr, mu, beta = knobs["outer_lr"], knobs["outer_momentum"], knobs["error_decay"]
     models = [_mlp() for _ in range(world)]
-    optimizers = [_inner(model) for model in models]
+    optimizers = [inner_optimizer(model, "sgd") for model in models]
     theta = [p.detach().numpy().copy() for p in models[0].parameters()]
     velocity = [np.zeros_like(t) for t in theta]
     errors = [[np.zeros_like(t) for t in theta] for _ in range(world)]
     for step in range(steps):
-        for rank, (model, optimizer) in enumerate(zip(models, optimizers)):
-            inputs, labels = _batch(rank, step)
-            optimizer.zero_grad(set_to_none=True)
-            cross_entropy_loss(model, inputs, labels).backward()
-            optimizer.step()
+        replicas_step(models, optimizers, step, blind_batch)
         if (step + 1) % PERIOD:
             continue
         for t in range(len(theta)):
@@ -191,7 +176,7 @@ def _reference(world: int, knobs: dict, steps: int, slip: type[Slip] = Slip) -> 
             with torch.no_grad():
                 for p, value in zip(model.parameters(), theta):
                     p.copy_(torch.from_numpy(value))
-    return [_flat(model) for model in models]
+    return [flat(model) for model in models]
 
 
 SLIPS = {
@@ -208,28 +193,24 @@ SLIPS = {
 }
 
 
-def _gap(ours: list[dict], reference: list[np.ndarray]) -> float:
-    return max(float(np.abs(mine["params"] - theirs).max()) for mine, theirs in zip(ours, reference, strict=True))
-
-
 @pytest.mark.parametrize("knobs", [REFERENCE, OTHER], ids=["reference", "lr0.7-mu0.5"])
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_the_reference_step_transcribed_gives_dlcomms_parameters(world: int, knobs: dict) -> None:
     ours = run_ranks(_run, world, knobs, STEPS)
     for result in ours[1:]:
         assert np.array_equal(result["params"], ours[0]["params"])
-    assert _gap(ours, _reference(world, knobs, STEPS)) <= 1e-12
+    assert gap(ours, _reference(world, knobs, STEPS)) <= 1e-12
     for name, slip in SLIPS.items():  # the comparison can fail, on each slip
         if name == "lr not inside the buffer" and knobs["outer_lr"] == 1.0:
             continue  # the same rule at lr 1
-        assert _gap(ours, _reference(world, knobs, STEPS, slip)) > 1e-6, name
+        assert gap(ours, _reference(world, knobs, STEPS, slip)) > 1e-6, name
 
 
 @pytest.mark.parametrize(("nodes", "per_node"), [(2, 1), (3, 1), (4, 1), (2, 2)], ids=["2", "3", "4", "2x2"])
 def test_the_reference_step_under_nccls_rules(nodes: int, per_node: int) -> None:
     world = nodes * per_node
     ours = run_ranks(_run, world, REFERENCE, STEPS, nodes=nodes, semantics="nccl")
-    assert _gap(ours, _reference(world, REFERENCE, STEPS)) <= 1e-12
+    assert gap(ours, _reference(world, REFERENCE, STEPS)) <= 1e-12
 
 
 def test_the_bytes_counted_are_the_payloads() -> None:
@@ -249,26 +230,8 @@ def test_the_bytes_counted_are_the_payloads() -> None:
 RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: 1 into the second period of 5, 2 into epoch 2 of 4 steps
 
 
-def _loop(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
-    _, algorithm, model, _, stopped = rank_programs.train_until_warned(
-        cluster, channel, spec, folder, stop_at, SparseLoCo
-    )
-    if stopped is not None:
-        return {"stopped": stopped}
-    return {"params": _flat(model), "errors": torch.cat(algorithm.errors).numpy().copy()}
-
-
-def _three_runs(cluster, channel, spec, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, spec, folder, RESUME_STOP_AT)
-
-
 def test_a_run_resumed_mid_period_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:
     spec = rank_programs.run_spec(
         ["algo=sparseloco", "algo.period=5", "algo.chunk=16", "algo.topk=8", *rank_programs.SMALL_JOB, "seed=5"]
     )
-    results = run_ranks(_three_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2)
-    for rank in results:
-        assert rank["stopped"] == {"stopped": RESUME_STOP_AT + 1}
-        assert np.array_equal(rank["resumed"]["params"], rank["straight"]["params"])
-        assert np.array_equal(rank["resumed"]["errors"], rank["straight"]["errors"])
-        assert np.abs(rank["straight"]["errors"]).max() > 0
+    assert_resumed_equal(spec, str(tmp_path / "checkpoints"), RESUME_STOP_AT, SparseLoCo, ("errors",), nonzero=True)

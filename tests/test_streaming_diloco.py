@@ -21,8 +21,6 @@ Every rank is a thread of this process on the in-process fabric (``launcher=thre
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pytest
 import torch
@@ -35,23 +33,27 @@ from dlcomm.algorithms.streaming_diloco import (
     split_layers,
 )
 from dlcomm.compress.registry import COMPRESSORS
-from dlcomm.launch import harness
 from dlcomm.train.loop import cross_entropy_loss, hooked_step
+from outer_fixtures import (
+    PAPER,
+    agree,
+    assert_resumed_equal,
+    flat,
+    hooked_steps,
+    inner_optimizer,
+    rank_batch,
+    replicas_step,
+    run_ranks,
+    tiny_mlp,
+)
 
 import rank_programs
-
-run_ranks = partial(harness.run_ranks, in_process="serial", timeout=120)
-
-PAPER = {"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True}
 
 
 def _mlp() -> torch.nn.Module:
     """Three layers of 204, 156 and 52 parameters: 2 fragments are [L0, L2], [L1] strided (the
     default), [L0, L1], [L2] sequential; 3 are one layer each either way."""
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(16, 12), torch.nn.Tanh(), torch.nn.Linear(12, 12), torch.nn.Tanh(), torch.nn.Linear(12, 4)
-    )
+    return tiny_mlp(16, 12, 12, 4)
 
 
 LAYER_SIZES = [204, 156, 52]
@@ -59,21 +61,6 @@ FRAGMENT_LAYERS = {
     "sequential": {1: [[0, 1, 2]], 2: [[0, 1], [2]], 3: [[0], [1], [2]]},
     "strided": {1: [[0, 1, 2]], 2: [[0, 2], [1]], 3: [[0], [1], [2]]},
 }
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(10_007 * step + rank)
-    return torch.randn(8, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator)
-
-
-def _inner(model: torch.nn.Module, inner: str) -> torch.optim.Optimizer:
-    if inner == "adamw":  # the paper's inner optimizer
-        return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95))
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-
-def _flat(model: torch.nn.Module) -> np.ndarray:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
 
 
 def _compress(knobs: dict | None):
@@ -86,7 +73,7 @@ def _compress(knobs: dict | None):
 def _streaming_and_diloco(cluster, channel, knobs: dict, period: int, steps: int, compress: dict | None) -> float:
     """Both on the same batches, side by side; the largest |streaming - DiLoCo| after any step."""
     ours, theirs = _mlp(), _mlp()
-    ours_opt, theirs_opt = _inner(ours, "adamw"), _inner(theirs, "adamw")
+    ours_opt, theirs_opt = inner_optimizer(ours), inner_optimizer(theirs)
     one = StreamingDiLoCoConfig(period=period, fragments=1, overlap_steps=0, alpha=0.0, **knobs)
     streaming = StreamingDiLoCo(one, cluster, channel, compress=_compress(compress))
     diloco = DiLoCo(DiLoCoConfig(period=period, **knobs), cluster, channel, compress=_compress(compress))
@@ -94,10 +81,10 @@ def _streaming_and_diloco(cluster, channel, knobs: dict, period: int, steps: int
     diloco.setup(theirs, theirs_opt)
     worst = 0.0
     for step in range(steps):
-        inputs, labels = _batch(cluster.rank, step)
+        inputs, labels = rank_batch(cluster.rank, step)
         hooked_step(streaming, ours, ours_opt, cross_entropy_loss, inputs, labels, step)
         hooked_step(diloco, theirs, theirs_opt, cross_entropy_loss, inputs, labels, step)
-        worst = max(worst, float(np.abs(_flat(ours) - _flat(theirs)).max()))
+        worst = max(worst, float(np.abs(flat(ours) - flat(theirs)).max()))
     return worst
 
 
@@ -119,15 +106,12 @@ def _run(
     cluster, channel, knobs: dict, inner: str, steps: int, compress: dict | None = None, finish: bool = False
 ) -> np.ndarray:
     model = _mlp()
-    optimizer = _inner(model, inner)
+    optimizer = inner_optimizer(model, inner)
     algorithm = StreamingDiLoCo(StreamingDiLoCoConfig(**knobs), cluster, channel, compress=_compress(compress))
-    algorithm.setup(model, optimizer)
-    for step in range(steps):
-        inputs, labels = _batch(cluster.rank, step)
-        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
+    hooked_steps(algorithm, model, optimizer, cluster.rank, steps)
     if finish:
         algorithm.finish()
-    return _flat(model)
+    return flat(model)
 
 
 def _slices(fragments: int, pattern: str) -> list[np.ndarray]:
@@ -176,8 +160,8 @@ def _paper(
         pattern = "sequential" if pattern == "strided" else "strided"
     slices = _slices(fragments, pattern)
     models = [_mlp() for _ in range(world)]
-    optimizers = [_inner(model, inner) for model in models]
-    theta = _flat(models[0]).astype(np.float64)
+    optimizers = [inner_optimizer(model, inner) for model in models]
+    theta = flat(models[0]).astype(np.float64)
     velocity = np.zeros_like(theta)
     in_flight: tuple[int, np.ndarray] | None = None
 
@@ -186,16 +170,12 @@ def _paper(
         velocity[where] = mu * velocity[where] + delta
         theta[where] -= lr * (delta + mu * velocity[where] if nesterov else velocity[where])
         for model in models:
-            x = _flat(model).astype(np.float64)
+            x = flat(model).astype(np.float64)
             x[where] = mix * x[where] + (1 - mix) * theta[where]
             torch.nn.utils.vector_to_parameters(torch.from_numpy(x).float(), model.parameters())
 
     for step in range(steps):
-        for rank, (model, optimizer) in enumerate(zip(models, optimizers)):
-            inputs, labels = _batch(rank, step)
-            optimizer.zero_grad(set_to_none=True)
-            cross_entropy_loss(model, inputs, labels).backward()
-            optimizer.step()
+        replicas_step(models, optimizers, step)
         t = step + 1
         if tau > 0 and in_flight is not None and (t - offsets[in_flight[0]] - tau) % period == 0:
             apply(*in_flight)
@@ -204,7 +184,7 @@ def _paper(
             if (t - offset) % period or (t - offset < period and not early_first):
                 continue
             where = slices[fragment]
-            gradients = [sign * (theta[where] - _flat(model).astype(np.float64)[where]) for model in models]
+            gradients = [sign * (theta[where] - flat(model).astype(np.float64)[where]) for model in models]
             if quantise is not None:
                 gradients = [quantise(fragment, g) for g in gradients]
             in_flight = (fragment, np.mean(gradients, axis=0))
@@ -213,11 +193,7 @@ def _paper(
                 in_flight = None
     if finish and in_flight is not None:
         apply(*in_flight)
-    return [_flat(model) for model in models]
-
-
-def _agree(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
-    return max(float(np.abs(mine - theirs).max()) for mine, theirs in zip(ours, reference, strict=True))
+    return [flat(model) for model in models]
 
 
 CASES = [
@@ -252,15 +228,15 @@ def test_the_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict, 
     steps = 3 * knobs["period"]
     ours = run_ranks(_run, world, knobs, inner, steps)
     reference = _paper(world, knobs, inner, steps)
-    assert _agree(ours, reference) <= 1e-6
+    assert agree(ours, reference) <= 1e-6
     # the comparison can fail: each wrong rule ends far from dlcomm's parameters
-    assert _agree(ours, _paper(world, knobs, inner, steps, offset_shift=1)) > 1e-3
-    assert _agree(ours, _paper(world, knobs, inner, steps, early_first=True)) > 1e-3
+    assert agree(ours, _paper(world, knobs, inner, steps, offset_shift=1)) > 1e-3
+    assert agree(ours, _paper(world, knobs, inner, steps, early_first=True)) > 1e-3
     if knobs["fragments"] == 2:  # 3 fragments of 3 layers are one layer each either way
-        assert _agree(ours, _paper(world, knobs, inner, steps, other_pattern=True)) > 1e-3
-    assert _agree(ours, _paper(world, knobs, inner, steps, sign=-1.0)) > 1e-3
+        assert agree(ours, _paper(world, knobs, inner, steps, other_pattern=True)) > 1e-3
+    assert agree(ours, _paper(world, knobs, inner, steps, sign=-1.0)) > 1e-3
     if knobs["alpha"] != 0.5:  # at 0.5, alpha is 1 - alpha
-        assert _agree(ours, _paper(world, knobs, inner, steps, swap_alpha=True)) > 1e-3
+        assert agree(ours, _paper(world, knobs, inner, steps, swap_alpha=True)) > 1e-3
 
 
 @pytest.mark.parametrize(("nodes", "per_node"), [(2, 1), (3, 1), (4, 1), (2, 2)], ids=["2", "3", "4", "2x2"])
@@ -269,7 +245,7 @@ def test_the_rule_under_nccls_rules(nodes: int, per_node: int) -> None:
     steps = 3 * knobs["period"]
     world = nodes * per_node
     ours = run_ranks(_run, world, knobs, inner, steps, nodes=nodes, semantics="nccl")
-    assert _agree(ours, _paper(world, knobs, inner, steps)) <= 1e-6
+    assert agree(ours, _paper(world, knobs, inner, steps)) <= 1e-6
 
 
 def test_an_exchange_in_flight_at_the_end_is_applied_by_finish() -> None:
@@ -278,28 +254,13 @@ def test_an_exchange_in_flight_at_the_end_is_applied_by_finish() -> None:
     assert StreamingDiLoCo.plan_notes(StreamingDiLoCoConfig(**knobs), steps, steps)
     assert not StreamingDiLoCo.plan_notes(StreamingDiLoCoConfig(**knobs), steps + 1, steps + 1)
     ours = run_ranks(_run, 2, knobs, inner, steps, None, True)
-    assert _agree(ours, _paper(2, knobs, inner, steps, finish=True)) <= 1e-6
-    assert _agree(ours, _paper(2, knobs, inner, steps)) > 1e-3
+    assert agree(ours, _paper(2, knobs, inner, steps, finish=True)) <= 1e-6
+    assert agree(ours, _paper(2, knobs, inner, steps)) > 1e-3
 
 
 # ---- 4. resumed with an exchange in flight -----------------------------------------------------
 
 RESUME_STOP_AT = 5  # stopped after 6 of 12 steps: fragment 1 (offset 2 of period 4) sent after step 6, due after 7
-
-
-def _loop(cluster, channel, spec, folder: str | None, stop_at: int | None) -> dict:
-    """This rank's final parameters and theta, or the step the warning stopped it after and
-    whether an exchange was in flight then."""
-    _, algorithm, model, _, stopped = rank_programs.train_until_warned(
-        cluster, channel, spec, folder, stop_at, StreamingDiLoCo
-    )
-    if stopped is not None:
-        return {"stopped": stopped, "in_flight": algorithm.in_flight is not None}
-    return {"params": _flat(model), "theta": torch.cat(algorithm.theta).numpy().copy()}
-
-
-def _three_runs(cluster, channel, spec, folder: str) -> dict:
-    return rank_programs.straight_stopped_resumed(_loop, cluster, channel, spec, folder, RESUME_STOP_AT)
 
 
 def test_a_run_resumed_with_an_exchange_in_flight_ends_with_the_uninterrupted_runs_parameters(tmp_path) -> None:
@@ -315,11 +276,8 @@ def test_a_run_resumed_with_an_exchange_in_flight_ends_with_the_uninterrupted_ru
             "seed=5",
         ]
     )
-    results = run_ranks(_three_runs, 2, spec, str(tmp_path / "checkpoints"), nodes=2)
-    for rank in results:
-        assert rank["stopped"] == {"stopped": RESUME_STOP_AT + 1, "in_flight": True}
-        assert np.array_equal(rank["resumed"]["params"], rank["straight"]["params"])
-        assert np.array_equal(rank["resumed"]["theta"], rank["straight"]["theta"])
+    folder = str(tmp_path / "checkpoints")
+    results = assert_resumed_equal(spec, folder, RESUME_STOP_AT, StreamingDiLoCo, ("theta",), in_flight=True)
     assert np.array_equal(results[0]["straight"]["theta"], results[1]["straight"]["theta"])
 
 
@@ -355,8 +313,8 @@ def test_lowbit_outer_gradients_equal_the_transcription_with_each_replicas_gradi
         return out
 
     reference = _paper(2, knobs, inner, steps, quantise=quantise)
-    assert _agree(ours, reference) <= 1e-6
-    assert _agree(ours, _paper(2, knobs, inner, steps)) > 1e-4  # the quantisation shows
+    assert agree(ours, reference) <= 1e-6
+    assert agree(ours, _paper(2, knobs, inner, steps)) > 1e-4  # the quantisation shows
 
 
 def _param_ranges(layers: list[int]) -> list[tuple[int, int]]:
@@ -376,20 +334,17 @@ def test_a_lossless_compressor_gives_the_uncompressed_numbers(algo: str) -> None
     lossless = {"name": "topk", "ratio": 1.0}
     plain = run_ranks(_any_run, 2, algo, knobs, 12, None)
     compressed = run_ranks(_any_run, 2, algo, knobs, 12, lossless)
-    assert _agree(compressed, plain) <= 1e-6
+    assert agree(compressed, plain) <= 1e-6
 
 
 def _any_run(cluster, channel, algo: str, knobs: dict, steps: int, compress: dict | None) -> np.ndarray:
     if algo == "streaming_diloco":
         return _run(cluster, channel, knobs, "adamw", steps, compress)
     model = _mlp()
-    optimizer = _inner(model, "adamw")
+    optimizer = inner_optimizer(model)
     algorithm = DiLoCo(DiLoCoConfig(**knobs), cluster, channel, compress=_compress(compress))
-    algorithm.setup(model, optimizer)
-    for step in range(steps):
-        inputs, labels = _batch(cluster.rank, step)
-        hooked_step(algorithm, model, optimizer, cross_entropy_loss, inputs, labels, step)
-    return _flat(model)
+    hooked_steps(algorithm, model, optimizer, cluster.rank, steps)
+    return flat(model)
 
 
 # ---- 6. the split, the offsets, the refusals ------------------------------------------------------
