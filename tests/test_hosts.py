@@ -23,6 +23,22 @@ pytestmark = [pytest.mark.hosts, pytest.mark.alone]
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cluster_local.sh"
 CLUSTER_CONF = "/etc/dlcomm-cluster/slurm.conf"
+# How soon SLURM sets a lost host DOWN (scripts/cluster_local.sh): a killed slurmd ~18 s, not ~29 s
+# with its defaults (20, 10), each fault test ~11 s sooner; still well after COMM_TIMEOUT_S, so that a
+# lost link is a rank's timeout first (the error the link test asserts), not SLURM's ending of the job
+TIMEOUTS = {"DLCOMM_CLUSTER_SLURMD_TIMEOUT": "12", "DLCOMM_CLUSTER_MESSAGE_TIMEOUT": "4"}
+# a lost link is silence: a transfer waits exactly this long (20 s, then 10 s, before)
+COMM_TIMEOUT_S = 5
+
+
+def _up() -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **TIMEOUTS},
+    )
 
 
 def _why_no_hosts() -> str:
@@ -45,7 +61,7 @@ WHY = _why_no_hosts()
 def two_hosts():
     if WHY:
         pytest.skip(WHY)
-    up = subprocess.run([str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"], capture_output=True, text=True, timeout=180)
+    up = _up()
     assert up.returncode == 0, up.stdout + up.stderr
     yield
     down = subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, timeout=120)
@@ -244,8 +260,7 @@ def _fault(home: Path, monkeypatch, cli_here, act) -> tuple[object, float]:
         "nodes=2",
         "workers_per_node=1",
         "train.epochs=200",
-        # a lost link is silence: the transfer waits exactly this long (20 s before, 10 s of the test saved)
-        "launcher.comm_timeout_s=10",
+        f"launcher.comm_timeout_s={COMM_TIMEOUT_S}",
         "tracking.stream_every_s=0.5",
     )
     assert started.returncode == 0, started.stderr
@@ -279,7 +294,8 @@ def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(
 def test_a_host_whose_link_goes_down_fails_the_run_and_leaves_nothing_running(home, monkeypatch, cli_here) -> None:
     if WHY:
         pytest.skip(WHY)
-    subprocess.run([str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"], capture_output=True, check=True, timeout=180)
+    up = _up()
+    assert up.returncode == 0, up.stdout + up.stderr
     try:
         run, took = _fault(
             home, monkeypatch, cli_here, lambda: subprocess.run([str(SCRIPT), "link", "h2", "down"], check=True)
