@@ -17,8 +17,10 @@ from dlcomm.metrics.names import LIVE_LOSS
 
 from conftest import FAST, mlflow_run, parent_id, run_cli, wait_until_ended
 
-# alone: a host's failure must be noticed within the tests' deadlines, which a busy machine stretches
-pytestmark = [pytest.mark.hosts, pytest.mark.alone]
+# hosts: the parallel part runs these beside the local SLURM's tests, on one worker (tests/conftest.py);
+# the tests marked alone run after it, one at a time: a host's failure must be noticed within their
+# deadlines and the measured link rate must be the shaper's, which a busy machine stretches and lowers
+pytestmark = [pytest.mark.hosts]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cluster_local.sh"
@@ -205,6 +207,7 @@ def test_calibrate_on_this_machine_writes_a_preset_that_composes(home, tmp_path)
         target.unlink()
 
 
+@pytest.mark.alone
 def test_calibrate_across_two_hosts_fits_the_shaped_link(two_hosts, home, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
     out = tmp_path / "two.yaml"
@@ -280,6 +283,7 @@ def _fault(home: Path, monkeypatch, cli_here, act) -> tuple[object, float]:
     return mlflow_run(started), time.monotonic() - acted
 
 
+@pytest.mark.alone
 def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(
     two_hosts, home, monkeypatch, cli_here
 ) -> None:
@@ -291,6 +295,7 @@ def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(
     assert took < 120
 
 
+@pytest.mark.alone
 def test_a_host_whose_link_goes_down_fails_the_run_and_leaves_nothing_running(home, monkeypatch, cli_here) -> None:
     if WHY:
         pytest.skip(WHY)
