@@ -23,8 +23,8 @@
 # How soon a lost host is seen: slurmctld sets a host DOWN (and ends its jobs) once it has been
 # silent for DLCOMM_CLUSTER_SLURMD_TIMEOUT seconds (SlurmdTimeout, default 20) and its pings have
 # failed, each after DLCOMM_CLUSTER_MESSAGE_TIMEOUT seconds (MessageTimeout, SLURM's default 10):
-# ~29 s from a killed slurmd to DOWN here with the defaults, ~18 s with 12 and 4, which
-# tests/test_hosts.py uses. A different value on `up` remakes the cluster.
+# ~29 s from a killed slurmd or a downed link to DOWN here with the defaults, ~22 s with 15 and 4,
+# which tests/test_hosts.py uses. A different value on `up` remakes the cluster.
 # Needs root, iproute2, util-linux's unshare, and Debian's slurm-wlm + munge (installed if absent).
 set -euo pipefail
 
