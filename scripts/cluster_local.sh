@@ -20,6 +20,11 @@
 #   export SLURM_CONF=/etc/dlcomm-cluster/slurm.conf
 # (`up` prints this). Every slurmd runs in its host's network and UTS namespaces, so the jobs it
 # starts see that host's name and address. The file system is this machine's: shared by all.
+# How soon a lost host is seen: slurmctld sets a host DOWN (and ends its jobs) once it has been
+# silent for DLCOMM_CLUSTER_SLURMD_TIMEOUT seconds (SlurmdTimeout, default 20) and its pings have
+# failed, each after DLCOMM_CLUSTER_MESSAGE_TIMEOUT seconds (MessageTimeout, SLURM's default 10):
+# ~29 s from a killed slurmd or a downed link to DOWN here with the defaults, ~22 s with 15 and 4,
+# which tests/test_hosts.py uses. A different value on `up` remakes the cluster.
 # Needs root, iproute2, util-linux's unshare, and Debian's slurm-wlm + munge (installed if absent).
 set -euo pipefail
 
@@ -32,6 +37,8 @@ NET=10.77.0
 CTLD_ADDR=$NET.1
 CTLD_HOST=$(hostname -s)
 CORES=$(nproc)
+SLURMD_TIMEOUT=${DLCOMM_CLUSTER_SLURMD_TIMEOUT:-20}
+MESSAGE_TIMEOUT=${DLCOMM_CLUSTER_MESSAGE_TIMEOUT:-10}
 HOSTS_BEGIN="# dlcomm cluster_local begin"
 HOSTS_END="# dlcomm cluster_local end"
 
@@ -120,7 +127,9 @@ SlurmdSpoolDir=$STATE/%n/spool
 SlurmdPidFile=$STATE/%n/slurmd.pid
 SlurmdLogFile=$STATE/%n/slurmd.log
 # a host that stops answering is marked DOWN (and its jobs end) after this many seconds
-SlurmdTimeout=20
+SlurmdTimeout=$SLURMD_TIMEOUT
+# a round trip to a daemon (a ping of a host among them) fails after this many seconds
+MessageTimeout=$MESSAGE_TIMEOUT
 KillWait=10
 NodeName=DEFAULT CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
 $(for i in $(seq 1 "$n"); do echo "NodeName=h$i NodeAddr=$(host_addr "h$i") NodeHostname=h$i"; done)
@@ -157,18 +166,22 @@ up() {
             *) die "unknown option $1: use up --hosts N [--gbps R]" ;;
         esac
     done
+    [[ "$SLURMD_TIMEOUT" =~ ^[0-9]+$ ]] && [ "$SLURMD_TIMEOUT" -ge 3 ] || die "DLCOMM_CLUSTER_SLURMD_TIMEOUT=$SLURMD_TIMEOUT is invalid: pass whole seconds, at least 3 (SLURM pings every third of it)"
+    [[ "$MESSAGE_TIMEOUT" =~ ^[0-9]+$ ]] && [ "$MESSAGE_TIMEOUT" -ge 2 ] || die "DLCOMM_CLUSTER_MESSAGE_TIMEOUT=$MESSAGE_TIMEOUT is invalid: pass whole seconds, at least 2"
     [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "--hosts $n is invalid: pass a number of hosts from 1 to 200"
     awk -v r="$rate" 'BEGIN {exit !(r + 0 > 0 && r + 0 <= 400)}' || die "--gbps $rate is invalid: pass a link rate in Gb/s, e.g. 1 or 0.1"
     check_tools
     install_slurm_packages
     local made; made=$(hosts_made | wc -l)
-    if [ -f "$STATE/shape" ] && [ "$(cat "$STATE/shape")" != "$n $rate" ] || { [ "$made" -gt 0 ] && [ "$made" != "$n" ]; }; then
-        echo "$PROG: remaking the cluster ($(cat "$STATE/shape" 2>/dev/null || echo "$made hosts") -> $n hosts at $rate Gb/s)"
+    if [ -f "$STATE/shape" ] && [ "$(cat "$STATE/shape")" != "$n $rate" ] || { [ "$made" -gt 0 ] && [ "$made" != "$n" ]; } \
+        || { [ -f "$STATE/timeouts" ] && [ "$(cat "$STATE/timeouts")" != "$SLURMD_TIMEOUT $MESSAGE_TIMEOUT" ]; }; then
+        echo "$PROG: remaking the cluster ($(cat "$STATE/shape" 2>/dev/null || echo "$made hosts") -> $n hosts at $rate Gb/s, SlurmdTimeout=$SLURMD_TIMEOUT MessageTimeout=$MESSAGE_TIMEOUT)"
         down >/dev/null
     fi
     make_network "$n" "$rate"
     write_config "$n"
     echo "$n $rate" >"$STATE/shape"
+    echo "$SLURMD_TIMEOUT $MESSAGE_TIMEOUT" >"$STATE/timeouts"
     start_munge
     start_slurm "$n"
     for _ in $(seq 60); do

@@ -17,12 +17,32 @@ from dlcomm.metrics.names import LIVE_LOSS
 
 from conftest import FAST, mlflow_run, parent_id, run_cli, wait_until_ended
 
-# alone: a host's failure must be noticed within the tests' deadlines, which a busy machine stretches
-pytestmark = [pytest.mark.hosts, pytest.mark.alone]
+# hosts: the parallel part runs these beside the local SLURM's tests, on one worker (tests/conftest.py);
+# the tests marked alone run after it, one at a time: a host's failure must be noticed within their
+# deadlines and the measured link rate must be the shaper's, which a busy machine stretches and lowers
+pytestmark = [pytest.mark.hosts]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cluster_local.sh"
 CLUSTER_CONF = "/etc/dlcomm-cluster/slurm.conf"
+# How soon SLURM sets a lost host DOWN (scripts/cluster_local.sh): ~22 s after a link goes down here,
+# not ~29 s with its defaults (20, 10), each fault test ~7 s sooner. Not before COMM_TIMEOUT_S: a host
+# may have answered its last ping up to a third of SlurmdTimeout before the fault, so SLURM's earliest
+# DOWN is ~10 s after it, and a lost link must be a rank's timeout first (the error the link test asserts)
+TIMEOUTS = {"DLCOMM_CLUSTER_SLURMD_TIMEOUT": "15", "DLCOMM_CLUSTER_MESSAGE_TIMEOUT": "4"}
+# a lost link is silence: a transfer waits exactly this long (20 s before). It also bounds the ranks'
+# rendezvous: with 5 s one link test here failed before its fault, on a freshly made cluster
+COMM_TIMEOUT_S = 10
+
+
+def _up() -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **TIMEOUTS},
+    )
 
 
 def _why_no_hosts() -> str:
@@ -45,7 +65,7 @@ WHY = _why_no_hosts()
 def two_hosts():
     if WHY:
         pytest.skip(WHY)
-    up = subprocess.run([str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"], capture_output=True, text=True, timeout=180)
+    up = _up()
     assert up.returncode == 0, up.stdout + up.stderr
     yield
     down = subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, timeout=120)
@@ -189,6 +209,7 @@ def test_calibrate_on_this_machine_writes_a_preset_that_composes(home, tmp_path)
         target.unlink()
 
 
+@pytest.mark.alone
 def test_calibrate_across_two_hosts_fits_the_shaped_link(two_hosts, home, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_CONF", CLUSTER_CONF)
     out = tmp_path / "two.yaml"
@@ -244,8 +265,7 @@ def _fault(home: Path, monkeypatch, cli_here, act) -> tuple[object, float]:
         "nodes=2",
         "workers_per_node=1",
         "train.epochs=200",
-        # a lost link is silence: the transfer waits exactly this long (20 s before, 10 s of the test saved)
-        "launcher.comm_timeout_s=10",
+        f"launcher.comm_timeout_s={COMM_TIMEOUT_S}",
         "tracking.stream_every_s=0.5",
     )
     assert started.returncode == 0, started.stderr
@@ -265,6 +285,7 @@ def _fault(home: Path, monkeypatch, cli_here, act) -> tuple[object, float]:
     return mlflow_run(started), time.monotonic() - acted
 
 
+@pytest.mark.alone
 def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(
     two_hosts, home, monkeypatch, cli_here
 ) -> None:
@@ -276,10 +297,12 @@ def test_a_host_whose_slurmd_dies_fails_the_run_and_leaves_nothing_running(
     assert took < 120
 
 
+@pytest.mark.alone
 def test_a_host_whose_link_goes_down_fails_the_run_and_leaves_nothing_running(home, monkeypatch, cli_here) -> None:
     if WHY:
         pytest.skip(WHY)
-    subprocess.run([str(SCRIPT), "up", "--hosts", "2", "--gbps", "1"], capture_output=True, check=True, timeout=180)
+    up = _up()
+    assert up.returncode == 0, up.stdout + up.stderr
     try:
         run, took = _fault(
             home, monkeypatch, cli_here, lambda: subprocess.run([str(SCRIPT), "link", "h2", "down"], check=True)
