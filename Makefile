@@ -189,9 +189,10 @@ reproduce-wan-gossip: setup results/wan_gossip_fmnist/compute_profile.json
 	$(DLCOMM) train -m experiment=wan_gossip_fmnist $(call PROFILE,wan_gossip_fmnist) algo.overlap=naive,scheduled algo.scheduler=managed,autonomous seed=1,2
 	$(DLCOMM) report experiment=wan_gossip_fmnist
 
-# The wide-area comparison (issue 51; not a paper's table): AllReduce-SGD, Local-SGD, DiLoCo, Streaming DiLoCo (4
-# fragments, tau 10, alpha 0.5; fp32 and 4-bit outer gradients) and pull-gossip with scheduled overlap, 8 workers
-# as threads on network=wan_hetero, 30 simulated s each, seeds 0-2 (18 runs): 23.5 minutes here
+# The wide-area comparison (issues 51, 61; not a paper's table): AllReduce-SGD, Local-SGD, DiLoCo, Streaming DiLoCo (4
+# fragments, tau 10, alpha 0.5; fp32 and 4-bit outer gradients), pull-gossip with scheduled overlap, SparseLoCo
+# (H 50, top-32 of 64-chunks, 2-bit values), MuLoCo (H 50, inner Muon) and DeMo (every step, signed, inner
+# SGD's lr 1e-3 as its step), 8 workers as threads on network=wan_hetero, 30 simulated s each, seeds 0-2 (27 runs)
 WAN_COMPARE = $(DLCOMM) train -m experiment=wan_compare $(call PROFILE,wan_compare) seed=0,1,2
 reproduce-wan-compare: setup results/wan_compare/compute_profile.json
 	$(WAN_COMPARE) algo=allreduce
@@ -199,4 +200,7 @@ reproduce-wan-compare: setup results/wan_compare/compute_profile.json
 	$(WAN_COMPARE) algo=diloco algo.period=50
 	$(WAN_COMPARE) algo=streaming_diloco algo.period=50 algo.fragments=4 algo.overlap_steps=10 compress=none,lowbit
 	$(WAN_COMPARE) algo=gossip_pull algo.overlap=scheduled
+	$(WAN_COMPARE) algo=sparseloco algo.period=50
+	$(WAN_COMPARE) algo=muloco optim=muon algo.period=50
+	$(WAN_COMPARE) algo=demo optim=sgd optim.lr=1e-3
 	$(DLCOMM) report experiment=wan_compare
