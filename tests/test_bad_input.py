@@ -996,7 +996,13 @@ STORES = [
         None,
         "needs a Python package that is not installed",
     ),
-    (["train", "tracking.uri=databricks"], None, "tracking.uri=databricks cannot be used ("),
+    # the store's answer here (no credentials) takes the Databricks SDK's import and auth attempt: 4-8 s alone,
+    # past the default 5 s under CI's load (and a probe still running when refused logs into the next test)
+    (
+        ["train", "tracking.uri=databricks", "tracking.connect_timeout_s=20"],
+        None,
+        "tracking.uri=databricks cannot be used (",
+    ),
 ]
 
 
@@ -1014,7 +1020,8 @@ def test_a_store_mlflow_cannot_use_is_refused_in_one_line_and_left_as_it_was(
     assert code == 2, err
     assert len(lines) == 1, err
     assert lines[0].startswith("dlcomm: error: ") and expected in lines[0], lines[0]
-    assert seconds < BOUND_S, f"answered after {seconds:.1f} s"
+    bound = 25.0 if "tracking.uri=databricks" in argv else BOUND_S  # the SDK's own seconds (above)
+    assert seconds < bound, f"answered after {seconds:.1f} s"
     assert (database.read_bytes() if database.exists() else None) == before, "the store was written"
     assert not list(home.rglob("mlruns")), "a file store was made"
 
