@@ -51,10 +51,13 @@ def _why_no_hosts() -> str:
         return "cluster_local.sh needs root (network namespaces)"
     if shutil.which("slurmd") is None:
         return "no slurmd here: run scripts/slurm_local.sh up once (installs slurm-wlm)"
-    probe = subprocess.run(["ip", "netns", "add", "dlc-test-probe"], capture_output=True, text=True)
+    # one name per process: every xdist worker imports this module, and two probing under one name at once
+    # made one of them skip the hosts tests ("File exists")
+    name = f"dlc-test-probe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"network namespaces are not allowed here: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "dlc-test-probe"], check=True)
+    subprocess.run(["ip", "netns", "del", name], check=True)
     return ""
 
 
