@@ -215,3 +215,31 @@ def test_final_figures_in_the_report_s_units_beside_the_raw_ones() -> None:
         names.FINAL_COMM_EXPOSED_MS,
         names.FINAL_SAMPLES_PER_S,
     }
+
+
+def test_each_timing_column_holds_its_own_quantity(home, cli_here) -> None:
+    """The loop builds each row positionally (in TIMING_COLUMNS order, for its per-step cost): every
+    column must still hold what its name says. Two ranks, a modelled link slow enough that the
+    overlapped all-reduce outlasts the waits on it, so exposed and busy times differ."""
+    import pandas as pd
+
+    from conftest import FAST
+
+    result = cli_here(
+        home, "train", *FAST, "launcher=threads", "nodes=2", "model=mlp", "algo=allreduce", "algo.overlap=true",
+        "algo.bucket_mb=0.1", "network=eth_1g", "network.inter.bandwidth_gbps=0.05", "train.max_steps=6",
+        "train.batch_size=16",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(next(home.glob("results/runs/*/timings.csv")))
+    assert sorted(rows["rank"].unique()) == [0, 1] and (rows["node"] == rows["rank"]).all()
+    assert (rows["epoch"] == 0).all() and sorted(rows["step"]) == sorted(list(range(6)) * 2)
+    wall = rows["compute_s"] + rows["peer_wait_s"].fillna(0) + rows["comm_exposed_s"]
+    assert (wall - rows["time_s"]).abs().max() < 1e-9
+    simulated = rows["sim_compute_s"] + rows["sim_comm_exposed_s"]
+    assert (simulated - rows["sim_time_s"]).abs().max() < 1e-9
+    assert (rows["sim_comm_busy_s"] > rows["sim_comm_exposed_s"]).all()  # the buckets' sums overlap the backward
+    assert (rows["comm_busy_s"] >= rows["comm_exposed_s"] - 1e-6).all()
+    assert (rows["comm_modelled_s"] >= rows["sim_comm_busy_s"] - 1e-9).all()  # every bucket's duration, summed
+    assert (rows["messages"] > 1).all() and (rows["bytes_sent"] > 0).all() and (rows["overruns"] == 0).all()
+    assert (rows["loss"] > 0.5).all() and (rows["data_s"] >= 0).all() and rows["batched_share_s"].isna().all()

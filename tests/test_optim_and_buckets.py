@@ -187,3 +187,33 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient() -> None:
 def test_plan_steps_counts_optimizer_steps_of_comm_interval_micro_batches() -> None:
     train = TrainConfig(epochs=2, batch_size=16, comm_interval=4, max_steps=-1)
     assert plan_steps(train, 6400, 4) == ((6400 // 4) // 64, 2 * 25)
+
+
+def _final_params(overrides: list[str], run_dir) -> dict:
+    """One worker's final parameters after training ``overrides`` through the real rank code."""
+    from dlcomm.compose import compose
+    from dlcomm.data import build_dataset
+    from dlcomm.launch.harness import run_ranks
+    from dlcomm.spec import RunSpec
+
+    import rank_programs
+
+    cfg = compose([*rank_programs.FEW_STEPS_JOB, "dataset.train_size=64", "model.hidden=[16]", *overrides])
+    spec = RunSpec.from_config(cfg, tracking_uri="").with_run("test", run_dir)
+    run_dir.mkdir(parents=True)
+    [result] = run_ranks(rank_programs.train_untracked, 1, spec, build_dataset(cfg.dataset), in_process="serial")
+    return result["params"]
+
+
+def test_the_training_loop_steps_the_schedule_after_every_optimizer_step(tmp_path) -> None:
+    """multistep with a milestone at epoch 1 and a decay that rounds every update to nothing:
+    the second epoch must leave the parameters where the first left them (a loop that did not
+    step the schedule would train the second epoch at the full rate)."""
+    schedule = ["optim.schedule=multistep", "optim.milestones=[1]", "optim.gamma=1e-30"]
+    one_epoch = _final_params([*schedule, "train.epochs=1"], tmp_path / "one")
+    two_epochs = _final_params([*schedule, "train.epochs=2"], tmp_path / "two")
+    assert one_epoch.keys() == two_epochs.keys()
+    for name in one_epoch:
+        assert torch.equal(one_epoch[name], two_epochs[name]), name
+    moved = _final_params(["train.epochs=2"], tmp_path / "constant")  # the same run without the decay moves on
+    assert any(not torch.equal(one_epoch[name], moved[name]) for name in one_epoch)

@@ -255,8 +255,8 @@ class Channel:
 
     def begin_iteration(self) -> None:
         self.transport.pass_turn()
-        with self._lock:  # a responder thread may record meanwhile
-            self._iteration_ops = []
+        # (self._iteration_ops is empty: end_iteration swapped in a new list, and only the loop's
+        # thread records in the "train" phase, which begins here)
         self._waits = _Waits(self._splits_waits)
         self._loop_thread = threading.get_ident()
         self._phase = "train"
@@ -274,20 +274,22 @@ class Channel:
         if self._in_flight:
             self.poll()
         now = perf_counter()
+        totals, overruns = self.totals, 0
         with self._lock:
             ops, self._iteration_ops = self._iteration_ops, []
-            for op in ops:
-                self._count(op)
             # a pull's answer leaves from the responder thread, outside any iteration: its bytes
             # are still this rank's traffic, counted in the iteration during which it was sent
             (sent, messages), self._served = self._served, [0, 0]
+            for op in ops:  # into the run's totals (_count, inline: one pass over the operations)
+                total = totals[("train", op.kind, op.group)]
+                total.count += 1
+                total.bytes_sent += op.bytes_sent
+                total.messages += op.messages
+                sent += op.bytes_sent
+                messages += op.messages
+                overruns += op.overran
         waits, self._waits = self._waits or _Waits(self._splits_waits), None
         self._phase = "idle"
-        overruns = 0
-        for op in ops:
-            sent += op.bytes_sent
-            messages += op.messages
-            overruns += op.overran
         if len(ops) == 1:
             busy = _or(ops[0].wall_end, now) - ops[0].wall_start
         else:
@@ -471,11 +473,24 @@ class Channel:
         self._in_flight.append((work, record))
         return handle
 
+    def _done_in_place(self, kind: str, group: str, nbytes: int, result: Any) -> Handle:
+        """The complete handle of an unmodelled collective over a group of one (:meth:`sole_member`)."""
+        record = self.record(kind, group, nbytes, _NOTHING_SENT)
+        handle = Handle(self, record, result)
+        handle.works.append(_Completed())
+        record.wall_end = perf_counter()
+        handle.done = True
+        return handle
+
     # ---- primitives ------------------------------------------------------------------
     def allreduce(self, tensor: torch.Tensor, group: str = "world", average: bool = True, async_op: bool = False):
         """In place: ``tensor <- sum (or mean) of tensor over the group`` (modelled as a ring)."""
         members = self.cluster.ranks(group)
         nbytes = tensor.numel() * tensor.element_size()
+        if len(members) == 1 and (self._modelled is None or self._phase != "train"):
+            # a sum or mean of one, nothing modelled: the value is the result (what _collective
+            # does for a group of one, without the costs it would not use; a one-worker run's step)
+            return self._finish(self._done_in_place("allreduce", group, nbytes, tensor), async_op)
         handle = self._collective(
             "allreduce",
             group,
@@ -651,6 +666,7 @@ class _Completed:
         return True
 
 
+_NOTHING_SENT = (0, 0)  # bytes and messages of a collective over a group of one
 _NOT_MODELLED = (math.nan,) * 4  # IterationComm's clock_time_s .. modelled_s under network=off
 
 

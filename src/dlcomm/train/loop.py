@@ -159,7 +159,10 @@ def hooked_step(
             loss = loss_fn(model, inputs, labels)
         if metered:
             meter.backward_begins(last=True)
-        precision.backward(loss)
+        if precision.scaler is None:
+            loss.backward()  # (precision.backward's full-precision case, one frame less per step)
+        else:
+            precision.backward(loss)
         if metered:
             meter.backward_ends(last=True)
     else:
@@ -175,7 +178,10 @@ def hooked_step(
             total += part_loss.detach().float().cpu()
         loss = total / micro_batches
     algorithm.reduce_gradients(step)
-    precision.step(optimizer, _found_inf_sharing(algorithm) if precision.scaler is not None else None)
+    if precision.scaler is None:
+        optimizer.step()  # (precision.step's case without loss scaling)
+    else:
+        precision.step(optimizer, _found_inf_sharing(algorithm))
     if metered:
         meter.step_ends()
     algorithm.after_step(step)
@@ -367,6 +373,9 @@ class TrainLoop:
         step_args = (self.algorithm, self.model, self.optimizer, self.task.loss)
         warmup, clock_rules = self.cfg.train.timing_warmup, self._clock_rules()
         batched, seed = self.batched, self.cfg.seed
+        # a constant schedule's step does nothing: not called per step
+        schedule = None if isinstance(self.scheduler, ConstantSchedule) else self.scheduler.step
+        takes_metrics = type(self.algorithm).take_metrics is not Algorithm.take_metrics  # (the base's: none)
         epoch_start = perf_counter() - state.epoch_wall_s
         fetch_start = perf_counter()
         for inputs, labels in batches:
@@ -381,7 +390,8 @@ class TrainLoop:
             channel.begin_iteration()  # first: under serial threads it may wait for this rank's turn
             timer.begin_iteration()
             loss = hooked_step(*step_args, inputs, labels, step, interval, self.precision, meter, batched, seed)
-            self.scheduler.step()
+            if schedule is not None:
+                schedule()
             comm = channel.end_iteration()
             split = timer.end_iteration(comm)  # CUDA: the iteration's one host sync, on its stream
             share_s = math.nan
@@ -396,32 +406,33 @@ class TrainLoop:
             if not math.isfinite(loss_value):  # the one guard: the loss is read for the timing row anyway
                 raise Diverged(loss_value, step, rank)
             rows.append(
-                IterationRow(
-                    rank=rank,
-                    node=node,
-                    epoch=epoch,
-                    step=step,
-                    time_s=time_s,
-                    compute_s=split.compute_s,
-                    comm_exposed_s=split.exposed_s,
-                    comm_busy_s=split.busy_s,
-                    data_s=data_s,
-                    bytes_sent=comm.bytes_sent,
-                    messages=comm.messages,
-                    loss=loss_value,
-                    sim_time_s=comm.clock_time_s,
-                    sim_compute_s=comm.clock_time_s - comm.clock_exposed_s,
-                    sim_comm_exposed_s=comm.clock_exposed_s,
-                    sim_comm_busy_s=comm.clock_busy_s,
-                    comm_modelled_s=comm.modelled_s,
-                    overruns=comm.overruns,
-                    peer_wait_s=split.peer_wait_s,
-                    batched_share_s=share_s,
+                IterationRow(  # positional, in TIMING_COLUMNS order (half the cost of keywords per step)
+                    rank,  # rank
+                    node,  # node
+                    epoch,  # epoch
+                    step,  # step
+                    time_s,  # time_s
+                    split.compute_s,  # compute_s
+                    split.exposed_s,  # comm_exposed_s
+                    split.busy_s,  # comm_busy_s
+                    data_s,  # data_s
+                    comm.bytes_sent,  # bytes_sent
+                    comm.messages,  # messages
+                    loss_value,  # loss
+                    comm.clock_time_s,  # sim_time_s
+                    comm.clock_time_s - comm.clock_exposed_s,  # sim_compute_s
+                    comm.clock_exposed_s,  # sim_comm_exposed_s
+                    comm.clock_busy_s,  # sim_comm_busy_s
+                    comm.modelled_s,  # comm_modelled_s
+                    comm.overruns,  # overruns
+                    split.peer_wait_s,  # peer_wait_s
+                    share_s,  # batched_share_s
                 )
             )
-            taken = self.algorithm.take_metrics()
-            if taken:
-                state.epoch_stats.add(step, taken)
+            if takes_metrics:
+                taken = self.algorithm.take_metrics()
+                if taken:
+                    state.epoch_stats.add(step, taken)
             state.step += 1
             state.epoch_batches += 1
             if step < warmup:  # measured here: other ranks' rows hold their waits for late peers
