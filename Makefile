@@ -192,12 +192,16 @@ reproduce-wan-gossip: setup results/wan_gossip_fmnist/compute_profile.json
 # The wide-area comparison (issues 51, 61; not a paper's table): AllReduce-SGD, Local-SGD, DiLoCo, Streaming DiLoCo (4
 # fragments, tau 10, alpha 0.5; fp32 and 4-bit outer gradients), pull-gossip with scheduled overlap, SparseLoCo
 # (H 50, top-32 of 64-chunks, 2-bit values), MuLoCo (H 50, inner Muon) and DeMo (every step, signed, inner
-# SGD's lr 1e-3 as its step), 8 workers as threads on network=wan_hetero, 30 simulated s each, seeds 0-2 (27 runs)
+# SGD's lr 1e-3 as its step), overlapped DiLoCo at its references' outer settings (delayed: prime's and PCCL's plain outer
+# SGD, lr 0.7, no momentum; eager: the eager paper's Nesterov at lr 0.4; at DiLoCo's 0.9 / 0.7 both collapse here:
+# docs/algorithms.md), 8 workers as threads on network=wan_hetero, 30 simulated s each, seeds 0-2 (33 runs)
 WAN_COMPARE = $(DLCOMM) train -m experiment=wan_compare $(call PROFILE,wan_compare) seed=0,1,2
 reproduce-wan-compare: setup results/wan_compare/compute_profile.json
 	$(WAN_COMPARE) algo=allreduce
 	$(WAN_COMPARE) algo=local_sgd algo.period=50
 	$(WAN_COMPARE) algo=diloco algo.period=50
+	$(WAN_COMPARE) algo=diloco algo.period=50 algo.overlap=delayed algo.outer_momentum=0
+	$(WAN_COMPARE) algo=diloco algo.period=50 algo.overlap=eager algo.outer_lr=0.4
 	$(WAN_COMPARE) algo=streaming_diloco algo.period=50 algo.fragments=4 algo.overlap_steps=10 compress=none,lowbit
 	$(WAN_COMPARE) algo=gossip_pull algo.overlap=scheduled
 	$(WAN_COMPARE) algo=sparseloco algo.period=50

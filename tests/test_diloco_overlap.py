@@ -1,13 +1,17 @@
 """Overlapped DiLoCo (``algo=diloco algo.overlap=delayed|eager``) against its rule.
 
-1. ``delayed``, the one-step-delayed outer step of PrimeIntellect's prime (src/zeroband/train.py,
-   ``run_async_outer_step``): a float64 NumPy transcription (its replicas trained with plain torch
-   on the same batches) gives dlcomm's parameters after 3 periods at 2 and 4 workers; the
-   transcription with the outer gradient taken after the outer step, with the first period's
-   replicas not restarted from theta, or with the fresh average applied at once (plain DiLoCo), does not.
+1. ``delayed``, the one-step-delayed outer step of PrimeIntellect's prime, as PCCL's example
+   ``python/examples/nanogpt_diloco/async_diloco.py`` writes it: a float64 NumPy transcription (its replicas trained with plain torch
+   on the same batches) gives dlcomm's parameters after 3 periods at 2 and 4 workers, with DiLoCo's
+   outer Nesterov, heavy ball, and the plain outer SGD of the reference runs (PCCL's async example:
+   ``SGD(lr=0.7)``, no momentum); the transcription with the outer gradient taken after the outer
+   step, with the first period's replicas not restarted from theta, with the local progress since
+   the boundary kept (x_i = new theta + (x_i - old theta) instead of the reset), or with the fresh
+   average applied at once (plain DiLoCo), does not.
 2. ``eager`` (arXiv 2502.12996): the same, each worker with its own theta; the transcription without
-   the correction (the fresh local share kept beside the delayed mean of all), or with the whole local
-   outer gradient instead of its 1/n share, does not.
+   the correction (the fresh local share kept beside the delayed mean of all), with the whole local
+   outer gradient instead of its 1/n share, or with the fresh share mixed into the delayed mean of
+   all ((g_i + (n - 1) D) / n), does not.
 3. Both under NCCL's rules (``launcher.semantics=nccl``) at 2, 3, 4 workers and 2 nodes x 2.
 4. Through the train loop (``TrainLoop.run`` as a rank runs it: its data, model, optimizer and
    ``finish``), the transcription fed the same batches gives the loop's parameters. A run through
@@ -66,12 +70,14 @@ def _rule(
     at_once: bool = False,
     uncorrected: bool = False,
     whole_local: bool = False,
+    keep_progress: bool = False,
+    stale_mean: bool = False,
     replicas=None,
 ) -> list[np.ndarray]:
     """The rule of ``knobs["overlap"]`` in float64 over ``world`` replicas (plain torch, each its own
     AdamW). At the end of period k, each worker i, with D the average sent at the end of period k-1:
 
-    delayed (prime's run_async_outer_step): g_i = theta - x_i; if D: theta = OuterSGD(theta, D);
+    delayed (PCCL's async_diloco.py): g_i = theta - x_i; if D: theta = OuterSGD(theta, D);
     x_i = theta (the unchanged theta at k = 1); send g_i.
     eager: g_i = theta_i - x_i; e_i = D + (g_i - g_i^{k-1}) / n (g_i / n at k = 1);
     theta_i = OuterSGD_i(theta_i, e_i); x_i = theta_i; send g_i.
@@ -80,7 +86,9 @@ def _rule(
     flight after the last step is applied (eager: less the local share already applied). The wrong
     rules: ``gradient_after_step`` forms g_i against the updated theta; ``keep_first_period`` lets
     the replicas go on from x_i at k = 1; ``at_once`` applies the fresh average at once (DiLoCo);
-    ``uncorrected`` uses D + g_i / n; ``whole_local`` uses D + g_i - g_i^{k-1}. ``replicas``:
+    ``uncorrected`` uses D + g_i / n; ``whole_local`` uses D + g_i - g_i^{k-1}; ``keep_progress``
+    moves the replicas by the outer step instead of restarting them (x_i += new theta - old theta);
+    ``stale_mean`` uses (g_i + (n - 1) D) / n. ``replicas``:
     ``(models, optimizers, batch(rank, step), loss(model, inputs, labels))`` (default: this file's MLP,
     AdamW, batches and cross-entropy)."""
     lr, mu, nesterov, overlap = knobs["outer_lr"], knobs["outer_momentum"], knobs["nesterov"], knobs["overlap"]
@@ -110,7 +118,9 @@ def _rule(
         for i, model in enumerate(models):
             if overlap == "eager":
                 e = share * local[i]
-                if in_flight is not None:
+                if in_flight is not None and stale_mean:
+                    e = e + (world - 1) / world * in_flight
+                elif in_flight is not None:
                     e = in_flight + e - (0.0 if uncorrected else share * sent[i])
                 outer(i, e)
                 restart(i, model)
@@ -118,11 +128,15 @@ def _rule(
                 outer(i, np.mean(local, axis=0))
                 restart(i, model)
             else:
+                before = theta[i]
                 if in_flight is not None:
                     outer(i, in_flight)
                 if gradient_after_step:
                     local[i] = theta[i] - flat(model).astype(np.float64)
-                if in_flight is not None or not keep_first_period:
+                if keep_progress:
+                    moved = flat(model).astype(np.float64) + (theta[i] - before)
+                    torch.nn.utils.vector_to_parameters(torch.from_numpy(moved).float(), model.parameters())
+                elif in_flight is not None or not keep_first_period:
                     restart(i, model)
         sent, in_flight = local, np.mean(local, axis=0)
     if finish and in_flight is not None:
@@ -135,9 +149,14 @@ def _rule(
 DELAYED = {**PAPER, "overlap": "delayed"}
 EAGER = {**PAPER, "overlap": "eager"}
 HEAVY_BALL = {"outer_lr": 0.5, "outer_momentum": 0.5, "nesterov": False}
+PLAIN_SGD = {"outer_lr": 0.7, "outer_momentum": 0.0, "nesterov": False}  # PCCL's async example, prime's SGDConfig
 
 
-@pytest.mark.parametrize("knobs", [DELAYED, {**HEAVY_BALL, "overlap": "delayed"}], ids=["paper", "heavy-ball"])
+@pytest.mark.parametrize(
+    "knobs",
+    [DELAYED, {**HEAVY_BALL, "overlap": "delayed"}, {**PLAIN_SGD, "overlap": "delayed"}],
+    ids=["paper", "heavy-ball", "plain-sgd"],
+)
 @pytest.mark.parametrize("world", [2, 4])
 def test_the_delayed_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict) -> None:
     ours = run_ranks(_run, world, knobs, STEPS, False)
@@ -147,10 +166,15 @@ def test_the_delayed_rule_transcribed_gives_dlcomms_parameters(world: int, knobs
     # the comparison can fail: each slip of the rule ends far from dlcomm's parameters
     assert agree(ours, _rule(world, knobs, STEPS, gradient_after_step=True)) > 1e-3
     assert agree(ours, _rule(world, knobs, STEPS, keep_first_period=True)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS, keep_progress=True)) > 1e-3
     assert agree(ours, _rule(world, knobs, STEPS, at_once=True)) > 1e-3
 
 
-@pytest.mark.parametrize("knobs", [EAGER, {**HEAVY_BALL, "overlap": "eager"}], ids=["paper", "heavy-ball"])
+@pytest.mark.parametrize(
+    "knobs",
+    [EAGER, {**HEAVY_BALL, "overlap": "eager"}, {**PLAIN_SGD, "overlap": "eager"}],
+    ids=["paper", "heavy-ball", "plain-sgd"],
+)
 @pytest.mark.parametrize("world", [2, 4])
 def test_the_eager_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: dict) -> None:
     ours = run_ranks(_run, world, knobs, STEPS, False)
@@ -158,6 +182,7 @@ def test_the_eager_rule_transcribed_gives_dlcomms_parameters(world: int, knobs: 
     assert agree(ours, _rule(world, knobs, STEPS)) <= 1e-6
     assert agree(ours, _rule(world, knobs, STEPS, uncorrected=True)) > 1e-3
     assert agree(ours, _rule(world, knobs, STEPS, whole_local=True)) > 1e-3
+    assert agree(ours, _rule(world, knobs, STEPS, stale_mean=True)) > 1e-3
     assert agree(ours, _rule(world, {**knobs, "overlap": "delayed"}, STEPS)) > 1e-3
 
 

@@ -38,7 +38,7 @@ whole model, as Streaming DiLoCo's ``overlap_steps`` does for a fragment). At th
 ``k`` (``k = 1, 2, ...``; ``D_{k-1}`` the average sent at the end of period ``k - 1``, none at
 ``k = 1``), on every worker::
 
-    delayed (PrimeIntellect's prime, src/zeroband/train.py run_async_outer_step; INTELLECT-1):
+    delayed (prime's delayed_update, as PCCL's async_diloco.py example writes it; INTELLECT-1):
         g_i   = theta - x_i                     # against theta before this boundary's outer step
         theta = OuterSGD(theta, D_{k-1})        # only when D_{k-1} exists (waited for here)
         x_i   = theta                           # at k = 1: the unchanged theta
@@ -53,6 +53,9 @@ whole model, as Streaming DiLoCo's ``overlap_steps`` does for a fragment). At th
 With ``eager`` every worker keeps its own ``theta_i`` and outer momentum (they differ by the fresh
 local terms). The average in flight (and, for ``eager``, the local ``g_i`` it replaces) is in the
 checkpoint; one still in flight after the last iteration is applied by :meth:`DiLoCo.finish`.
+The references ran these rules with other outer settings than DiLoCo's: plain outer SGD (prime,
+PCCL: ``outer_momentum=0``, lr 0.7 or 1), Nesterov at lr 0.4 (the eager paper); a one-period-late
+Nesterov 0.9 / lr 0.7 step can overshoot and diverge (it does on ``experiment=wan_compare``).
 docs/algorithms.md has the references read and the choices made.
 """
 
@@ -119,8 +122,10 @@ class DiLoCoConfig(OuterLoopConfig):
             one_of=("none", "delayed", "eager"),
             means="how the outer step overlaps the averaging",
             doc="none: the outer step waits for the average (the paper's); delayed: the average of period k "
-            "is applied at the end of period k + 1 (prime / INTELLECT-1); eager: applied then too, with this "
-            "worker's fresh outer gradient standing in for its own share meanwhile (arXiv 2502.12996)",
+            "is applied at the end of period k + 1 (prime / INTELLECT-1; its references run plain outer SGD: "
+            "outer_momentum=0); eager: applied then too, with this worker's fresh outer gradient standing in "
+            "for its own share meanwhile (arXiv 2502.12996, with Nesterov at outer_lr=0.4); both can diverge "
+            "at DiLoCo's 0.9 / 0.7",
         ),
     )
 
