@@ -61,6 +61,7 @@ from pathlib import Path
 import yaml
 
 from dlcomm.metrics import names
+from dlcomm.metrics.batch import step_batch
 
 TARGET_THREADS_OVER_LOCAL = 1.3
 TARGET_THREADS_OVER_ONE = 0.9
@@ -185,7 +186,7 @@ def _figures(home: Path, run_id: str, variant: Variant, wall: float, first_iter:
     final = client.get_run(run_id).data.metrics
     run_dir = home / "results" / "runs" / run_id
     train = yaml.safe_load((run_dir / "config.yaml").read_text())["train"]
-    batch = train["batch_size"] * train.get("comm_interval", 1)
+    batch = step_batch(train["batch_size"], train.get("comm_interval", 1))
     with open(run_dir / "timings.csv", newline="") as f:
         rows = sum(1 for _ in csv.DictReader(f))
     train_s, steps = final[names.FINAL_TRAIN_TIME], final[names.FINAL_STEPS]

@@ -16,6 +16,7 @@ import pandas as pd
 
 from dlcomm.errors import UserError
 from dlcomm.metrics import names
+from dlcomm.metrics.batch import step_batch
 from dlcomm.report import plots
 from dlcomm.report.clocks import clock_words, runs_clock, table_clock
 from dlcomm.report.groups import assign
@@ -324,7 +325,8 @@ def _against_figures(
     if batch_swept:  # images per optimizer step: workers x per-worker batch x micro-batches per step
         interval = runs.get("params.train.comm_interval", pd.Series(1, index=runs.index)).astype(float).astype("Int64")
         runs = runs.assign(
-            global_batch=runs["world"] * runs["params.train.batch_size"].astype(float).astype("Int64") * interval
+            global_batch=runs["world"]
+            * step_batch(runs["params.train.batch_size"].astype(float).astype("Int64"), interval)
         )
     # several global mini-batches at one worker count (the Crossover paper's Fig. 9 at 16 and 64
     # workers): a line per mini-batch against workers, a line per worker count against the mini-batch

@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from dlcomm.metrics import names
+from dlcomm.metrics.batch import step_batch
 from dlcomm.report.table import clock_lines, comparisons, presentable
 from dlcomm.tracking.ui import (
     DESCRIPTION_TAG,
@@ -66,10 +67,8 @@ def child_summary(run: pd.Series, simulated: bool, method_ms: float, speedup: fl
     table's speedup of its method (nan without a baseline)."""
     t = _final(run, names.FINAL_SIM_TIME_PER_ITER if simulated else names.FINAL_TIME_PER_ITER)
     share = _final(run, names.FINAL_SIM_COMM_SHARE if simulated else names.FINAL_COMM_SHARE)
-    per_step = (
-        float(run["tags.world_size"])
-        * float(run["params.train.batch_size"])
-        * float(run.get("params.train.comm_interval", 1) or 1)
+    per_step = float(run["tags.world_size"]) * step_batch(
+        float(run["params.train.batch_size"]), float(run.get("params.train.comm_interval", 1) or 1)
     )
     # waiting for peers, told apart on the wall clock of threads (the table's wall column has it too)
     waiting = math.nan if simulated else _final(run, names.FINAL_PEER_WAIT_SHARE)

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dlcomm.errors import UserError
+from dlcomm.metrics.batch import step_batch as samples_per_step
 
 if TYPE_CHECKING:
     from dlcomm.config.schema import TrainConfig
 
 
 def step_batch(train: TrainConfig) -> int:
-    """Samples one rank consumes per optimizer step: ``batch_size * comm_interval``."""
-    return train.batch_size * train.comm_interval
+    """Samples one rank consumes per optimizer step (:func:`dlcomm.metrics.batch.step_batch`)."""
+    return int(samples_per_step(train.batch_size, train.comm_interval))
 
 
 def plan_steps(train: TrainConfig, train_size: int, world_size: int) -> tuple[int, int]:
