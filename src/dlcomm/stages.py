@@ -16,7 +16,10 @@ new rule belongs to the first stage that has what it reads:
    precision object; the compressor.
 2. :func:`plan` (the data set's files and sizes): the data set's own check, the run's plan
    (:func:`dlcomm.train.plan.check_plan`, the algorithm's ``check_plan``), fault injection's ranks
-   and steps, the learning-rate schedule over the plan.
+   and steps, the learning-rate schedule over the plan. Each rank computes the plan again from the
+   data it loaded (:mod:`dlcomm.launch.rank`): it is what the run trains by, and for a data set
+   whose size the driver does not count (``imagefolder``: :func:`dlcomm.data.dataset_sizes` is
+   None) the only place its plan is checked.
 3. :func:`model` (the data's shape): the model built and fed a zero batch, then the knobs whose
    limits depend on it (the algorithm's and the compressor's ``check_model``).
 4. :func:`notes` (the plan): what is worth saying before the run starts; never a refusal.
