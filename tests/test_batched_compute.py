@@ -10,6 +10,7 @@ Each job is a few steps of a small MLP on synthetic data, every rank a thread of
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -431,3 +432,51 @@ def test_each_ranks_tensors_are_views_of_the_stack_and_a_detached_one_is_still_r
 
     assert saved(model_state(together[0])) == saved(alone[0].state_dict())
     assert saved(together[0].state_dict()) > saved(alone[0].state_dict())  # why model_state is needed
+
+
+def test_a_cpu_jobs_vmapped_calls_all_run_on_one_thread_of_their_own(float64) -> None:
+    """Whichever rank arrives last, the call runs on the job's compute thread (its allocations
+    come from one malloc arena, reused from step to step, not page-faulted afresh in another
+    rank's); an error in it is raised on the rank thread that asked, and the thread ends with
+    its job."""
+    import gc
+
+    from dlcomm.comm.inprocess import Fabric
+    from dlcomm.train.batched import _ComputeThread
+
+    ranks, steps = 3, 4
+    batches = _batches(ranks, steps)
+    models = [_bn_model(r) for r in range(ranks)]
+    callers: set[str] = set()
+    real_loss = _bn_loss
+
+    def loss_fn(model, inputs, labels):
+        callers.add(threading.current_thread().name)
+        return real_loss(model, inputs, labels)
+
+    fabric = Fabric(batched=BatchedCompute(ranks), ranks=ranks)
+    for step in range(steps):
+
+        def rank(r: int, step: int = step, fabric: Fabric = fabric) -> None:
+            fabric.batched.for_rank(fabric, r).forward_backward(models[r], loss_fn, *batches[step][r], step, seed=0)
+
+        threads = [threading.Thread(target=rank, args=(r,), name=f"rank{r}") for r in range(ranks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(callers) == 1 and not callers & {f"rank{r}" for r in range(ranks)}, callers
+    (name,) = callers
+    assert name in {thread.name for thread in threading.enumerate()}
+    del fabric, rank
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while name in {thread.name for thread in threading.enumerate()} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert name not in {thread.name for thread in threading.enumerate()}
+
+    def fails(_: object) -> None:
+        raise ValueError("in the call")
+
+    with pytest.raises(ValueError, match="in the call"):
+        _ComputeThread().run(fails, None)
