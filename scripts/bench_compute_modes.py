@@ -136,7 +136,12 @@ class Job:
         self.batched()  # the threads and the stacks made
         job = self._batched[0].job
         captured: list[Any] = []
-        job.perform = lambda entries: (captured.extend(entries), BatchedCompute.perform(job, entries))[1]
+
+        def capture(entries: list[Any]) -> None:
+            captured.extend(entries)
+            BatchedCompute.perform(job, entries)
+
+        job.perform = capture  # this instance only, for one iteration
         self.batched()
         del job.perform
 
