@@ -212,8 +212,8 @@ def measure(job: Job, rounds: int, warmup: int, cores: int) -> dict[str, float]:
     threads = {"serial": cores, "parallel": shared, "batched": shared, "one batch": cores}
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     cuda = job.device.type == "cuda"
-    # the vmapped call runs on whichever rank thread arrives last, and a thread's first call costs
-    # ~20 ms here (torch.func's per-thread set-up): warm the threads first, as a run's first steps do
+    # the first batched steps cost more (torch.func's set-up on the compute thread, ~20 ms; the
+    # allocator's first page faults): warm them first, as a run's first steps do
     torch.set_num_threads(threads["batched"])
     began = perf_counter()
     for _ in range(2 * job.ranks):
