@@ -20,6 +20,7 @@ batch. CPU always; CUDA too when a GPU is visible (``--device``). The models are
     python scripts/bench_compute_modes.py                    # mlp, small_cnn, resnet18 at 4, 16, 64
     python scripts/bench_compute_modes.py --device cuda --models resnet18 --ranks 4 16 --batch 64
     python scripts/bench_compute_modes.py --json src/dlcomm/launch/compute_modes.json  # what auto reads (rows replaced)
+    python scripts/bench_compute_modes.py --quick --threads 1 --parts  # and where a batched iteration's time goes
 """
 
 from __future__ import annotations
@@ -125,6 +126,43 @@ class Job:
             self._pool = _Pool(self.ranks, self.device)
         self._pool.run(body)
 
+    def parts(self, rounds: int) -> dict[str, float]:
+        """Where a batched iteration's time goes (``--parts``), median ms over ``rounds``, the
+        parts interleaved: the vmapped call alone (run here on the captured entries of one
+        batched iteration), the N optimizer steps one after the other, and serial's N forward
+        and backward passes without them (what the vmapped call replaces)."""
+        from dlcomm.train.batched import BatchedCompute
+
+        self.batched()  # the threads and the stacks made
+        job = self._batched[0].job
+        captured: list[Any] = []
+
+        def capture(entries: list[Any]) -> None:
+            captured.extend(entries)
+            BatchedCompute.perform(job, entries)
+
+        job.perform = capture  # this instance only, for one iteration
+        self.batched()
+        del job.perform
+
+        def passes() -> None:
+            for r in range(self.ranks):
+                self.optimizers[r].zero_grad(set_to_none=True)
+                loss_fn(self.models[r], self.inputs[r], self.labels[r]).backward()
+
+        def steps() -> None:
+            for optimizer in self.optimizers:
+                optimizer.step()
+
+        calls = {"vmapped call": lambda: job.perform(captured), "serial passes": passes, "optimizer steps": steps}
+        seconds: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, call in calls.items():
+                began = perf_counter()
+                call()
+                seconds[name].append(perf_counter() - began)
+        return {name: 1e3 * statistics.median(values) for name, values in seconds.items()}
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -174,8 +212,8 @@ def measure(job: Job, rounds: int, warmup: int, cores: int) -> dict[str, float]:
     threads = {"serial": cores, "parallel": shared, "batched": shared, "one batch": cores}
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     cuda = job.device.type == "cuda"
-    # the vmapped call runs on whichever rank thread arrives last, and a thread's first call costs
-    # ~20 ms here (torch.func's per-thread set-up): warm the threads first, as a run's first steps do
+    # the first batched steps cost more (torch.func's set-up on the compute thread, ~20 ms; the
+    # allocator's first page faults): warm them first, as a run's first steps do
     torch.set_num_threads(threads["batched"])
     began = perf_counter()
     for _ in range(2 * job.ranks):
@@ -214,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="mlp and small_cnn at 4 and 16 ranks, 3 rounds")
     parser.add_argument("--mlp-hidden", nargs="+", type=int, default=[], help="model.hidden of mlp (default dlcomm's)")
     parser.add_argument("--json", default="", help="also write the figures here")
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="also print a batched iteration's parts: the vmapped call alone, the N optimizer steps, serial's N passes",
+    )
     args = parser.parse_args(argv)
     MLP_HIDDEN[:] = args.mlp_hidden
     if args.quick:
@@ -237,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
             for ranks in args.ranks:
                 job = Job(model, ranks, args.batch, torch.device(device))
                 ms = measure(job, args.rounds, args.warmup, cores)
+                parts = {}
+                if args.parts:
+                    torch.set_num_threads(max(1, cores // ranks))  # as the batched column ran
+                    parts = job.parts(max(args.rounds, 5))
+                    torch.set_num_threads(cores)
                 job.close()
                 row = {"device": device, "model": model, "ranks": ranks, "batch": args.batch, **ms}
                 if model == "mlp" and MLP_HIDDEN:
@@ -248,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     + f"  {ms['serial'] / ms['batched']:>14.2f}x  {ms['batched'] / ms['one batch']:>10.2f}x",
                     flush=True,
                 )
+                if parts:
+                    print("       parts: " + ", ".join(f"{name} {value:,.1f} ms" for name, value in parts.items()))
     if args.json:
         update(args.json, rows, load)
     return 0

@@ -323,49 +323,157 @@ def test_micro_batches_accumulate_as_under_serial(tmp_path, monkeypatch, float64
     assert loss <= 1e-10 and params <= 1e-10, (loss, params)
 
 
-def test_batch_norm_keeps_each_replicas_statistics(float64) -> None:
-    """A model with batch-norm: each replica normalises by its own batch's statistics and keeps its
-    own running statistics (stacked for the call, written back to its module), as when each rank
-    steps alone: the gradients and buffers of serial steps."""
-    from dlcomm.comm.inprocess import Fabric
-    from dlcomm.train.batched import BatchedCompute
+def _bn_model(rank: int) -> torch.nn.Module:
+    torch.manual_seed(rank)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
 
-    ranks, steps = 3, 2
 
-    def build(rank: int) -> torch.nn.Module:
-        torch.manual_seed(rank)
-        return torch.nn.Sequential(
-            torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(), torch.nn.Linear(5, 3)
-        )
+def _bn_loss(model, inputs, labels):
+    return torch.nn.functional.cross_entropy(model(inputs), labels)
 
-    def loss_fn(model, inputs, labels):
-        return torch.nn.functional.cross_entropy(model(inputs), labels)
 
+def _batches(ranks: int, steps: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     generator = torch.Generator().manual_seed(1)
-    batches = [
+    return [
         [(torch.randn(4, 6, generator=generator), torch.randint(0, 3, (4,), generator=generator)) for _ in range(ranks)]
         for _ in range(steps)
     ]
-    alone = [build(r) for r in range(ranks)]
-    together = [build(r) for r in range(ranks)]
+
+
+def _step_alone_and_together(alone, together, fabric, batches, step: int) -> None:
+    """One forward and backward of every rank: ``alone`` one model after the other, ``together``
+    through the batched compute (a thread per rank)."""
+    for r, model in enumerate(alone):
+        model.zero_grad(set_to_none=True)
+        _bn_loss(model, *batches[step][r]).backward()
+
+    def rank(r: int) -> None:
+        together[r].zero_grad(set_to_none=True)
+        fabric.batched.for_rank(fabric, r).forward_backward(together[r], _bn_loss, *batches[step][r], step, seed=0)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(together))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+
+def _assert_same(alone, together) -> None:
+    for a, b in zip(alone, together):
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-12), name
+            assert torch.allclose(p, q, rtol=0, atol=1e-12), name
+        for (name, x), y in zip(a.named_buffers(), b.buffers()):
+            assert torch.allclose(x.double(), y.double(), rtol=0, atol=1e-12), name
+
+
+def test_batch_norm_keeps_each_replicas_statistics(float64) -> None:
+    """A model with batch-norm: each replica normalises by its own batch's statistics and keeps its
+    own running statistics (in its slice of the stacked buffer), as when each rank steps alone:
+    the gradients and buffers of serial steps."""
+    from dlcomm.comm.inprocess import Fabric
+
+    ranks, steps = 3, 2
+    batches = _batches(ranks, steps)
+    alone = [_bn_model(r) for r in range(ranks)]
+    together = [_bn_model(r) for r in range(ranks)]
     fabric = Fabric(batched=BatchedCompute(ranks), ranks=ranks)
     for step in range(steps):
-        for r in range(ranks):
-            alone[r].zero_grad(set_to_none=True)
-            loss_fn(alone[r], *batches[step][r]).backward()
+        _step_alone_and_together(alone, together, fabric, batches, step)
+        _assert_same(alone, together)
+    assert int(together[0][1].num_batches_tracked) == steps
 
-        def rank(r: int, step: int = step) -> None:
-            together[r].zero_grad(set_to_none=True)
-            fabric.batched.for_rank(fabric, r).forward_backward(together[r], loss_fn, *batches[step][r], step, seed=0)
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+def test_each_ranks_tensors_are_views_of_the_stack_and_a_detached_one_is_still_read(float64) -> None:
+    """The ranks' parameters and buffers live in one stacked tensor per name (no copy per step):
+    an optimizer's in-place step on a rank's module is what the next call reads. A tensor whose
+    ``.data`` is rebound (detached from the stack, as an algorithm binding its parameters into a
+    flat buffer does) is read, and its batch-norm statistics written, as they are; a saved model
+    holds its own rank's weights only."""
+    import io
+
+    from dlcomm.comm.inprocess import Fabric
+    from dlcomm.train.checkpoint import model_state
+
+    ranks, steps = 3, 3
+    batches = _batches(ranks, steps)
+    alone = [_bn_model(r) for r in range(ranks)]
+    together = [_bn_model(r) for r in range(ranks)]
+    optimizers = [
+        [torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) for model in models] for models in (alone, together)
+    ]
+    fabric = Fabric(batched=BatchedCompute(ranks), ranks=ranks)
+    for step in range(steps):
+        if step == 2:  # rank 1's first weight and rank 2's running mean leave the stack, then change
+            for models in (alone, together):
+                weight, mean = models[1][0].weight, models[2][1].running_mean
+                weight.data, mean.data = weight.data.clone(), mean.data.clone()
+                with torch.no_grad():
+                    weight.add_(0.5)
+                    mean.add_(1.0)
+        _step_alone_and_together(alone, together, fabric, batches, step)
+        _assert_same(alone, together)
+        if step == 0:
+            for name, tensor in together[0].state_dict().items():
+                storages = {model.state_dict()[name].untyped_storage().data_ptr() for model in together}
+                assert len(storages) == 1, name  # every rank's tensor a view of one stack
+                assert tensor.untyped_storage().nbytes() == ranks * tensor.numel() * tensor.element_size(), name
+        for group in optimizers:
+            for optimizer in group:
+                optimizer.step()
+    _assert_same(alone, together)
+    assert together[1][0].weight.untyped_storage().nbytes() == 5 * 6 * 8  # the detached one: its own
+
+    def saved(state: dict) -> int:
+        file = io.BytesIO()
+        torch.save(state, file)
+        return len(file.getvalue())
+
+    assert saved(model_state(together[0])) == saved(alone[0].state_dict())
+    assert saved(together[0].state_dict()) > saved(alone[0].state_dict())  # why model_state is needed
+
+
+def test_a_cpu_jobs_vmapped_calls_all_run_on_one_thread_of_their_own(float64) -> None:
+    """Whichever rank arrives last, the call runs on the job's compute thread (its allocations
+    come from one malloc arena, reused from step to step, not page-faulted afresh in another
+    rank's); an error in it is raised on the rank thread that asked, and the thread ends with
+    its job."""
+    import gc
+
+    from dlcomm.comm.inprocess import Fabric
+    from dlcomm.train.batched import _ComputeThread
+
+    ranks, steps = 3, 4
+    batches = _batches(ranks, steps)
+    models = [_bn_model(r) for r in range(ranks)]
+    callers: set[threading.Thread] = set()
+    real_loss = _bn_loss
+
+    def loss_fn(model, inputs, labels):
+        callers.add(threading.current_thread())
+        return real_loss(model, inputs, labels)
+
+    fabric = Fabric(batched=BatchedCompute(ranks), ranks=ranks)
+    for step in range(steps):
+
+        def rank(r: int, step: int = step, fabric: Fabric = fabric) -> None:
+            fabric.batched.for_rank(fabric, r).forward_backward(models[r], loss_fn, *batches[step][r], step, seed=0)
+
+        threads = [threading.Thread(target=rank, args=(r,), name=f"rank{r}") for r in range(ranks)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
-        for a, b in zip(alone, together):
-            for (name, p), q in zip(a.named_parameters(), b.parameters()):
-                assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-12), name
-            for (name, x), y in zip(a.named_buffers(), b.buffers()):
-                assert torch.allclose(x.double(), y.double(), rtol=0, atol=1e-12), name
-    assert int(together[0][1].num_batches_tracked) == steps
+    assert len(callers) == 1, callers
+    (compute,) = callers
+    assert compute.name not in {f"rank{r}" for r in range(ranks)} and compute.is_alive()
+    del fabric, rank
+    gc.collect()
+    compute.join(timeout=10)
+    assert not compute.is_alive()
+
+    def fails(_: object) -> None:
+        raise ValueError("in the call")
+
+    with pytest.raises(ValueError, match="in the call"):
+        _ComputeThread().run(fails, None)

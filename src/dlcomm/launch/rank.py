@@ -32,7 +32,7 @@ from dlcomm.launch.store import join_store
 from dlcomm.paths import profiles_dir
 from dlcomm.spec import RunSpec
 from dlcomm.tasks import build_task
-from dlcomm.train.checkpoint import Checkpointing, WarningSignal
+from dlcomm.train.checkpoint import Checkpointing, WarningSignal, model_state
 from dlcomm.train.determinism import apply_determinism
 from dlcomm.train.loop import TrainLoop
 from dlcomm.train.optim import build_optimizer, build_scheduler
@@ -238,7 +238,7 @@ def train_rank(
                 reporter.close()
         raise
     if cfg.train.save_model:
-        torch.save(model.state_dict(), Path(spec.run_dir) / f"model_rank{rank}.pt")
+        torch.save(model_state(model), Path(spec.run_dir) / f"model_rank{rank}.pt")
     channel.barrier()
     if checkpointing is not None and rank == 0:  # the run is complete: its checkpoints are not needed
         shutil.rmtree(checkpointing.folder, ignore_errors=True)

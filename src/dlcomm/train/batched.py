@@ -3,10 +3,10 @@
 Under ``launcher=threads`` each rank thread runs its own training loop, algorithm and optimizer as
 always; only the step's forward and backward are shared. A rank that reaches them hands its batch
 in (:meth:`RankBatch.forward_backward`) and waits, as for a collective (:meth:`Fabric.meet
-<dlcomm.comm.inprocess.Fabric.meet>`: the hang watch sees the wait, an abort releases it); the last
-rank to arrive stacks every rank's parameters, buffers and batch and runs one
-``torch.func.vmap(grad(functional_call(...)))`` over them for all (:meth:`BatchedCompute.perform`),
-then each rank takes its loss and gradients and goes on alone: the Channel, the algorithm's
+<dlcomm.comm.inprocess.Fabric.meet>`: the hang watch sees the wait, an abort releases it); when
+the last rank arrives, one ``torch.func.vmap(grad(functional_call(...)))`` runs over the stacked
+parameters, buffers and batches for all (:meth:`BatchedCompute.perform`; on the CPU on the job's
+own compute thread, :class:`_ComputeThread`, on a GPU on the last rank's thread), then each rank takes its loss and gradients and goes on alone: the Channel, the algorithm's
 ``reduce_gradients`` and the optimizer see a rank's own module as under ``serial`` compute.
 
 What is shared and what stays each rank's:
@@ -16,13 +16,18 @@ What is shared and what stays each rank's:
   (an algorithm's overlapped buckets, the profiled clock's instants) are then fired in the order
   the rank's own backward fires them (learnt once, from one backward of a copy of the model), with
   ``algorithm.accumulating`` false, as after the last micro-batch of a serial step.
-* **Parameters and buffers** are read from each rank's module into the stack at every step (one
-  ``torch.stack`` per tensor), and the buffers the forward updates (batch-norm running statistics)
-  are written back: most algorithms bind their parameters into flat buffers of their own
-  (:meth:`dlcomm.algorithms.buckets.Bucket.bind_params`), so a parameter cannot also be a view of
-  the stack, and reading it anew is what makes the stack see every change an algorithm or
-  optimizer made. Batch-norm statistics are each replica's own: batch statistics over the rank's
-  batch, running statistics in its stacked buffer, as under serial compute.
+* **Parameters and buffers** live in stacked tensors (``[N, ...]``, one per tensor name, made at
+  the first call): rank ``r``'s tensor becomes a view of its slice (``t.data = S[r]``), so the
+  optimizer's and the algorithm's in-place updates write into the stack and the call reads it as
+  it is, with no copy (:class:`_Stacked`). A tensor is adopted only where it alone holds its
+  storage: a parameter an algorithm bound into a flat buffer of its own
+  (:meth:`dlcomm.algorithms.buckets.Bucket.bind_params`: local_sgd, diloco, sesgd, node_based)
+  stays there, and so does one whose ``.data`` is rebound later; each call compares every
+  tensor's address with its slice's and copies in those that are not the slice (one multi-tensor
+  copy), and copies back the buffers the forward changed (batch-norm running statistics) into
+  those. Batch-norm statistics are each replica's own: batch statistics over the rank's batch,
+  running statistics in its stacked buffer, as under serial compute. A saved model or checkpoint
+  holds each tensor alone, not the stack it views (:func:`dlcomm.train.checkpoint.model_state`).
 * **Randomness**: ``vmap(randomness="different")``: every replica draws its own dropout mask, all
   from one generator seeded per step from ``(seed, step)`` (the draws are reproducible and
   independent of thread timing, but not those of serial compute, where each rank draws from its
@@ -39,9 +44,11 @@ fire at the same instants).
 from __future__ import annotations
 
 import copy
+import queue
+import threading
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -93,6 +100,9 @@ class BatchedCompute:
         self._template: _Stepper | None = None
         self._order: list[int] = []  # indices into a rank's trained parameters, in backward's order
         self._steppers: dict[int, Callable[..., Any]] = {}  # micro-batch count -> vmapped grad
+        # the stacked parameters and the rest, with the ranks' bindings they were made for
+        self._stacks: tuple[tuple[int, ...], _Stacked, _Stacked] | None = None
+        self._thread: _ComputeThread | None = None
 
     def for_rank(self, fabric: Any, rank: int) -> RankBatch:
         """Rank ``rank``'s door to the batched compute, meeting the others on ``fabric``."""
@@ -100,7 +110,17 @@ class BatchedCompute:
 
     # ---- the last rank to arrive runs this for all -------------------------------------------
     def perform(self, entries: list[_Entry]) -> None:
-        """One vmapped forward and backward over every rank's replica (see the module docstring)."""
+        """One vmapped forward and backward over every rank's replica (see the module docstring),
+        on the job's own compute thread on the CPU (:class:`_ComputeThread`), on the last rank's
+        thread and stream on a GPU."""
+        if entries[0].inputs.is_cuda:
+            self._perform(entries)
+            return
+        if self._thread is None:
+            self._thread = _ComputeThread()
+        self._thread.run(self._perform, entries)
+
+    def _perform(self, entries: list[_Entry]) -> None:
         started = perf_counter()
         first = entries[0]
         steps = {entry.step for entry in entries}
@@ -118,14 +138,17 @@ class BatchedCompute:
                 stream.wait_event(entry.ready)
         if self._template is None:
             self._template = self._make_template(first)
-        params = {
-            name: torch.stack([e.batch.trained[i].detach() for e in entries])
-            for i, name in enumerate(first.batch.trained_names)
-        }
-        rest = {
-            name: torch.stack([e.batch.rest[i].detach() for e in entries])
-            for i, name in enumerate(first.batch.rest_names)
-        }
+        bound = tuple(entry.batch.bound for entry in entries)
+        if self._stacks is None or self._stacks[0] != bound:  # first call, or a rank bound another model
+            self._stacks = (
+                bound,
+                _Stacked(first.batch.trained_names, [e.batch.trained for e in entries]),
+                _Stacked(first.batch.rest_names, [e.batch.rest for e in entries]),
+            )
+        _, trained, others = self._stacks
+        trained.refresh([e.batch.trained for e in entries])
+        outside = others.refresh([e.batch.rest for e in entries])
+        params, rest = trained.tensors, others.tensors
         inputs = torch.stack([entry.inputs for entry in entries])
         labels = torch.stack([entry.labels for entry in entries])
         chunks = first.micro_batches
@@ -146,22 +169,23 @@ class BatchedCompute:
                 else:  # accumulated as backward accumulates into .grad
                     for name, value in part_grads.items():
                         grads[name].add_(value)
-        # buffers the forward changed in place (batch-norm statistics) go back to every rank
-        changed = [name for name in first.batch.rest_names if name in first.batch.buffer_names]
-        if changed:
-            torch._foreach_copy_(
-                [e.batch.rest[first.batch.rest_names.index(name)] for e in entries for name in changed],
-                [rest[name][r] for r in range(len(entries)) for name in changed],
-            )
+        # buffers the forward changed in place (batch-norm statistics) go back to the ranks whose
+        # buffers are not views of the stack
+        back = [(r, i) for r, i in outside if first.batch.rest_names[i] in first.batch.buffer_names]
+        if back:
+            torch._foreach_copy_([entries[r].batch.rest[i] for r, i in back], [others.slices[r][i] for r, i in back])
         done = None
         if cuda:
             done = torch.cuda.Event()
             done.record()
             done.synchronize()  # this one stream, so that the call's time is read on the host
         call_s = perf_counter() - started
+        # each rank's slices (unbind: one call per tensor, not one per rank and tensor)
+        per_rank = {name: value.unbind(0) for name, value in grads.items()}
+        rank_losses = [loss.unbind(0) for loss in losses]
         for r, entry in enumerate(entries):
-            entry.grads = {name: value[r] for name, value in grads.items()}
-            entry.losses = [loss[r] for loss in losses]
+            entry.grads = {name: values[r] for name, values in per_rank.items()}
+            entry.losses = [values[r] for values in rank_losses]
             entry.done, entry.call_s = done, call_s
 
     def _make_template(self, first: _Entry) -> _Stepper:
@@ -199,6 +223,101 @@ class BatchedCompute:
         return vmap(grad(loss, has_aux=True), randomness="different")
 
 
+class _ComputeThread:
+    """One thread that runs every vmapped call of a job on the CPU, whichever rank arrives last.
+
+    The call's results (every rank's gradients, ~N times a model) are allocated anew at each call,
+    and glibc's malloc serves each thread from an arena of its own and gives freed pages back to
+    the system: calls made by whichever rank thread came last page-faulted fresh memory step after
+    step (16 ranks of a 784-200-200-10 MLP, one torch thread: 3,700-4,300 page faults a step over
+    the first 20 steps, still 150-350 after 100; on one thread 1,000-1,200, then 0-1 after 80).
+    One thread also pays torch.func's per-thread set-up (~20 ms) once, not once per rank. It stops
+    when the job's :class:`BatchedCompute` is collected (it holds no reference to it between
+    calls)."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., None], Any, _Done] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, args=(self._tasks,), name="dlcomm-batched", daemon=True).start()
+
+    def __del__(self) -> None:
+        self._tasks.put(None)
+
+    @staticmethod
+    def _serve(tasks: queue.SimpleQueue[tuple[Callable[..., None], Any, _Done] | None]) -> None:
+        while True:
+            task = tasks.get()
+            if task is None:
+                return
+            call, argument, done = task
+            try:
+                call(argument)
+            except BaseException as error:  # raised again on the rank thread that asked
+                done.error = error
+            del call, argument, task  # no reference kept while idle
+            done.set()
+            del done
+
+    def run(self, call: Callable[..., None], argument: Any) -> None:
+        """``call(argument)`` on the compute thread; its exception raised here."""
+        done = _Done()
+        self._tasks.put((call, argument, done))
+        done.wait()
+        if done.error is not None:
+            raise done.error
+
+
+class _Done(threading.Event):
+    error: BaseException | None = None
+
+
+class _Stacked:
+    """The ranks' tensors of each name stacked (``tensors[name]`` is ``[N, ...]``), each rank's
+    tensor a view of its slice where it can be (the module docstring).
+
+    ``per_rank[r][i]`` is rank ``r``'s tensor named ``names[i]``; made from their values at the
+    first call, then every tensor that owns its storage is moved into the stack (its ``.data``
+    set to the slice, as :meth:`~dlcomm.algorithms.buckets.Bucket.bind_params` moves parameters
+    into a flat buffer: the tensor objects stay the same)."""
+
+    def __init__(self, names: list[str], per_rank: Sequence[Sequence[torch.Tensor]]) -> None:
+        with torch.no_grad():
+            self.tensors = {name: torch.stack([row[i].detach() for row in per_rank]) for i, name in enumerate(names)}
+            self.slices = [[self.tensors[name][r] for name in names] for r in range(len(per_rank))]
+            for row, slices in zip(per_rank, self.slices):
+                for tensor, view in zip(row, slices):
+                    if _owns_storage(tensor):
+                        tensor.data = view
+        self._addresses = [[view.data_ptr() for view in slices] for slices in self.slices]
+
+    def refresh(self, per_rank: Sequence[Sequence[torch.Tensor]]) -> list[tuple[int, int]]:
+        """Copy into the stack every tensor that is not its slice (never adopted, or its ``.data``
+        rebound since); the ``(rank, index)`` of those."""
+        outside: list[tuple[int, int]] = []
+        for r, (row, addresses) in enumerate(zip(per_rank, self._addresses)):
+            for i, tensor in enumerate(row):
+                if tensor.data_ptr() != addresses[i]:
+                    outside.append((r, i))
+        if outside:
+            with torch.no_grad():
+                torch._foreach_copy_(
+                    [self.slices[r][i] for r, i in outside], [per_rank[r][i].detach() for r, i in outside]
+                )
+        return outside
+
+
+def _owns_storage(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is the whole of its storage and nothing else holds that storage: no view
+    of a larger buffer, nor a bucket's buffer of its exact size (algo.bucket_mb=0: one parameter a
+    bucket), which an algorithm updates in place. torch counts the storage's holders only in a
+    private call; without it nothing is adopted (every call then copies)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None or not tensor.is_contiguous() or tensor.storage_offset() != 0:
+        return False
+    storage = tensor.untyped_storage()
+    # holders: the tensor and ``storage`` (this probe's handle)
+    return storage.nbytes() == tensor.numel() * tensor.element_size() and count(storage._cdata) <= 2
+
+
 def _seed(seed: int, devices: list[torch.device]) -> None:
     """Seed the CPU generator and those of ``devices`` (not ``torch.manual_seed``: before CUDA is
     initialised it queues a seeding of every GPU, recording the caller's stack, at every step)."""
@@ -222,12 +341,14 @@ class RankBatch:
         self.rest_names: list[str] = []  # frozen parameters and buffers
         self.rest: list[torch.Tensor] = []
         self.buffer_names: set[str] = set()
+        self.bound = 0  # how many times a model was bound (a new one: the stacks are made anew)
         self._calls = 0
         self.share_s = 0.0  # this rank's share of the last call: its time / the ranks in it
         self.waited_s = 0.0  # the rest of the time the last call held this rank
 
     def _bind(self, model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor]) -> None:
         self.model, self.loss_fn = model, loss_fn
+        self.bound += 1
         named = list(model.named_parameters())
         self.trained_names = ["model." + name for name, p in named if p.requires_grad]
         self.trained = [p for _, p in named if p.requires_grad]

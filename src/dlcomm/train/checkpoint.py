@@ -64,6 +64,18 @@ class Warned(Protocol):
     def raised(self) -> bool: ...
 
 
+def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` with every tensor alone in its storage. ``torch.save`` writes the
+    whole storage a tensor views: under ``launcher.compute=batched`` a rank's parameters are
+    views of every rank's stacked tensors (:mod:`dlcomm.train.batched`), which would put all the
+    ranks' weights in each rank's file."""
+    state = model.state_dict()
+    for name, tensor in state.items():
+        if tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size():
+            state[name] = tensor.clone()
+    return state
+
+
 #: How to go on from a checkpoint that cannot be used, for the one-line refusals.
 AFRESH = "remove the run's checkpoints folder ({folder}) and start the job again: the run then trains from step 0"
 

@@ -44,7 +44,7 @@ from dlcomm.metrics.rows import IterationRow
 from dlcomm.saved import StateMismatch
 from dlcomm.tasks import Task
 from dlcomm.train.batched import RankBatch
-from dlcomm.train.checkpoint import AFRESH, Checkpointing, Preempted
+from dlcomm.train.checkpoint import AFRESH, Checkpointing, Preempted, model_state
 from dlcomm.train.evaluate import EvalResult, evaluate, silent_progress
 from dlcomm.train.memory import PssMonitor, peak_rss_mib
 from dlcomm.train.optim import ConstantSchedule
@@ -246,7 +246,7 @@ class TrainLoop:
         """Everything the rest of the run depends on: model, optimizer, schedule, algorithm,
         the loop's own state (timing rows included) and this rank's random generators."""
         state = {
-            "model": self.model.state_dict(),
+            "model": model_state(self.model),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "algorithm": self.algorithm.state_dict(),
