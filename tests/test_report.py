@@ -62,6 +62,30 @@ def test_runs_are_grouped_by_setting_and_labelled_by_method() -> None:
     assert not matches("gossip_pull overlap=naive scheduler=managed", "overlap=none")
 
 
+def test_a_method_group_s_choice_labels_the_method_instead_of_making_a_setting() -> None:
+    """``report.method_groups: optim`` (wan_compare): DeMo with SGD beside AdamW-trained methods is one
+    setting, its label says the optimizer, and two DeMo learning rates stay two methods (not reruns)."""
+    adamw = {"optim.name": "adamw", "optim.lr": "0.001", "optim.betas": "[0.9, 0.999]"}
+    rows = [
+        _run("a0", 1, "allreduce", 0, 0.85, 0.07, 0.8, **adamw),
+        _run("d0", 2, "diloco", 0, 0.87, 0.01, 0.1, **adamw),
+        _run(
+            "m0", 3, "demo", 0, 0.77, 0.36, 0.9, **{"optim.name": "sgd", "optim.lr": "0.001", "optim.momentum": "0.9"}
+        ),
+        _run("m1", 4, "demo", 0, 0.70, 0.36, 0.9, **{"optim.name": "sgd", "optim.lr": "0.01", "optim.momentum": "0.9"}),
+    ]
+    runs, varying = assign(pd.DataFrame(rows), ("optim",))
+    assert varying == [] and set(runs["setting"]) == {"all"}
+    assert dict(zip(runs["run_id"], runs["method"])) == {
+        "a0": "allreduce",
+        "d0": "diloco",
+        "m0": "demo optim=sgd lr=0.001",
+        "m1": "demo optim=sgd lr=0.01",
+    }
+    apart, _ = assign(pd.DataFrame(rows))  # without it the optimizer makes settings, as before
+    assert apart["setting"].nunique() == 3 and set(apart["method"]) == {"allreduce", "diloco", "demo"}
+
+
 def test_settings_come_in_the_order_of_their_values_in_the_runs_and_the_table() -> None:
     """4, 16, 64 nodes in that order (as text, "nodes=16" sorts before "nodes=4"); words after numbers."""
     rows = [

@@ -671,6 +671,14 @@ class ReportConfig:
             doc='The method speedups and MA-acceleration are measured against: an algorithm name, or words that all appear in a method\'s label ("gossip_pull overlap=none").',
         ),
     )
+    method_groups: str = field(
+        default="",
+        metadata=domain(
+            pattern=r"[a-z_ ]*",
+            means="config group names, space-separated",
+            doc='Config groups whose choice belongs to the method, not the setting ("optim": DeMo with SGD and MuLoCo with Muon compared with AdamW-trained methods in one table); a run whose choice differs from most runs\' is labelled with it ("demo optim=sgd").',
+        ),
+    )
     traffic: bool = field(
         default=False,
         metadata=doc(

@@ -120,6 +120,11 @@ def report_setting(experiment: str, runs: pd.DataFrame, key: str, default: str) 
     return default
 
 
+def method_groups_of(experiment: str, runs: pd.DataFrame) -> tuple[str, ...]:
+    """``report.method_groups``: the config groups whose choice is part of the method's label."""
+    return tuple(report_setting(experiment, runs, "method_groups", "").split())
+
+
 def baseline_of(experiment: str, runs: pd.DataFrame) -> str:
     """``report.baseline``: the method speedups are measured against (allreduce by default)."""
     return report_setting(experiment, runs, "baseline", DEFAULT_BASELINE)
@@ -438,7 +443,8 @@ def write_report(
     # drawn from what was kept (paths made portable): the store and the folder give the same report
     kept_data = FolderRunData(folder)
     histories = Histories(kept_data)
-    runs, axes = assign(kept_data.runs(experiment))
+    recorded = kept_data.runs(experiment)
+    runs, axes = assign(recorded, method_groups_of(experiment, recorded))
     baseline = baseline_of(experiment, runs)
     table = summarise(runs, baseline, lambda frame: histories.curve(frame, "ma"), traffic_of(experiment, runs))
     folder.mkdir(parents=True, exist_ok=True)

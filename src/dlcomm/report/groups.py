@@ -8,6 +8,10 @@ A run's configuration splits three ways:
   compressor and its varying ``compress.*`` knobs where one is used (``allreduce+powersgd
   rank=2``: not a word of ``allreduce``, so the uncompressed run stays the baseline);
 * the **seed**, over which a method's runs are averaged;
+* the config groups the experiment names in ``report.method_groups`` (``optim`` where DeMo trains
+  with SGD and MuLoCo with Muon beside AdamW-trained methods) belong to the method too: a run whose
+  choice is not the one most runs make says so (``demo optim=sgd``), with that choice's knobs that
+  vary among the algorithm's runs of it;
 * everything else, the **setting** (model, dataset, world size, network, optimizer, ...). Runs
   are only ever compared or averaged within one setting: a table never mixes datasets, models
   or world sizes. Keys that say how a run was recorded, launched or measured (``tracking.*``,
@@ -47,9 +51,10 @@ NOT_SETTING_KEYS = frozenset(
 )
 
 
-def _setting_keys(runs: pd.DataFrame) -> list[str]:
+def _setting_keys(runs: pd.DataFrame, method_groups: tuple[str, ...] = ()) -> list[str]:
     keys = [column[len(PARAM) :] for column in runs.columns if column.startswith(PARAM)]
-    return sorted(k for k in keys if k not in NOT_SETTING_KEYS and not k.startswith(NOT_SETTING_PREFIXES))
+    left_out = NOT_SETTING_PREFIXES + tuple(f"{group}." for group in method_groups)
+    return sorted(k for k in keys if k not in NOT_SETTING_KEYS and not k.startswith(left_out))
 
 
 def _applies(value: object) -> bool:
@@ -70,11 +75,14 @@ def _knob_words(frame: pd.DataFrame, row: pd.Series, section: str) -> list[str]:
     return [f"{k[len(section) + 1 :]}={row[PARAM + k]}" for k in _varying(frame, knobs) if _applies(row[PARAM + k])]
 
 
-def method_labels(runs: pd.DataFrame) -> pd.Series:
+def method_labels(runs: pd.DataFrame, method_groups: tuple[str, ...] = ()) -> pd.Series:
     """``algo.name`` plus ``key=value`` for each ``algo.*`` knob that varies among that
-    algorithm's runs; with a compressor, ``<algo>+<compressor>`` and its varying knobs."""
+    algorithm's runs; with a compressor, ``<algo>+<compressor>`` and its varying knobs; then, for
+    each of ``method_groups``, ``<group>=<choice>`` where the run's choice is not the most common
+    one, and that choice's knobs that vary among the algorithm's runs of it."""
     labels = pd.Series("", index=runs.index, dtype=object)
     compress = PARAM + "compress.name"
+    usual = {g: runs[PARAM + f"{g}.name"].mode().iloc[0] for g in method_groups if PARAM + f"{g}.name" in runs.columns}
     for name, frame in runs.groupby(PARAM + "algo.name"):
         for index, row in frame.iterrows():
             words = [str(name)] + _knob_words(frame, row, "algo")
@@ -82,24 +90,30 @@ def method_labels(runs: pd.DataFrame) -> pd.Series:
             if _applies(codec) and str(codec) != "none":
                 same = frame[frame[compress] == codec]
                 words = [f"{words[0]}+{codec}", *words[1:], *_knob_words(same, row, "compress")]
+            for group, most in usual.items():
+                choice = row[PARAM + f"{group}.name"]
+                if choice != most:
+                    words.append(f"{group}={choice}")
+                words += _knob_words(frame[frame[PARAM + f"{group}.name"] == choice], row, group)
             labels[index] = " ".join(words)
     return labels
 
 
-def assign(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def assign(runs: pd.DataFrame, method_groups: tuple[str, ...] = ()) -> tuple[pd.DataFrame, list[str]]:
     """``runs`` with columns ``setting`` (a label of the keys that differ between settings, each
     run's label leaving out the knobs its choices lack (None); "all" when there is one), ``method``,
     ``seed`` and the run's comparison (``clock``, ``profile``: :mod:`dlcomm.report.clocks`), one run
     per (comparison, setting, method, seed), wall-clock runs first, then the settings in the order
     of their values (numbers by size);
-    and the setting keys that vary (the axes a plot may use: ``nodes``, ``network.inter.latency_ms``)."""
+    and the setting keys that vary (the axes a plot may use: ``nodes``, ``network.inter.latency_ms``).
+    ``method_groups``: ``report.method_groups`` (the module docstring)."""
     runs = runs.copy()
-    keys = _setting_keys(runs)
+    keys = _setting_keys(runs, method_groups)
     varying = _varying(runs, keys)
     runs["setting"] = runs.apply(
         lambda row: " ".join(f"{k}={row[PARAM + k]}" for k in varying if _applies(row[PARAM + k])) or "all", axis=1
     )
-    runs["method"] = method_labels(runs)
+    runs["method"] = method_labels(runs, method_groups)
     runs["seed"] = runs[PARAM + "seed"].astype(int)
     runs = with_comparison(runs)  # a run on another clock or compute profile is no rerun of the same
     runs = runs.sort_values("start_time").groupby([CLOCK, PROFILE, "setting", "method", "seed"], as_index=False).tail(1)
