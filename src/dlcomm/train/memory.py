@@ -105,7 +105,8 @@ class PssMonitor:
     def _sample(cls, stop: threading.Event, interval_s: float, full_every_s: float) -> None:
         while not stop.wait(interval_s):
             if cls._grown() or time.monotonic() - cls._read_at >= full_every_s:
-                cls._read()
+                with cls._lock:  # a stop may read at the same moment: neither reading's peak is lost
+                    cls._read()
 
     @property
     def peak_mib(self) -> float:
