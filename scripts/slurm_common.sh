@@ -50,6 +50,10 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# the main scheduler's full pass every second (default 60 s): only it starts a requeued job once its
+# hold (cred_expire) is over, which no event does, so that job waited up to a minute more (a
+# one-machine cluster's pass costs nothing)
+SchedulerParameters=sched_interval=1
 SlurmdParameters=config_overrides
 ReturnToService=2
 MpiDefault=none

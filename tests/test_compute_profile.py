@@ -16,7 +16,7 @@ from dlcomm.config.schema import NetworkConfig
 from dlcomm.train.loop import hooked_step
 from dlcomm.train.profile import ComputeProfile, ProfiledCompute, step_factor
 
-from conftest import FAST, mlflow_run, run_cli
+from conftest import FAST, mlflow_run
 
 
 class _NoComm:
@@ -174,9 +174,9 @@ def test_allreduce_at_16_workers_is_the_profiled_step_plus_the_modelled_allreduc
 @pytest.mark.parametrize("algo", ["allreduce", "ps"])
 def test_the_same_job_gives_the_same_simulated_figures_under_threads_and_local(home, tmp_path, algo, cli_here) -> None:
     """ps: the server's clock, which the workers wait on, is charged the profile's optimizer step
-    for its update (not its own measured time), so it too is the same under both launchers. The
-    threads run goes through ``cli.main`` in this process (its ranks are threads of the driver either
-    way: an interpreter start saved); the local run is a process whose ranks are processes."""
+    for its update (not its own measured time), so it too is the same under both launchers. Both
+    runs go through ``cli.main`` in this process (an interpreter start saved): the threads run's
+    ranks are its threads, the local run's ranks processes of the fork server either way."""
     overrides = [
         *FAST,
         "model=mlp",
@@ -191,8 +191,7 @@ def test_the_same_job_gives_the_same_simulated_figures_under_threads_and_local(h
     ]
     tables = []
     for launcher in ("threads", "local"):
-        run = cli_here if launcher == "threads" else run_cli
-        result = run(home, "train", *overrides, f"launcher={launcher}")
+        result = cli_here(home, "train", *overrides, f"launcher={launcher}")
         assert result.returncode == 0, result.stderr
         timings = pd.read_csv(result.run_dir / "timings.csv").sort_values(["rank", "step"]).reset_index(drop=True)
         tables.append(timings[[c for c in timings.columns if c.startswith("sim_")]])

@@ -53,7 +53,9 @@ def _running_run(uri: str, deadline: float):
     raise AssertionError("no RUNNING run appeared")
 
 
-def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_command_closes_the_run(home) -> None:
+def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_command_closes_the_run(
+    home, cli_here
+) -> None:
     # one long epoch: 40,000 samples / 4 workers / batch 32 = 312 iterations
     args = [*FAST, "dataset.train_size=40000", "train.batch_size=32", "train.epochs=1", "tracking.stream_every_s=1"]
     driver = subprocess.Popen(
@@ -89,7 +91,7 @@ def test_a_driver_killed_mid_epoch_leaves_its_streamed_metrics_and_the_next_comm
     assert 40 <= len(kept) < 312 and steps[0] == 0 and len(set(steps)) == len(steps) and steps[-1] < 312
     assert client.get_run(run.info.run_id).info.status == "RUNNING"  # nothing could close it
 
-    report = run_cli(home, "report", "--all", timeout=60)
+    report = cli_here(home, "report", "--all")  # the next command, through cli.main in this process
     assert (
         f"dlcomm: closed lost run {run.info.run_id} (experiment dlcomm) as FAILED: its driver process {driver.pid}"
         in report.stdout

@@ -153,22 +153,27 @@ GOSSIP = (
 )
 
 
-def test_killing_the_manager_ends_a_managed_run_with_a_clear_error(home) -> None:
-    from conftest import mlflow_run, run_cli
+@pytest.mark.timeout(180)  # the bound its process had
+def test_killing_the_manager_ends_a_managed_run_with_a_clear_error(home, cli_here) -> None:
+    """The manager is a rank process (launcher=local) killed by SIGKILL; the driver, through cli.main in
+    this process (an interpreter start saved), names it and fails the run."""
+    from conftest import mlflow_run
 
-    result = run_cli(home, *GOSSIP, "train.epochs=400", "debug.fail_rank=4", "debug.fail_step=4", timeout=180)
+    result = cli_here(home, *GOSSIP, "train.epochs=400", "debug.fail_rank=4", "debug.fail_step=4")
     assert result.returncode == 1
     assert "rank 4 (manager) was killed by SIGKILL" in result.stderr
     assert mlflow_run(result).info.status == "FAILED"
 
 
+@pytest.mark.timeout(180)  # the bound its process had
 def test_an_autonomous_run_has_no_manager_to_lose(home, cli_here) -> None:
     """The same fault aimed at rank 4: in an autonomous run there is no rank 4, so the fault could not
     happen and is refused in one line (issue 49: no knob silently without effect); the run itself
-    has no manager and finishes. The refusal is the config's check, so it runs in this process."""
+    has no manager and finishes. Both through cli.main in this process (the run's ranks are processes of
+    its fork server either way)."""
     from dlcomm.algorithms.gossip_pull import GossipPull, GossipPullConfig
 
-    from conftest import mlflow_run, run_cli
+    from conftest import mlflow_run
 
     assert GossipPull.roles(GossipPullConfig(scheduler="autonomous")) == ()
     autonomous = [*GOSSIP, "algo.scheduler=autonomous", "train.epochs=3"]
@@ -178,7 +183,7 @@ def test_an_autonomous_run_has_no_manager_to_lose(home, cli_here) -> None:
         "dlcomm: error: debug.fail_rank=4 is invalid: this job's ranks are 0 to 3 (4 workers); pass one of them, "
         "or -1 for no fault"
     ]
-    result = run_cli(home, *autonomous, timeout=180)
+    result = cli_here(home, *autonomous)
     assert result.returncode == 0, result.stderr
     run = mlflow_run(result)
     assert run.info.status == "FINISHED"

@@ -116,7 +116,14 @@ def test_a_wheelhouse_installs_dlcomm_over_the_site_s_torch_with_no_index_and_it
 
     site_python = _site_with_this_torch(tmp_path)
     target = tmp_path / "venv"
-    unreachable = {**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_NO_CACHE_DIR": "1"}
+    # no index; and no byte-compiling of the ~13,000 modules installed (~25 s of CPU here, of a venv used once:
+    # what the run imports is compiled as it is imported)
+    unreachable = {
+        **os.environ,
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_COMPILE": "0",
+    }
     command = [sys.executable, str(INSTALL), "site", "--python", str(site_python), "--venv", str(target)]
     result = subprocess.run(
         [*command, "--wheelhouse", str(house)], capture_output=True, text=True, timeout=900, env=unreachable

@@ -88,3 +88,26 @@ def test_pss_is_read_when_the_resident_size_grows_not_every_interval(monkeypatch
     assert len(reads) > flat + 1, f"the resident size grew by {len(grown) >> 20} MiB and PSS was not read"
     assert math.isnan(peak) or peak >= len(grown) / (1 << 20)
     assert _gone()
+
+
+def test_only_the_last_stop_reads_pss_while_the_resident_size_stays_flat(monkeypatch) -> None:
+    """Ranks that are threads stop one after another, each loop twice (its end, then its finally):
+    every stop read smaps_rollup, and each read stalls the other threads on the memory map (half of
+    a short threads job's time). Now an earlier stop reads only on growth, a second stop never."""
+    import dlcomm.train.memory as memory
+
+    assert _gone(), "a sampler was left running before this test"
+    monkeypatch.setattr(memory, "current_rss_mib", lambda: 1000.0)  # flat: no growth to read on
+    reads: list[float] = []
+    real = memory.current_pss_mib
+    monkeypatch.setattr(memory, "current_pss_mib", lambda: reads.append(time.monotonic()) or real())
+    monitors = [PssMonitor(interval_s=60), PssMonitor(interval_s=60), PssMonitor(interval_s=60)]
+    assert len(reads) == 1  # the first monitor's start
+    for monitor in monitors[:2]:
+        monitor.stop()
+        monitor.stop()
+    assert len(reads) == 1, f"{len(reads) - 1} reads by the stops of monitors that were not the last"
+    peak = monitors[2].stop()
+    assert len(reads) == 2 and (math.isnan(peak) or peak > 0)
+    monitors[2].stop()
+    assert len(reads) == 2 and _gone()

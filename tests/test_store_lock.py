@@ -46,7 +46,9 @@ def test_a_run_waits_for_a_store_held_a_while_and_refuses_one_held_past_the_boun
     holder = _hold(database, 120)
     try:
         env = {**cli_env(home), "DLCOMM_STORE_WAIT_S": "1"}
-        command = [sys.executable, "-m", "dlcomm.cli", *TRAIN]
+        # the store probe's SQLite wait is tracking.connect_timeout_s (5 s by default), after which it takes
+        # the lock for a store in use and goes on: 1 s here, the bound's own wait is what is tested
+        command = [sys.executable, "-m", "dlcomm.cli", *TRAIN, "tracking.connect_timeout_s=1"]
         refused = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=300)
     finally:
         holder.kill()

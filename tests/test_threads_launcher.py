@@ -51,8 +51,9 @@ def _parent(result) -> str:
 
 def test_each_kind_of_exchange_gives_the_same_numbers_under_threads_and_processes(home, cli_here) -> None:
     sweep = ["train", "-m", f"algo={','.join(SAME_NUMBERS)}", *JOB]
-    processes = run_cli(home, *sweep, "launcher=local", timeout=900)
-    threads = cli_here(home, *sweep, "launcher=threads")  # the ranks are threads of this process either way
+    # both through cli.main in this process: the ranks are processes of its fork server, or its threads, either way
+    processes = cli_here(home, *sweep, "launcher=local")
+    threads = cli_here(home, *sweep, "launcher=threads")
     for result in (processes, threads):
         assert result.returncode == 0, "\n".join(
             line for line in (result.stdout + result.stderr).splitlines() if "train:" not in line

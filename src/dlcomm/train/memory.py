@@ -15,6 +15,11 @@ resident size grew by more than :data:`GROWTH` (1%) since the last PSS reading, 
 with resident growth, and the peak reported is at most ~1% of the resident size short (the
 periodic reading covers what does not come with growth: a page another process stopped sharing).
 A loop's own slow growth (its timing rows) no longer sets off a reading every half second.
+
+A monitor's stop follows the same rule: the last monitor of the process to stop reads PSS, an earlier
+one (ranks that are threads stop one after another) only when the resident size grew since the last
+reading, and a second stop reads nothing. Every read stalls the process's other threads on its memory
+map besides: under ``launcher=threads`` two reads a rank at its end took half of a short job's time.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ class PssMonitor:
     _lock = threading.Lock()
     _users = 0
     _peak_mib = float("nan")
+    _read_resident = float("nan")  # the resident size at the last PSS reading
+    _read_at = 0.0
     _stop = threading.Event()
     _thread: threading.Thread | None = None
 
@@ -73,7 +80,8 @@ class PssMonitor:
         cls = type(self)
         with cls._lock:
             if cls._users == 0:
-                cls._peak_mib = current_pss_mib()
+                cls._peak_mib = float("nan")
+                cls._read()
                 cls._stop = threading.Event()
                 cls._thread = threading.Thread(
                     target=cls._sample, args=(cls._stop, interval_s, full_every_s), daemon=True, name="pss-monitor"
@@ -83,30 +91,41 @@ class PssMonitor:
         self._running = True
 
     @classmethod
+    def _read(cls) -> None:
+        """Read PSS into the peak, noting the resident size and the time of the reading."""
+        cls._read_resident, cls._read_at = current_rss_mib(), time.monotonic()
+        cls._peak_mib = _larger(cls._peak_mib, current_pss_mib())
+
+    @classmethod
+    def _grown(cls) -> bool:
+        """Whether the resident size grew past :data:`GROWTH` since the last PSS reading (or is unknown)."""
+        return not current_rss_mib() <= cls._read_resident * (1 + GROWTH)
+
+    @classmethod
     def _sample(cls, stop: threading.Event, interval_s: float, full_every_s: float) -> None:
-        resident, read_at = current_rss_mib(), time.monotonic()  # as of the first reading (__init__)
         while not stop.wait(interval_s):
-            now_resident = current_rss_mib()
-            grown = not now_resident <= resident * (1 + GROWTH)  # or NaN: unknown
-            if grown or time.monotonic() - read_at >= full_every_s:
-                resident, read_at = now_resident, time.monotonic()
-                cls._peak_mib = _larger(cls._peak_mib, current_pss_mib())
+            if cls._grown() or time.monotonic() - cls._read_at >= full_every_s:
+                with cls._lock:  # a stop may read at the same moment: neither reading's peak is lost
+                    cls._read()
 
     @property
     def peak_mib(self) -> float:
         return type(self)._peak_mib
 
     def stop(self) -> float:
+        """The peak so far. The last monitor to stop reads PSS once more and ends the sampling; an
+        earlier one reads it only if the resident size grew since the last reading; a second stop of
+        the same monitor reads nothing (module docstring)."""
         cls = type(self)
         with cls._lock:
-            cls._peak_mib = _larger(cls._peak_mib, current_pss_mib())
-            peak = cls._peak_mib
             if self._running:
                 self._running = False
                 cls._users -= 1
+                if cls._users == 0 or cls._grown():
+                    cls._read()
                 if cls._users == 0:
                     cls._stop.set()
-        return peak
+            return cls._peak_mib
 
 
 def _larger(peak: float, sample: float) -> float:
