@@ -208,7 +208,9 @@ def test_emulated_allreduce_takes_the_modelled_time() -> None:
         for measured, modelled, overran in rank_results:
             assert modelled == pytest.approx(6 * (0.002 + 250_000 / (0.05 * GBIT)))
             assert not overran
-            assert modelled <= measured <= modelled + 0.03
+            # at least the model's time; the slack above it is the wake-ups of 4 rank processes on this
+            # machine's 2 cores (CI once measured 0.284 s of 0.252 modelled with a reproduction beside it)
+            assert modelled <= measured <= modelled + 0.06
 
 
 def test_operations_outside_iterations_are_not_modelled() -> None:
