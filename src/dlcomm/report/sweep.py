@@ -312,7 +312,7 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path], pd.
     """Summarise the sweep ``which`` (a parent run id or ``last``) into ``root/sweeps/<parent>/``
     and log it to the parent run; its parent run id, the files written and the table."""
     from dlcomm.paths import entry_name
-    from dlcomm.report.build import sweep_title, write_report
+    from dlcomm.report.build import method_groups_of, sweep_title, write_report
     from dlcomm.report.groups import assign
     from dlcomm.report.runs import find_sweep, load_sweep_runs
 
@@ -326,7 +326,7 @@ def report_sweep(uri: str, which: str, root: Path) -> tuple[str, list[Path], pd.
         command=f"dlcomm report sweep={parent}",
         title=sweep_title(experiment, runs),  # the experiment and its setting: no run id in a figure
     )
-    log_comparison(uri, parent, table, assign(runs)[0], files)
+    log_comparison(uri, parent, table, assign(runs, method_groups_of(experiment, runs))[0], files)
     return parent, files, table
 
 
