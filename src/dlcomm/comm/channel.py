@@ -464,10 +464,7 @@ class Channel:
         if self.sole_member(group):
             if alone is not None:
                 alone()
-            handle.works.append(_Completed())
-            record.wall_end = perf_counter()
-            handle.done = handle.resolve is None  # nothing to wait for (a modelled one still moves the clock)
-            return handle
+            return self._completed(handle)
         work = self._launch(launch)
         handle.works.append(work)  # add_work(work, payload=True), inline: once an operation
         self._in_flight.append((work, record))
@@ -475,11 +472,15 @@ class Channel:
 
     def _done_in_place(self, kind: str, group: str, nbytes: int, result: Any) -> Handle:
         """The complete handle of an unmodelled collective over a group of one (:meth:`sole_member`)."""
-        record = self.record(kind, group, nbytes, _NOTHING_SENT)
-        handle = Handle(self, record, result)
+        return self._completed(Handle(self, self.record(kind, group, nbytes, _NOTHING_SENT), result))
+
+    @staticmethod
+    def _completed(handle: Handle) -> Handle:
+        """``handle`` of a collective over a group of one, complete at once: nothing to wait for
+        unless a modelled clock still has to move (``handle.resolve``)."""
         handle.works.append(_Completed())
-        record.wall_end = perf_counter()
-        handle.done = True
+        handle.record.wall_end = perf_counter()
+        handle.done = handle.resolve is None
         return handle
 
     # ---- primitives ------------------------------------------------------------------
