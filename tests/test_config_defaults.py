@@ -32,9 +32,9 @@ from dlcomm.algorithms.registry import ALGORITHMS
 from dlcomm.catalog import choice_schemas
 from dlcomm.compose import all_schemas, compose
 from dlcomm.config.choices import CHOICE_GROUPS, choice_files, schema_name
+from dlcomm.config.schema import GROUPS as RECORDS
 from dlcomm.config.schema import meaning
 from dlcomm.config.typed import plain
-from dlcomm.groups import GROUPS as RECORDS
 
 GROUPS = ("algo", *CHOICE_GROUPS, "launcher", "network")
 DOCUMENTED_IN_FILE = ("algo", *CHOICE_GROUPS)  # groups whose files also name every knob in a comment

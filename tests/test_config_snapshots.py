@@ -72,7 +72,7 @@ def _plugin_choices() -> dict[str, dict[str, str]]:
     """``{group: {choice: the plugin's top-level package}}`` of installed plugins' choices: their
     registered classes and their config packages' YAML files."""
     from dlcomm.catalog import classes
-    from dlcomm.groups import GROUPS as RECORDS
+    from dlcomm.config.schema import GROUPS as RECORDS
     from dlcomm.plugins import config_search_path
 
     found: dict[str, dict[str, str]] = {}
@@ -92,7 +92,7 @@ def _plugin_choices() -> dict[str, dict[str, str]]:
 def _example_plugin_choices() -> set[tuple[str, str]]:
     """``{(group, choice)}`` of examples/plugin, read from the checkout (installed or not): its entry
     points' classes and its YAML files."""
-    from dlcomm.groups import GROUPS
+    from dlcomm.config.schema import GROUPS
 
     groups = {group.entry_points: name for name, group in GROUPS.items()}
     found, section = set(), None  # pyproject.toml's [project.entry-points."<group>"] tables (tomllib: Python 3.11)

@@ -1,7 +1,8 @@
-"""A config group whose choices are classes is one record in ``dlcomm/groups.py``: a throwaway
-group, added as a record (and the schema field every group needs, see below), gets a Registry, a
-listing, plugin entry points, stored schemas and composition with no other edit; and every record
-has its ``RunConfig`` field, every choice field of ``RunConfig`` its record (or YAML files alone)."""
+"""A config group whose choices are classes is one field of ``RunConfig`` whose metadata holds the
+group's record (``dlcomm/groups.py``: ``Group``): a throwaway group, added as such a field, gets a
+Registry, a listing, plugin entry points, stored schemas and composition with no other edit; the
+records are read from the fields (key and schema base from the field's name and type), and every
+choice field of ``RunConfig`` is a record's (or a group of YAML files alone)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,45 @@ import json
 import subprocess
 import sys
 import textwrap
-import typing
 from pathlib import Path
 
+import pytest
+
 from dlcomm.catalog import files
-from dlcomm.config.schema import RunConfig
-from dlcomm.groups import GROUPS
+from dlcomm.config.schema import GROUPS, AlgoConfig, RunConfig, chosen_from
+from dlcomm.groups import Group, records
 
 from fake_plugins import plugin_env, write_plugin
 
 
-def test_every_record_has_its_run_config_field_and_every_choice_field_its_record() -> None:
-    """RunConfig's fields stay static (mypy types ``cfg.algo`` from them; OmegaConf builds its
-    schema from the annotations): a record without its field, or a field typed otherwise than the
-    record's ``config_base``, fails here, as does a choice field (MISSING until a defaults list
-    picks one) that is neither a record's nor a group of YAML files alone (``network``)."""
-    hints = typing.get_type_hints(RunConfig)
+def test_each_record_is_read_from_its_run_config_field_and_every_choice_field_has_one() -> None:
+    """A record takes its key and its schema base from its field (``algo``, ``AlgoConfig``), so
+    the two cannot disagree; a choice field (MISSING until a defaults list picks one) without a
+    record fails here, unless its group is YAML files alone (``network``)."""
     fields = {item.name: item for item in dataclasses.fields(RunConfig)}
+    assert GROUPS["algo"].config_group == "algo" and GROUPS["algo"].config_base is AlgoConfig
     for key, group in GROUPS.items():
-        assert key in fields, f"RunConfig has no field {key}: add `{key}: {group.config_base} = MISSING`"
-        assert hints[key].__name__ == group.config_base, (key, hints[key], group.config_base)
-        assert fields[key].default == "???", f"RunConfig.{key} is a choice: its default is MISSING"
+        assert group.config_group == key and fields[key].type == group.config_base.__name__, (key, group)
     choices = {name for name, item in fields.items() if item.default == "???"}
     yaml_only = {name for name in choices - set(GROUPS) if files(name)}
     assert choices - set(GROUPS) == yaml_only == {"network"}, sorted(choices - set(GROUPS))
+
+
+def test_a_record_on_a_field_that_is_not_a_chosen_section_is_refused() -> None:
+    record = Group(entry_points="dlcomm.things", base="m:Thing", kind="a thing", what="thing", home="m")
+
+    @dataclasses.dataclass
+    class Untyped:
+        thing: int = chosen_from(record)
+
+    @dataclasses.dataclass
+    class Defaulted:
+        thing: AlgoConfig = dataclasses.field(default_factory=AlgoConfig, metadata={"group": record})
+
+    for run in (Untyped, Defaulted):
+        with pytest.raises(TypeError, match=f"{run.__name__}.thing holds a group's record"):
+            records(run)
+    assert records(RunConfig) == GROUPS
 
 
 BASE = """
@@ -95,30 +111,25 @@ class Sparkly(Gadget):
 # A preset of shiny's (a plugin's config package): it names the schema its record's rule stores.
 PRESET = "defaults:\n  - shiny_schema\n  - _self_\n\nshine: 7\n"
 
-# What the process does: the record, then the schema base and RunConfig's field (the one edit a
-# group needs beside its record: both are static, for OmegaConf and mypy), then only dlcomm's own calls.
+# What the process does: the group's one field, on a RunConfig of its own (editing RunConfig in place
+# would give the same: the run's schema and the records are both read from it), then only dlcomm's calls.
 SCRIPT = """
 import dataclasses, json
 
-from dlcomm.groups import GROUPS, Group
-
-GROUPS["gadget"] = Group(
-    config_group="gadget", entry_points="dlcomm.gadgets", base="gadgets.base:Gadget", kind="a gadget",
-    config_base="GadgetConfig", what="gadget", home="gadgets",
-)
-
 import dlcomm.config.schema as schema
+from dlcomm.groups import Group, records
 from gadgets.base import GadgetConfig
-
-schema.GadgetConfig = GadgetConfig
 
 
 @dataclasses.dataclass
 class GadgetRun(schema.RunConfig):
-    gadget: GadgetConfig = schema.MISSING
+    gadget: GadgetConfig = schema.chosen_from(
+        Group(entry_points="dlcomm.gadgets", base="gadgets.base:Gadget", kind="a gadget", what="gadget", home="gadgets")
+    )
 
 
 schema.SCHEMAS = ((None, "run_schema", GadgetRun), *schema.SCHEMAS[1:])
+schema.GROUPS.update(records(GadgetRun))
 
 from dlcomm.catalog import choices, groups
 from dlcomm.compose import compose
@@ -140,7 +151,7 @@ print(json.dumps(shown))
 """
 
 
-def test_a_group_added_as_one_record_has_a_registry_plugins_a_listing_and_composes(tmp_path: Path) -> None:
+def test_a_group_added_as_one_field_has_a_registry_plugins_a_listing_and_composes(tmp_path: Path) -> None:
     (tmp_path / "gadgets").mkdir()
     (tmp_path / "gadgets" / "__init__.py").write_text("")
     (tmp_path / "gadgets" / "base.py").write_text(BASE)

@@ -22,9 +22,9 @@ from dlcomm.catalog import choices, registry, stored_choices
 from dlcomm.compose import compose
 from dlcomm.compress.registry import COMPRESSORS
 from dlcomm.config.choices import choice_files, schema_name
-from dlcomm.config.schema import AlgoConfig, ModelConfig
+from dlcomm.config.schema import GROUPS, AlgoConfig, ModelConfig
 from dlcomm.data.registry import SOURCES
-from dlcomm.groups import GROUPS, Group
+from dlcomm.groups import Group
 from dlcomm.launch.registry import LAUNCHERS
 from dlcomm.models.registry import MODELS
 from dlcomm.registry import Registry, choice_name, config_name
@@ -114,7 +114,7 @@ def test_a_choice_s_name_is_written_once(cls: type) -> None:
 
 
 def _registry() -> Registry:
-    thing = Group("thing", "things", "module:Thing", "a thing", "AlgoConfig", "thing", __name__)
+    thing = Group("things", "module:Thing", "a thing", "thing", __name__, config_group="thing", config_base=AlgoConfig)
     return Registry(thing)
 
 

@@ -1,6 +1,6 @@
 """Every choice of every config group, listed one way.
 
-A group with a registry (:data:`dlcomm.groups.GROUPS`: algorithms, compressors, data sets, optimizers,
+A group with a registry (:data:`dlcomm.config.schema.GROUPS`: algorithms, compressors, data sets, optimizers,
 models, tasks, launchers) finds its choices as :class:`dlcomm.registry.Registry` says: its
 classes, dlcomm's own and the installed plugins'. Each is stored in Hydra's ConfigStore as
 ``<group>/<name>`` (:func:`stored_choices`: its ``Config`` with ``name`` set), unless a YAML file
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 from omegaconf import OmegaConf
 
 from dlcomm.config.choices import BASES, CHOICE_GROUPS, PACKAGE, knobs
+from dlcomm.config.schema import GROUPS
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS
 from dlcomm.registry import registry_of
 
 if TYPE_CHECKING:

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from dlcomm.catalog import check_knobs, foreign_knob
-from dlcomm.config.schema import SCHEMAS
+from dlcomm.config.schema import GROUPS, SCHEMAS
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS
 
 if TYPE_CHECKING:
     from dlcomm.config.schema import RunConfig
@@ -28,7 +27,7 @@ def all_schemas() -> list[tuple[Optional[str], str, type]]:
     """Every schema as ``(group, name, dataclass)``, under the name the YAML defaults lists use:
     :data:`SCHEMAS` (the run's, the task/model/network/launcher bases, the process launchers'
     family), then each registered class's (:func:`schemas_of`), group by group in the order of
-    :data:`~dlcomm.groups.GROUPS` (the order their classes load: a plugin's refusal names the first)."""
+    :data:`~dlcomm.config.schema.GROUPS` (the order their classes load: a plugin's refusal names the first)."""
     from dlcomm.catalog import classes
 
     found = list(SCHEMAS)

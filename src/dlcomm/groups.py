@@ -1,7 +1,10 @@
-"""The config groups whose choices are classes: one :class:`Group` record each, in :data:`GROUPS`,
-and how a choice of any group is named (:func:`choice_name`).
+"""What a config group whose choices are classes is (:class:`Group`), how its records are read
+from the run's schema (:func:`records`), and how a choice of any group is named (:func:`choice_name`).
 
-Everything that differs between groups is written here once; the rest is derived from it:
+A group is declared once: its field of :class:`~dlcomm.config.schema.RunConfig`, whose metadata
+holds the group's record (``algo: AlgoConfig = chosen_from(Group(...), ...)``); the field's name is
+the group's key and its type the group's schema base. :data:`dlcomm.config.schema.GROUPS` is read
+from those fields, and everything that differs between groups is derived from it:
 
 * the group's Registry (:func:`dlcomm.registry.registry_of`: its words, its ``home``, its
   plugins), which :func:`dlcomm.catalog.registry` lists and composition stores from;
@@ -12,129 +15,77 @@ Everything that differs between groups is written here once; the rest is derived
 * the groups whose YAML presets share one base schema, so that a knob no choice has is refused
   and one another choice has is named (``family_schema``; :data:`dlcomm.config.choices.BASES`).
 
-A new group is one record here, its base class in its package and its schema base in
-:mod:`dlcomm.config.schema` with a :class:`~dlcomm.config.schema.RunConfig` field of that type
-(static, for mypy and OmegaConf: docs/architecture.md, "Config groups"; ``tests/test_groups.py``
-fails on a record without its field and a field without its record). Classes are named by
-``"module:Class"`` strings so that this module imports nothing: composing stays torch-free, and
-the packages that hold the classes import this module, not the reverse (the one declared exception
-of docs/architecture.md's layering).
+The field is static on purpose: mypy types ``cfg.algo`` from its annotation at every call site,
+and OmegaConf builds the run's schema from it (docs/architecture.md, "Config groups"). Classes are
+named by ``"module:Class"`` strings so that this module imports nothing: composing stays
+torch-free, and the packages that hold the classes import this module, not the reverse (the one
+declared exception of docs/architecture.md's layering).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Optional
 
 MISSING = "???"  # omegaconf.MISSING: a Config's name left to the classes that share it
+RECORD = "group"  # the key of a RunConfig field's metadata that holds its group's record
 
 
 @dataclass(frozen=True)
 class Group:
-    """One config group whose choices are registered classes.
+    """One config group whose choices are registered classes, written as the metadata of its
+    :class:`~dlcomm.config.schema.RunConfig` field.
 
-    ``config_group``: the override's key and the YAML folder (``algo``); ``entry_points``: the
-    plugins' entry-point group; ``base``: ``"module:Class"`` every choice subclasses (``kind`` names
-    one in messages, ``what`` names a choice); ``config_base``: the dataclass of
-    :mod:`dlcomm.config.schema` every choice's ``Config`` subclasses, the type of RunConfig's field
-    ``config_group`` (``config_optional``: a class may have none, as a launcher without knobs of its
-    own); ``home``: the package (or module) whose import registers dlcomm's own choices
-    (:meth:`Registry.all <dlcomm.registry.Registry.all>`: a package's modules that decorate a
-    class with ``@register``); ``family_schema``: the group's YAML presets share ``config_base`` as
-    one schema whose keys every choice has (model, dataset, optim). A choice's ``Config`` is stored
-    as ``<name><schema_suffix>`` for a YAML preset's defaults list, unless it is one of the shared
+    ``entry_points``: the plugins' entry-point group; ``base``: ``"module:Class"`` every choice
+    subclasses (``kind`` names one in messages, ``what`` names a choice); ``home``: the package
+    (or module) whose import registers dlcomm's own choices (:meth:`Registry.all
+    <dlcomm.registry.Registry.all>`: a package's modules that decorate a class with
+    ``@register``); ``config_optional``: a class may have no ``Config`` (a launcher without knobs
+    of its own); ``family_schema``: the group's YAML presets share the schema base as one schema
+    whose keys every choice has (model, dataset, optim). A choice's ``Config`` is stored as
+    ``<name><schema_suffix>`` for a YAML preset's defaults list, unless it is one of the shared
     schemas of :data:`dlcomm.config.schema.SCHEMAS` (stored under their own names) and
     ``schema_per_choice`` is false (launcher=local's ``local_launcher_schema`` is
-    ``ProcessLauncherConfig``)."""
+    ``ProcessLauncherConfig``).
 
-    config_group: str
+    ``config_group`` (the override's key and the YAML folder: ``algo``) and ``config_base`` (the
+    dataclass every choice's ``Config`` subclasses: ``AlgoConfig``) are the field's name and type,
+    filled in by :func:`records`; a record as written leaves them empty."""
+
     entry_points: str
     base: str
     kind: str
-    config_base: str
     what: str
     home: str
     config_optional: bool = False
     family_schema: bool = False
     schema_suffix: str = "_schema"
     schema_per_choice: bool = False
+    config_group: str = ""
+    config_base: type = object
 
 
-GROUPS: dict[str, Group] = {
-    group.config_group: group
-    for group in (
-        Group(
-            config_group="algo",
-            entry_points="dlcomm.algorithms",
-            base="dlcomm.algorithms.base:Algorithm",
-            kind="an algorithm",
-            config_base="AlgoConfig",
-            what="algorithm",
-            home="dlcomm.algorithms",
-        ),
-        Group(
-            config_group="dataset",
-            entry_points="dlcomm.datasets",
-            base="dlcomm.data.source:DataSource",
-            kind="a data source",
-            config_base="DatasetConfig",
-            what="data set",
-            home="dlcomm.data",
-            family_schema=True,
-        ),
-        Group(
-            config_group="optim",
-            entry_points="dlcomm.optimizers",
-            base="dlcomm.train.optim:Optimizer",
-            kind="an optimizer",
-            config_base="OptimConfig",
-            what="optimizer",
-            home="dlcomm.train.optim",
-            family_schema=True,
-        ),
-        Group(
-            config_group="model",
-            entry_points="dlcomm.models",
-            base="dlcomm.models.registry:Model",
-            kind="a model",
-            config_base="ModelConfig",
-            what="model",
-            home="dlcomm.models",
-            family_schema=True,
-        ),
-        Group(
-            config_group="task",
-            entry_points="dlcomm.tasks",
-            base="dlcomm.tasks.base:Task",
-            kind="a task",
-            config_base="TaskConfig",
-            what="task",
-            home="dlcomm.tasks",
-        ),
-        Group(
-            config_group="compress",
-            entry_points="dlcomm.compressors",
-            base="dlcomm.compress.base:Compressor",
-            kind="a compressor",
-            config_base="CompressConfig",
-            what="compressor",
-            home="dlcomm.compress",
-        ),
-        Group(
-            config_group="launcher",
-            entry_points="dlcomm.launchers",
-            base="dlcomm.launch.base:Launcher",
-            kind="a launcher",
-            config_base="LauncherConfig",
-            what="launcher",
-            home="dlcomm.launch",
-            config_optional=True,
-            schema_suffix="_launcher_schema",
-            schema_per_choice=True,
-        ),
-    )
-}
+def records(run: type) -> dict[str, Group]:
+    """``{key: record}`` of every field of the run's schema ``run`` (a dataclass) whose metadata
+    holds a :class:`Group`, in field order, each completed with its field's name and type. Raises
+    TypeError for a record's field whose type is not a dataclass or whose default is not MISSING
+    (a group's section is chosen, never defaulted in the schema)."""
+    hints = typing.get_type_hints(run)
+    found: dict[str, Group] = {}
+    for item in dataclasses.fields(run):
+        record = item.metadata.get(RECORD)
+        if record is None:
+            continue
+        base = hints[item.name]
+        if not (isinstance(base, type) and dataclasses.is_dataclass(base)) or item.default != MISSING:
+            raise TypeError(
+                f"{run.__name__}.{item.name} holds a group's record: type it with the group's schema base "
+                "(a dataclass) and leave its default MISSING"
+            )
+        found[item.name] = dataclasses.replace(record, config_group=item.name, config_base=base)
+    return found
 
 
 def config_name(config: object) -> Optional[str]:

@@ -21,7 +21,7 @@ A package declares, in its ``pyproject.toml``::
     [project.entry-points."dlcomm.launchers"]   # a launcher, likewise
     [project.entry-points."dlcomm.compressors"] # a compressor, likewise
 
-Each group's entry points name registered classes of that group (:data:`dlcomm.groups.GROUPS`: an
+Each group's entry points name registered classes of that group (:data:`dlcomm.config.schema.GROUPS`: an
 ``Algorithm``, ``DataSource``, ``Optimizer``, ``Model``, ``Task``, ``Launcher`` or ``Compressor``
 subclass) whose name (:func:`dlcomm.groups.choice_name`: its ``Config``'s ``name`` default, or
 the class's ``name``) is the entry point's and whose ``Config`` is a dataclass subclassing the
@@ -48,8 +48,9 @@ from importlib import metadata
 from importlib.util import find_spec
 from typing import Any
 
+from dlcomm.config.schema import GROUPS
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS, Group, choice_name
+from dlcomm.groups import Group, choice_name
 
 CONFIGS = "dlcomm.configs"  # packages of YAML that join Hydra's search path
 
@@ -104,11 +105,10 @@ def plugin_classes(group: Group) -> tuple[tuple[str, type, str], ...]:
     :data:`GROUPS`), loaded and checked once by the one rule for every group: each entry point
     names a subclass of the group's base whose ``name`` is the entry point's and whose ``Config``
     is a dataclass subclassing the group's schema base."""
-    config_base = _attribute(f"dlcomm.config.schema:{group.config_base}")
     found = []
     for point, cls, package in _plugin_classes(group.entry_points, _attribute(group.base), group.kind):
         if not (group.config_optional and getattr(cls, "Config", None) is None):
-            _schema_class(cls, config_base, group.what, point, package)
+            _schema_class(cls, group.config_base, group.what, point, package)
         found.append((point.name, cls, package))
     return tuple(found)
 

@@ -31,8 +31,9 @@ import pkgutil
 import re
 from typing import Any, Generic, Optional, TypeVar
 
+from dlcomm.config.schema import GROUPS
 from dlcomm.errors import UserError
-from dlcomm.groups import GROUPS, MISSING, Group, choice_name, config_name
+from dlcomm.groups import MISSING, Group, choice_name, config_name
 
 __all__ = ["MISSING", "Registry", "choice_name", "config_name", "registry_of"]
 
@@ -147,7 +148,7 @@ _ONE: dict[str, Registry[Any]] = {}  # the Registry of each group, made when fir
 
 
 def registry_of(group: str) -> Registry[Any]:
-    """The one :class:`Registry` of config group ``group`` (a key of :data:`dlcomm.groups.GROUPS`),
+    """The one :class:`Registry` of config group ``group`` (a key of :data:`dlcomm.config.schema.GROUPS`),
     made from its record the first time it is asked for. A group's choice modules register with
     it (``register = registry_of("algo").register``; the packages name it with its class's type:
     ``ALGORITHMS: Registry[type[Algorithm]] = registry_of("algo")``); a new group needs no

@@ -1,6 +1,6 @@
 """The config groups whose choices have knobs of their own, and what a choice's YAML file says.
 
-``model``, ``dataset`` and ``optim`` (``family_schema`` in :data:`dlcomm.groups.GROUPS`) have a base
+``model``, ``dataset`` and ``optim`` (``family_schema`` in :data:`dlcomm.config.schema.GROUPS`) have a base
 schema (:data:`BASES`: the keys all share) and a
 subclass per family of choices beside their classes, so a choice has only its own knobs. Which choice has
 which knob, the refusal of a key no choice has and the listing of every choice are
@@ -18,13 +18,10 @@ from typing import Any, Dict, List, Mapping, Optional, cast
 from omegaconf import OmegaConf
 
 from dlcomm.config import schema
-from dlcomm.groups import GROUPS
 
 PACKAGE = "dlcomm.configs"  # where the YAML files are shipped (package data, not imported)
-# one schema per family of choices: the groups whose record says so (dlcomm.groups)
-BASES: Dict[str, type] = {
-    key: getattr(schema, group.config_base) for key, group in GROUPS.items() if group.family_schema
-}
+# one schema per family of choices: the groups whose record says so (RunConfig's fields)
+BASES: Dict[str, type] = {key: group.config_base for key, group in schema.GROUPS.items() if group.family_schema}
 CHOICE_GROUPS = tuple(BASES)
 
 

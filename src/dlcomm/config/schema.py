@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING
 
+from dlcomm.groups import RECORD, Group, records
+
 SEED_MAX = 2**32 - 1  # a rank seeds torch with seed * 100_003 + 1 + rank, which must stay below 2**64
 
 
@@ -75,6 +77,14 @@ def doc(text: str, metadata: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     without one (:func:`meaning`). Say what ``means`` does not. Nothing reads a comment beside a
     field, so none describes a knob (``tests/test_config_defaults.py`` refuses one)."""
     return {**(metadata or {}), "doc": text}
+
+
+def chosen_from(record: Group, text: str = "") -> Any:
+    """A :class:`RunConfig` field that is a config group whose choices are classes: MISSING until
+    a defaults list or an override picks a choice, typed by the group's schema base, its metadata
+    holding the group's ``record`` (:func:`dlcomm.groups.records` reads it into :data:`GROUPS`)
+    and ``text`` (:func:`doc`). Adding such a group is this one field."""
+    return field(default=MISSING, metadata=doc(text, {RECORD: record}) if text else {RECORD: record})
 
 
 def meaning(item: "dataclasses.Field[Any]") -> Tuple[str, str]:
@@ -704,19 +714,82 @@ class RunConfig:
     nodes: int = field(default=4, metadata=domain(low=1, means="the number of machines"))
     workers_per_node: int = field(default=1, metadata=domain(low=1, means="each node's number of workers"))
     seed: int = field(default=0, metadata=domain(low=0, high=SEED_MAX))
-    algo: AlgoConfig = field(default=MISSING, metadata=doc("the chosen algorithm's own Config (a subclass)"))
-    task: TaskConfig = MISSING
-    model: ModelConfig = MISSING
-    dataset: DatasetConfig = MISSING
-    optim: OptimConfig = MISSING
+    algo: AlgoConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.algorithms",
+            base="dlcomm.algorithms.base:Algorithm",
+            kind="an algorithm",
+            what="algorithm",
+            home="dlcomm.algorithms",
+        ),
+        "the chosen algorithm's own Config (a subclass)",
+    )
+    task: TaskConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.tasks", base="dlcomm.tasks.base:Task", kind="a task", what="task", home="dlcomm.tasks"
+        )
+    )
+    model: ModelConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.models",
+            base="dlcomm.models.registry:Model",
+            kind="a model",
+            what="model",
+            home="dlcomm.models",
+            family_schema=True,
+        )
+    )
+    dataset: DatasetConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.datasets",
+            base="dlcomm.data.source:DataSource",
+            kind="a data source",
+            what="data set",
+            home="dlcomm.data",
+            family_schema=True,
+        )
+    )
+    optim: OptimConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.optimizers",
+            base="dlcomm.train.optim:Optimizer",
+            kind="an optimizer",
+            what="optimizer",
+            home="dlcomm.train.optim",
+            family_schema=True,
+        )
+    )
     network: NetworkConfig = MISSING
-    launcher: LauncherConfig = MISSING
-    compress: CompressConfig = MISSING
+    launcher: LauncherConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.launchers",
+            base="dlcomm.launch.base:Launcher",
+            kind="a launcher",
+            what="launcher",
+            home="dlcomm.launch",
+            config_optional=True,
+            schema_suffix="_launcher_schema",
+            schema_per_choice=True,
+        )
+    )
+    compress: CompressConfig = chosen_from(
+        Group(
+            entry_points="dlcomm.compressors",
+            base="dlcomm.compress.base:Compressor",
+            kind="a compressor",
+            what="compressor",
+            home="dlcomm.compress",
+        )
+    )
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 
+
+# The config groups whose choices are classes, read from RunConfig's fields (dlcomm.groups): a group is
+# its field there, and its Registry, plugins, listings and stored schema names follow from the record.
+GROUPS: Dict[str, Group] = records(RunConfig)
 
 # Every schema above under the name the YAML defaults lists use: (group, name, schema); group None
 # is the primary config. dlcomm.compose stores them in Hydra's ConfigStore, with the algorithms'.
