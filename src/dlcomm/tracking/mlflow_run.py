@@ -89,9 +89,14 @@ def _store_wait_s() -> float:
 
 def retrying(call: Any, *args: Any, **kwargs: Any) -> Any:
     """``call(*args, **kwargs)``, retried with jittered backoff while SQLite says it is locked;
-    still locked after ``_RETRY_FOR_S`` seconds (another process holds the store), one line."""
+    still locked after ``_RETRY_FOR_S`` seconds (another process holds the store), one line that
+    says how long it waited in all: the bound is checked between calls, and each call first waits
+    out SQLite's own busy timeout, so the wait is longer than the bound."""
+    import time
+
     from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+    began = time.monotonic()
     try:
         for attempt in Retrying(
             retry=retry_if_exception(_locked),
@@ -109,7 +114,7 @@ def retrying(call: Any, *args: Any, **kwargs: Any) -> Any:
         if not _locked(error):
             raise
         raise UserError(
-            f"the MLflow store stayed locked for {_store_wait_s():g} s: another process holds its SQLite file "
+            f"the MLflow store stayed locked for {time.monotonic() - began:.0f} s: another process holds its SQLite file "
             "(a long transaction, an open sqlite3 shell); end it and run again, or use a server store "
             "(tracking.uri=http://...)"
         ) from None
