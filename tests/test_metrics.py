@@ -243,3 +243,22 @@ def test_each_timing_column_holds_its_own_quantity(home, cli_here) -> None:
     assert (rows["comm_modelled_s"] >= rows["sim_comm_busy_s"] - 1e-9).all()  # every bucket's duration, summed
     assert (rows["messages"] > 1).all() and (rows["bytes_sent"] > 0).all() and (rows["overruns"] == 0).all()
     assert (rows["loss"] > 0.5).all() and (rows["data_s"] >= 0).all() and rows["batched_share_s"].isna().all()
+
+
+def test_each_epoch_logs_the_learning_rate_the_schedule_reached(home, cli_here) -> None:
+    """``epoch/lr``: the rate after the epoch's last step. Cosine over 3 epochs of 4 steps with one
+    epoch of warm-up (W = 4): f(4) = 1 (warm-up over, cosine at progress 0), f(8) = 0.5 (progress
+    4/8), f(12) = 0 (progress 1, min_lr 0); a loop that logged the configured rate would say 0.08
+    three times, one that logged the rate before the epoch's steps 0.02 (f(0) = 1/4) first."""
+    from conftest import FAST, store_client
+
+    result = cli_here(
+        home, "train", *FAST, "dataset.train_size=512", "launcher=threads", "nodes=2", "model=mlp",
+        "train.epochs=3", "optim.lr=0.08", "optim.schedule=cosine", "optim.warmup_epochs=1", "optim.min_lr=0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    client = store_client(home)
+    [run] = client.search_runs([client.get_experiment_by_name("dlcomm").experiment_id])
+    history = {point.step: point.value for point in client.get_metric_history(run.info.run_id, names.EPOCH_LR)}
+    assert history.keys() == {1, 2, 3}
+    assert history[1] == pytest.approx(0.08) and history[2] == pytest.approx(0.04) and history[3] == pytest.approx(0.0)

@@ -20,7 +20,6 @@ ITER_SIM_COMM_EXPOSED = "iter/sim_comm_exposed_s"  # waiting for modelled commun
 ITER_SIM_COMM_BUSY = "iter/sim_comm_busy_s"  # union of the operations' modelled [start, end]
 ITER_COMM_MODELLED = "iter/comm_modelled_s"  # cost-model durations of the collectives joined and messages sent
 ITER_LOSS = "iter/train_loss"  # mean training loss of the iteration over ranks
-ITER_LR = "iter/lr"
 # Streamed while an epoch runs (tracking.stream_every_s), rank 0's own: what a run that dies mid-epoch keeps.
 LIVE_LOSS = "live/train_loss_rank0"
 LIVE_TIME = "live/time_s_rank0"
@@ -38,6 +37,7 @@ EPOCH_COMM_EXPOSED_PER_ITER = "epoch/comm_exposed_per_iter_s"
 EPOCH_COMM_SHARE = "epoch/comm_share"  # exposed communication / iteration time
 EPOCH_PEER_WAIT_PER_ITER = "epoch/peer_wait_per_iter_s"  # waiting for peers (threads; absent for processes)
 EPOCH_PEER_WAIT_SHARE = "epoch/peer_wait_share"  # peer_wait / iteration time
+EPOCH_LR = "epoch/lr"  # the learning rate the next epoch starts at (the schedule stepped through this one)
 EPOCH_TRAIN_TIME = "epoch/train_time_s"  # wall training time so far (iterations only, no evaluation)
 EPOCH_SIM_TIME_PER_ITER = "epoch/sim_time_per_iter_s"
 EPOCH_SIM_COMM_EXPOSED_PER_ITER = "epoch/sim_comm_exposed_per_iter_s"

@@ -547,6 +547,7 @@ class TrainLoop:
         self.state.rows.extend(all_rows)
         self.state.train_wall_s += train_wall_s
         metrics[names.EPOCH_TRAIN_TIME] = self.state.train_wall_s
+        metrics[names.EPOCH_LR] = float(self.optimizer.param_groups[0]["lr"])
         if self.channel.mode != "off":
             metrics[names.EPOCH_SIM_TIME] = simulated_elapsed(self.state.rows)
         if result is not None:
