@@ -711,6 +711,12 @@ class DebugConfig:
 
 @dataclass
 class RunConfig:
+    """One run's whole configuration, as ``dlcomm config`` prints it. A section chosen from a
+    config group whose choices are classes is declared here once, with its group's record
+    (:func:`chosen_from`); ``network`` is a group of YAML presets alone; the rest are fixed
+    sections. The default choices are ``configs/config.yaml``'s defaults list (its order is part
+    of the composition)."""
+
     nodes: int = field(default=4, metadata=domain(low=1, means="the number of machines"))
     workers_per_node: int = field(default=1, metadata=domain(low=1, means="each node's number of workers"))
     seed: int = field(default=0, metadata=domain(low=0, high=SEED_MAX))
