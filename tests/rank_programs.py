@@ -1131,3 +1131,25 @@ def train_counting_all_reduces(cluster, channel, spec, data) -> dict:
         return {**train_untracked(cluster, channel, spec, data), "all_reduce": calls}
     finally:
         del transport.all_reduce
+
+
+def answers_between_iterations(cluster, channel) -> dict:
+    """Pull answers recorded as a responder thread records them (phase "serve"): one inside an
+    iteration, one between two, one after the last; what each iteration's bytes and the count of
+    answers say after each."""
+    from dlcomm.comm import traffic
+
+    def answer(nbytes: int) -> None:
+        channel.record("serve", "job", nbytes, traffic.point_to_point_traffic(nbytes), phase="serve")
+
+    seen = []
+    channel.begin_iteration()
+    answer(100)
+    seen.append((channel.end_iteration().bytes_sent, channel.answers_counted))
+    answer(30)  # between the iterations: the next one holds it
+    seen.append(("between", channel.answers_counted))
+    channel.begin_iteration()
+    seen.append((channel.end_iteration().bytes_sent, channel.answers_counted))
+    answer(7)  # after the last iteration: in no iteration's bytes, so not counted
+    seen.append(("after", channel.answers_counted))
+    return {"seen": seen}

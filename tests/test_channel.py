@@ -76,3 +76,12 @@ def test_a_group_of_one_completes_every_collective_in_place_without_the_transpor
         assert sorted(name for name, group in result["calls"] if group == "world") == sorted(
             ["all_reduce", "all_reduce", "broadcast", "reduce", "all_gather"]
         )
+
+
+def test_a_pull_answer_is_counted_with_its_bytes_in_the_iteration_that_holds_them() -> None:
+    """gossip_pull's ``pulls_served`` is ``Channel.answers_counted``: the answers whose bytes an
+    iteration's ``bytes_sent`` holds, taken in the same step as those bytes, so that served models x
+    model bytes = the bytes served, exactly (a count kept by the responder itself once counted an
+    answer sent between the last iteration's end and its statistics, whose bytes no row held)."""
+    [result] = run_ranks(rank_programs.answers_between_iterations, 1, in_process="serial", timeout=60)
+    assert result["seen"] == [(100, 1), ("between", 1), (30, 2), ("after", 2)]

@@ -119,7 +119,7 @@ class Hold:
 @dataclass
 class PullStats:
     pulls: int = 0
-    served: int = 0  # pulls this worker answered (its responder sent its model)
+    served: int = 0  # pulls this worker answered (its responder sent its model), as its iterations counted them
     skipped_windows: int = 0  # windows ended without a peer
     conflicts: int = 0  # reservations refused (autonomous)
     resolved: int = 0  # refusals after which this worker went on to a grant or gave the round up
@@ -237,7 +237,12 @@ class GossipPull(Algorithm[GossipPullConfig]):
         self._release(peer, measured)
 
     def take_metrics(self) -> dict[str, Stat]:
-        """The staleness of the pulls averaged since the last call, and the counts since then."""
+        """The staleness of the pulls averaged since the last call, and the counts since then. The
+        pulls served are the answers the Channel counted in this rank's iterations (their bytes are
+        in the same iterations' ``bytes_sent``), not those its responder sent since: a count taken
+        from the responder could include an answer whose bytes the next iteration holds, and after
+        the run's last iteration, none."""
+        self.stats.served = self.channel.answers_counted
         fresh = self.stats.staleness_steps[self.taken_pulls :]
         self.taken_pulls += len(fresh)
         out: dict[str, Stat] = {names.PULL_STALENESS: Mean([float(steps) for steps in fresh])}
@@ -338,7 +343,6 @@ class GossipPull(Algorithm[GossipPullConfig]):
         if kind == PULL:
             with self.lock:
                 snapshot = self.flat.detach().to("cpu", copy=True)
-                self.stats.served += 1
             self.control.send_tensor(src, snapshot)
         elif kind == RESERVE:
             with self.reservation_lock:

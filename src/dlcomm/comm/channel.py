@@ -209,6 +209,9 @@ class Channel:
         self._phase = "setup"
         self._iteration_ops: list[OpRecord] = []
         self._served = [0, 0]  # bytes and messages of pulls answered since the last iteration ended
+        # the pulls answered (one message each) counted in this rank's iterations so far: the count that
+        # agrees with the iterations' bytes (an answer sent after the rank's last iteration is in neither)
+        self.answers_counted = 0
         self._iteration_start = math.nan
         self._lock = threading.Lock()
         self._unresolved: dict[str, deque[Handle]] = defaultdict(deque)
@@ -280,6 +283,7 @@ class Channel:
             # a pull's answer leaves from the responder thread, outside any iteration: its bytes
             # are still this rank's traffic, counted in the iteration during which it was sent
             (sent, messages), self._served = self._served, [0, 0]
+            self.answers_counted += messages
             for op in ops:  # into the run's totals (_count, inline: one pass over the operations)
                 total = totals[("train", op.kind, op.group)]
                 total.count += 1
