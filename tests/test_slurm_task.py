@@ -4,6 +4,7 @@ only once SLURM took it; the record agrees with both."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,10 @@ def test_a_requeue_slurm_did_not_do_is_never_said_done(home, scontrol, reason) -
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "scontrol",
-    ["exit 0", "kill -TERM $PPID; sleep 5"],  # SLURM's SIGTERM, which stops the job it requeues, may come first
+    # SLURM's SIGTERM, which stops the job it requeues, may come first: scontrol then has not returned when it
+    # arrives (sleep by its full path: the task's PATH is the fake's folder alone, and dash has no builtin
+    # sleep; `sleep 5` failed at once with 127, and the task's failed-requeue path raced its SIGTERM watcher)
+    ["exit 0", f"kill -TERM $PPID; {shutil.which('sleep')} 5"],
     ids=["answered", "stopped-first"],
 )
 def test_a_requeue_slurm_took_is_said_once_and_the_task_ends_cleanly(home, scontrol) -> None:
