@@ -16,10 +16,11 @@ from those fields, and everything that differs between groups is derived from it
   and one another choice has is named (``family_schema``; :data:`dlcomm.config.choices.BASES`).
 
 The field is static on purpose: mypy types ``cfg.algo`` from its annotation at every call site,
-and OmegaConf builds the run's schema from it (docs/architecture.md, "Config groups"). Classes are
-named by ``"module:Class"`` strings so that this module imports nothing: composing stays
-torch-free, and the packages that hold the classes import this module, not the reverse (the one
-declared exception of docs/architecture.md's layering).
+and OmegaConf builds the run's schema from it (docs/architecture.md, "Config groups"). A record
+names its classes by ``"module:Class"`` strings, so that :mod:`dlcomm.config` imports no choice
+package: composing stays torch-free, and the packages that hold the classes import the records'
+derived views, not the reverse (the declared exception ``config/`` -> the choice packages of
+docs/architecture.md's layering). This module imports nothing of dlcomm.
 """
 
 from __future__ import annotations
