@@ -18,7 +18,7 @@ import pytest
 
 from dlcomm.catalog import files
 from dlcomm.config.schema import GROUPS, AlgoConfig, RunConfig, chosen_from
-from dlcomm.groups import Group, records
+from dlcomm.groups import RECORD, Group, records
 
 from fake_plugins import plugin_env, write_plugin
 
@@ -45,7 +45,7 @@ def test_a_record_on_a_field_that_is_not_a_chosen_section_is_refused() -> None:
 
     @dataclasses.dataclass
     class Defaulted:
-        thing: AlgoConfig = dataclasses.field(default_factory=AlgoConfig, metadata={"group": record})
+        thing: AlgoConfig = dataclasses.field(default_factory=AlgoConfig, metadata={RECORD: record})
 
     for run in (Untyped, Defaulted):
         with pytest.raises(TypeError, match=f"{run.__name__}.thing holds a group's record"):
